@@ -1,0 +1,421 @@
+"""Configuration: command-line flags, environment variables and an optional YAML file.
+
+Every setting is declared once in ``OPTIONS``. The same declaration drives argparse, the
+environment lookup and the YAML keys, so the three sources can never disagree about names,
+types or defaults. Precedence is flags > environment > YAML file > defaults.
+
+Names follow dcgm-exporter wherever the concept is the same (``-f/--collectors`` with
+``DCGM_EXPORTER_COLLECTORS`` and so on), so an existing dcgm-exporter DaemonSet keeps working
+when only the image changes. Settings that dcgm-exporter does not have use the
+``GPU_POD_EXPORTER_`` environment prefix.
+
+A bad value never produces a traceback: it raises ``ConfigError`` naming the source (flag,
+environment variable or ``file:line``) and the key, and the command line turns that into one line
+on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+
+EXIT_CONFIG_ERROR = 2
+PROGRAM = "gpu-pod-exporter"
+SIMULATE_DEFAULT = "default"
+
+
+class ConfigError(Exception):
+    """A user mistake in configuration; ``str(self)`` is the single line shown to the user."""
+
+    def __init__(self, source: str, key: str, message: str) -> None:
+        self.source = source
+        self.key = key
+        self.message = message
+        super().__init__(f"{source}: {key}: {message}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Value parsers. Each takes the raw text (or YAML scalar) and returns the typed value, or raises
+# ValueError with a message that says what was expected.
+
+
+def _parse_bool(raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(f"invalid boolean {raw!r}: expected true or false")
+
+
+def _positive_int(minimum: int, unit: str) -> Callable[[object], int]:
+    def parse(raw: object) -> int:
+        if isinstance(raw, bool):
+            raise ValueError(f"invalid value {raw!r}: expected an integer number of {unit}")
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            raise ValueError(f"invalid value {raw!r}: expected an integer number of {unit}") from None
+        if value < minimum:
+            raise ValueError(f"invalid value {value}: must be at least {minimum} {unit}")
+        return value
+
+    return parse
+
+
+def _parse_str(raw: object) -> str:
+    if isinstance(raw, list | dict):
+        raise ValueError(f"invalid value {raw!r}: expected a string")
+    return "" if raw is None else str(raw)
+
+
+def _parse_list(raw: object) -> tuple[str, ...]:
+    """Comma-separated text (flags, environment) or a YAML list."""
+    if raw is None:
+        return ()
+    items = [str(item) for item in raw] if isinstance(raw, list) else str(raw).split(",")
+    return tuple(item.strip() for item in items if item.strip())
+
+
+def _choice(*choices: str) -> Callable[[object], str]:
+    def parse(raw: object) -> str:
+        text = _parse_str(raw).strip()
+        if text not in choices:
+            raise ValueError(f"invalid value {text!r}: expected one of {', '.join(choices)}")
+        return text
+
+    return parse
+
+
+_ADDRESS = re.compile(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})$")
+
+
+def _parse_address(raw: object) -> str:
+    text = _parse_str(raw).strip()
+    match = _ADDRESS.match(text)
+    if not match or not 0 <= int(match.group("port")) <= 65535:
+        raise ValueError(f"invalid listen address {text!r}: expected [host]:port, e.g. :9400 or [::]:9400")
+    return text
+
+
+def _parse_regex_list(raw: object) -> tuple[str, ...]:
+    patterns = _parse_list(raw)
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+    return patterns
+
+
+_TEAM_SOURCE = re.compile(r"^(pod|namespace):[A-Za-z0-9._/-]+$")
+
+
+def _parse_team_sources(raw: object) -> tuple[str, ...]:
+    sources = _parse_list(raw)
+    for source in sources:
+        if not _TEAM_SOURCE.match(source):
+            raise ValueError(f"invalid label source {source!r}: expected pod:<label-key> or namespace:<label-key>")
+    return sources
+
+
+# ---------------------------------------------------------------------------------------------
+# The declaration table.
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: how it is spelled on each source and how its value is parsed."""
+
+    attr: str
+    flags: tuple[str, ...]
+    env: str | None
+    parse: Callable[[object], Any]
+    default: Any
+    help: str
+    is_switch: bool = False  # a flag that takes no value (``-k``) but accepts a value in env/YAML
+
+    @property
+    def long_flag(self) -> str:
+        return next(flag for flag in self.flags if flag.startswith("--"))
+
+    @property
+    def yaml_key(self) -> str:
+        return self.long_flag[2:]
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("collectors", ("-f", "--collectors"), "DCGM_EXPORTER_COLLECTORS", _parse_str, "",
+           "Counters CSV in dcgm-exporter's format (default: the built-in default-counters.csv)."),
+    Option("address", ("-a", "--address"), "DCGM_EXPORTER_LISTEN", _parse_address, ":9400",
+           "Address to listen on: [host]:port."),
+    Option("collect_interval_ms", ("-c", "--collect-interval"), "DCGM_EXPORTER_INTERVAL",
+           _positive_int(100, "milliseconds"), 1000,
+           "NVML sampling interval in milliseconds (one sampling thread for all GPUs)."),
+    Option("kubernetes", ("-k", "--kubernetes"), "DCGM_EXPORTER_KUBERNETES", _parse_bool, False,
+           "Attribute GPUs to pods through the kubelet PodResources API.", is_switch=True),
+    Option("kubernetes_gpu_id_type", ("--kubernetes-gpu-id-type",), "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE",
+           _choice("uid", "device-name"), "uid",
+           "How the device plugin names GPUs: uid (GPU-<uuid>, NVIDIA plugin) or device-name (nvidia<N>, GKE)."),
+    Option("pod_resources_socket", ("--pod-resources-kubelet-socket",), "DCGM_POD_RESOURCES_KUBELET_SOCKET",
+           _parse_str, "/var/lib/kubelet/pod-resources/kubelet.sock", "Path of the kubelet PodResources socket."),
+    Option("pod_resources_interval_ms", ("--pod-resources-interval",), "GPU_POD_EXPORTER_POD_RESOURCES_INTERVAL",
+           _positive_int(1000, "milliseconds"), 10000,
+           "How often to call the kubelet's List (milliseconds); never per scrape."),
+    Option("kubernetes_enable_pod_labels", ("--kubernetes-enable-pod-labels",),
+           "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS", _parse_bool, False,
+           "Copy allowlisted pod labels onto GPU series.", is_switch=True),
+    Option("kubernetes_pod_label_allowlist_regex", ("--kubernetes-pod-label-allowlist-regex",),
+           "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX", _parse_regex_list, (),
+           "Comma-separated regular expressions on pod label keys to copy (empty: none unless pod labels "
+           "are enabled, then all, bounded)."),
+    Option("kubernetes_enable_pod_uid", ("--kubernetes-enable-pod-uid",), "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID",
+           _parse_bool, False, "Add the pod_uid label to attributed series.", is_switch=True),
+    Option("kubernetes_virtual_gpus", ("--kubernetes-virtual-gpus",), "KUBERNETES_VIRTUAL_GPUS", _parse_bool, False,
+           "Duplicate shared-GPU series once per sharing pod with a vgpu label (dcgm-exporter's mode).",
+           is_switch=True),
+    Option("nvidia_resource_names", ("--nvidia-resource-names",), "NVIDIA_RESOURCE_NAMES", _parse_list, (),
+           "Extra comma-separated extended-resource names that carry NVIDIA GPUs."),
+    Option("kubeconfig", ("--kubeconfig",), "KUBECONFIG", _parse_str, "",
+           "kubeconfig file for the API server (default: in-cluster service account)."),
+    Option("team_label_sources", ("--kubernetes-team-label-sources",), "GPU_POD_EXPORTER_TEAM_LABEL_SOURCES",
+           _parse_team_sources, ("pod:team", "namespace:team"),
+           "Where the team label comes from, first match wins: pod:<key> or namespace:<key>."),
+    Option("process_attribution", ("--kubernetes-process-attribution",), "GPU_POD_EXPORTER_PROCESS_ATTRIBUTION",
+           _parse_bool, False,
+           "Attribute GPU memory per container from NVML's process list and /proc/<pid>/cgroup "
+           "(needs hostPID).", is_switch=True),
+    Option("process_metrics", ("--kubernetes-process-metrics",), "GPU_POD_EXPORTER_PROCESS_METRICS",
+           _parse_bool, False, "Also export one series per GPU process (pid label); opt-in, high cardinality.",
+           is_switch=True),
+    Option("process_interval_ms", ("--process-interval",), "GPU_POD_EXPORTER_PROCESS_INTERVAL",
+           _positive_int(1000, "milliseconds"), 5000,
+           "How often to read NVML's process lists (milliseconds); they cost ~4.5 ms per GPU on a real driver."),
+    Option("proc_root", ("--proc-root",), "GPU_POD_EXPORTER_PROC_ROOT", _parse_str, "/proc",
+           "Where the host's /proc is mounted (for PID -> cgroup -> pod)."),
+    Option("xid_count_window_ms", ("-x", "--xid-count-window-size"), "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE",
+           _positive_int(1000, "milliseconds"), 300000, "Window of DCGM_EXP_XID_ERRORS_COUNT in milliseconds."),
+    Option("clock_events_window_ms", ("--clock-events-count-window-size",),
+           "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE", _positive_int(1000, "milliseconds"), 300000,
+           "Window of DCGM_EXP_CLOCK_EVENTS_COUNT in milliseconds."),
+    Option("web_config_file", ("--web-config-file",), "DCGM_EXPORTER_WEB_CONFIG_FILE", _parse_str, "",
+           "Prometheus exporter-toolkit web config (TLS, mTLS, basic auth, headers)."),
+    Option("web_max_requests", ("--web-max-requests",), "GPU_POD_EXPORTER_WEB_MAX_REQUESTS",
+           _positive_int(1, "requests"), 32,
+           "Requests served at once; more connections wait in the listen queue instead of failing."),
+    Option("node_name", ("--node-name",), "NODE_NAME", _parse_str, "",
+           "Node name for the Hostname label and the pod watch (default: this machine's hostname)."),
+    Option("no_hostname", ("-n", "--no-hostname"), "DCGM_EXPORTER_NO_HOSTNAME", _parse_bool, False,
+           "Omit the Hostname label.", is_switch=True),
+    Option("replace_blanks_in_model_name", ("--replace-blanks-in-model-name",),
+           "DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME", _parse_bool, False,
+           "Replace spaces in the modelName label with '-'.", is_switch=True),
+    Option("log_format", ("--log-format",), "DCGM_EXPORTER_LOG_FORMAT", _choice("text", "json"), "text",
+           "Log line format: text or json."),
+    Option("debug", ("--debug",), "DCGM_EXPORTER_DEBUG", _parse_bool, False, "Log at debug level.", is_switch=True),
+    Option("simulate", ("--simulate",), "GPU_POD_EXPORTER_SIMULATE", _parse_str, "",
+           "Run on simulated GPUs (and a simulated kubelet and API server): 'default' or a scenario YAML file."),
+)
+
+_BY_ATTR = {option.attr: option for option in OPTIONS}
+_BY_YAML_KEY = {option.yaml_key: option for option in OPTIONS}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The effective settings. Immutable: every component reads it, none changes it."""
+
+    collectors: str = ""
+    address: str = ":9400"
+    collect_interval_ms: int = 1000
+    kubernetes: bool = False
+    kubernetes_gpu_id_type: str = "uid"
+    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    pod_resources_interval_ms: int = 10000
+    kubernetes_enable_pod_labels: bool = False
+    kubernetes_pod_label_allowlist_regex: tuple[str, ...] = ()
+    kubernetes_enable_pod_uid: bool = False
+    kubernetes_virtual_gpus: bool = False
+    nvidia_resource_names: tuple[str, ...] = ()
+    kubeconfig: str = ""
+    team_label_sources: tuple[str, ...] = ("pod:team", "namespace:team")
+    process_attribution: bool = False
+    process_metrics: bool = False
+    process_interval_ms: int = 5000
+    proc_root: str = "/proc"
+    xid_count_window_ms: int = 300000
+    clock_events_window_ms: int = 300000
+    web_config_file: str = ""
+    web_max_requests: int = 32
+    node_name: str = ""
+    no_hostname: bool = False
+    replace_blanks_in_model_name: bool = False
+    log_format: str = "text"
+    debug: bool = False
+    simulate: str = ""
+    config_file: str = ""
+    # Where each non-default value came from ("flag --x", "environment variable X", "file.yaml:3").
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def collect_interval_s(self) -> float:
+        return self.collect_interval_ms / 1000.0
+
+    def source_of(self, attr: str) -> str:
+        """Where a setting came from, for error messages about its value (e.g. a missing file)."""
+        option = _BY_ATTR.get(attr)
+        default = f"default of --{option.yaml_key}" if option else attr
+        return self.sources.get(attr, default)
+
+
+def _check_table_matches_config() -> None:
+    names = {f.name for f in dataclasses.fields(Config)} - {"sources", "config_file"}
+    declared = set(_BY_ATTR)
+    if names != declared:  # pragma: no cover - a programming error caught by the test suite at import
+        raise RuntimeError(f"Config fields and OPTIONS differ: {sorted(names ^ declared)}")
+    for option in OPTIONS:
+        if getattr(Config(), option.attr) != option.default:  # pragma: no cover
+            raise RuntimeError(f"default of {option.attr} differs between Config and OPTIONS")
+
+
+_check_table_matches_config()
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading.
+
+
+class _OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse prints usage plus the error; users asked for one clear line and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError("command line", "arguments", message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _OneLineArgumentParser(
+        prog=PROGRAM,
+        description="Prometheus exporter for NVIDIA GPUs with DCGM-compatible metrics and pod attribution.",
+        epilog="Every flag also reads the environment variable shown; flags win over the environment, "
+        "which wins over --config-file.",
+        argument_default=argparse.SUPPRESS,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--config-file", dest="config_file", metavar="PATH",
+                        help="YAML file whose keys are the long flag names, e.g. 'collect-interval: 2000' "
+                        "[env DCGM_EXPORTER_CONFIG_FILE]")
+    for option in OPTIONS:
+        env_note = f" [env {option.env}]" if option.env else ""
+        default_note = f" (default: {_describe_default(option)})"
+        if option.attr == "simulate":
+            parser.add_argument(*option.flags, dest=option.attr, nargs="?", const=SIMULATE_DEFAULT,
+                                metavar="SCENARIO", help=option.help + env_note)
+        elif option.is_switch:
+            parser.add_argument(*option.flags, dest=option.attr, nargs="?", const="true", metavar="BOOL",
+                                help=option.help + env_note + default_note)
+        else:
+            parser.add_argument(*option.flags, dest=option.attr, metavar=_metavar(option),
+                                help=option.help + env_note + default_note)
+    return parser
+
+
+def _metavar(option: Option) -> str:
+    return option.yaml_key.split("-")[-1].upper()
+
+
+def _describe_default(option: Option) -> str:
+    value = option.default
+    if isinstance(value, tuple):
+        return ",".join(value) or "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value) if value != "" else "none"
+
+
+def _version() -> str:
+    from exporter import __version__  # noqa: PLC0415 - avoid an import cycle at module load
+
+    return __version__
+
+
+def load_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Config:
+    """Resolve the effective configuration; raises ``ConfigError`` on any bad input."""
+    env = os.environ if environ is None else environ
+    parsed = vars(build_parser().parse_args(list(argv)))
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+
+    config_file = parsed.pop("config_file", None) or env.get("DCGM_EXPORTER_CONFIG_FILE", "")
+    if config_file:
+        for attr, (value, where) in _load_yaml(config_file).items():
+            values[attr] = value
+            sources[attr] = where
+
+    for option in OPTIONS:
+        if option.env and option.env in env:
+            where = f"environment variable {option.env}"
+            values[option.attr] = _convert(option, env[option.env], where)
+            sources[option.attr] = where
+
+    for attr, raw in parsed.items():
+        option = _BY_ATTR[attr]
+        where = f"flag {option.long_flag}"
+        values[attr] = _convert(option, raw, where)
+        sources[attr] = where
+
+    return Config(config_file=config_file, sources=sources, **values)
+
+
+def _convert(option: Option, raw: object, where: str) -> Any:
+    try:
+        return option.parse(raw)
+    except ValueError as exc:
+        raise ConfigError(where, option.yaml_key, str(exc)) from None
+
+
+def _load_yaml(path: str) -> dict[str, tuple[Any, str]]:
+    """Read the YAML config file keeping each key's line number for error messages."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"config file {path}", "config-file", f"cannot read: {exc.strerror}") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path}{line}", "yaml", f"not valid YAML: {problem}") from None
+    if root is None:
+        return {}
+    if not isinstance(root, yaml.MappingNode):
+        raise ConfigError(f"{path}:{root.start_mark.line + 1}", "yaml", "expected a mapping of option: value")
+
+    result: dict[str, tuple[Any, str]] = {}
+    for key_node, value_node in root.value:
+        where = f"{path}:{key_node.start_mark.line + 1}"
+        key = str(key_node.value)
+        option = _BY_YAML_KEY.get(key)
+        if option is None:
+            raise ConfigError(where, key, f"unknown key (known keys: {', '.join(sorted(_BY_YAML_KEY))})")
+        try:
+            raw = yaml.safe_load(yaml.serialize(value_node))
+        except yaml.YAMLError as exc:  # pragma: no cover - the node was already parsed once
+            raise ConfigError(where, key, f"not valid YAML: {exc}") from None
+        result[option.attr] = (_convert(option, raw, where), where)
+    return result
+
+
+def option_table() -> tuple[Option, ...]:
+    """The declarations, for documentation generators and tests."""
+    return OPTIONS
