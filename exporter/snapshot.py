@@ -1,0 +1,108 @@
+"""Immutable values that flow from the sources (NVML, kubelet, API server) to the renderer.
+
+Every source runs on its own clock and publishes one of these frozen values; the renderer is a
+pure function of them. Nothing here performs I/O, so tests can build snapshots by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+EMPTY_VALUES: Mapping[str, float] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """Static identity of one physical GPU, read once at start.
+
+    ``index`` is NVML's index (dcgm-exporter's ``gpu`` label); ``minor`` is the /dev/nvidia<minor>
+    number (GKE's ``nvidia<N>`` device names use it). ``pci_bus_id`` keeps NVML's format with the
+    8-hex-digit domain, as dcgm-exporter prints it.
+    """
+
+    index: int
+    uuid: str
+    pci_bus_id: str
+    minor: int
+    model: str
+    serial: str = ""
+    vbios_version: str = ""
+
+    @property
+    def device_name(self) -> str:
+        """dcgm-exporter's ``device`` label: literally ``nvidia`` + the NVML index."""
+        return f"nvidia{self.index}"
+
+
+@dataclass(frozen=True)
+class MigIdentity:
+    """One MIG device (GPU instance + compute instance) on a MIG-enabled parent GPU."""
+
+    parent_uuid: str
+    uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str  # e.g. "1g.10gb", dcgm-exporter's GPU_I_PROFILE label
+
+
+@dataclass(frozen=True)
+class MigReading:
+    """Readings of one MIG instance, in DCGM units keyed by DCGM field name."""
+
+    identity: MigIdentity
+    values: Mapping[str, float] = EMPTY_VALUES
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process NVML reports on a GPU (or MIG instance): host PID and framebuffer bytes."""
+
+    pid: int
+    used_memory_bytes: int | None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    """One GPU's readings from one sampling cycle.
+
+    ``values`` holds DCGM-unit values keyed by DCGM field name (``DCGM_FI_DEV_GPU_TEMP`` -> 41.0).
+    A reading the GPU does not support is simply absent. ``up`` is False when NVML reported the GPU
+    lost or unreachable; ``error`` then says why, and ``values`` is empty.
+    """
+
+    identity: DeviceIdentity
+    up: bool = True
+    error: str = ""
+    values: Mapping[str, float] = EMPTY_VALUES
+    mig: tuple[MigReading, ...] = ()
+    processes: tuple[GpuProcess, ...] | None = None  # None: not read (process attribution off)
+
+
+@dataclass(frozen=True)
+class SamplerStatus:
+    """What the sampler knows about itself, for self-metrics and /health."""
+
+    nvml_up: bool
+    nvml_error: str = ""
+    driver_version: str = ""
+    nvml_version: str = ""
+    device_count: int = 0
+    cycles: int = 0
+    last_cycle_duration_s: float = 0.0
+    last_cycle_nvml_calls: int = 0
+    nvml_calls_total: int = 0
+    last_sample_wall_time: float = 0.0  # time.time() at the end of the last complete cycle
+    last_sample_monotonic: float = 0.0
+    unsupported_fields: tuple[tuple[int, str], ...] = ()  # (gpu index, DCGM field name)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The newest complete sampling cycle plus the sampler's status."""
+
+    devices: tuple[DeviceReading, ...] = ()
+    status: SamplerStatus = field(default_factory=lambda: SamplerStatus(nvml_up=False))
