@@ -1,0 +1,141 @@
+"""Start the real exporter as a separate process for end-to-end tests, and talk to it over HTTP.
+
+Every whole-process test (the simulator demo, attribution, faults, Prometheus) uses this one helper,
+so they all exercise the same entry point a user runs: ``python -m exporter ...``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(check: Callable[[], T | None], deadline_s: float, what: str, interval_s: float = 0.05) -> T:
+    """Poll ``check`` until it returns a truthy value or the deadline passes (then fail with ``what``)."""
+    end = time.monotonic() + deadline_s
+    last: T | None = None
+    while time.monotonic() < end:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {deadline_s} s waiting for {what} (last: {last!r})")
+
+
+class Response:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8")
+
+
+class ExporterProcess:
+    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.port = free_port()
+        self.args = ["--address", f"127.0.0.1:{self.port}", *args]
+        environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu-pod-exporter-{self.port}.log"
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "exporter", *self.args], cwd=cwd or REPO_ROOT, env=environ,
+            stdout=self._log, stderr=subprocess.STDOUT)
+
+    def get(self, path: str, headers: dict[str, str] | None = None, timeout: float = 5.0) -> Response:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request("GET", path, headers=headers or {})
+            response = conn.getresponse()
+            body = response.read()
+            if response.getheader("Content-Encoding") == "gzip":
+                body = gzip.decompress(body)
+            return Response(response.status, dict(response.getheaders()), body)
+        finally:
+            conn.close()
+
+    def try_get(self, path: str) -> Response | None:
+        try:
+            return self.get(path, timeout=2.0)
+        except OSError:
+            return None
+
+    def wait_healthy(self, deadline_s: float = 20.0) -> Response:
+        def healthy() -> Response | None:
+            self.assert_running()
+            response = self.try_get("/health")
+            return response if response is not None and response.status == 200 else None
+
+        return wait_for(healthy, deadline_s, "/health to answer 200")
+
+    def wait_listening(self, deadline_s: float = 20.0) -> Response:
+        def listening() -> Response | None:
+            self.assert_running()
+            return self.try_get("/health")
+
+        return wait_for(listening, deadline_s, "the HTTP listener")
+
+    def metrics(self) -> str:
+        response = self.get("/metrics")
+        assert response.status == 200, response.text
+        return response.text
+
+    def samples(self, name: str) -> list[tuple[dict[str, str], float]]:
+        found: list[tuple[dict[str, str], float]] = []
+        for family in text_string_to_metric_families(self.metrics()):
+            for sample in family.samples:
+                if sample.name == name:
+                    found.append((dict(sample.labels), sample.value))
+        return found
+
+    def assert_running(self) -> None:
+        code = self.process.poll()
+        if code is not None:
+            raise AssertionError(f"exporter exited with {code}; log:\n{self.log()}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self._log.close()
+        return self.process.returncode
+
+
+@contextmanager
+def running_exporter(args: Sequence[str], env: dict[str, str] | None = None) -> Iterator[ExporterProcess]:
+    exporter = ExporterProcess(args, env)
+    try:
+        yield exporter
+    finally:
+        exporter.stop()
