@@ -410,9 +410,17 @@ class YamlValue:
         if not isinstance(self.node, yaml.MappingNode):
             raise self.error(f"expected a mapping, got {_describe(self.node)}")
         pairs: list[tuple[Any, int, yaml.Node]] = []
+        merged: list[tuple[Any, int, yaml.Node]] = []
         seen: set[Any] = set()
         for key_node, value_node in self.node.value:
             key_line = int(key_node.start_mark.line) + 1
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                # YAML merge keys (``<<: *anchor``): the composer leaves them to the constructor,
+                # so resolve them here; explicit keys win, earlier merge sources win over later.
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for source in sources:
+                    merged.extend(YamlValue(source, self.path, self.source)._pairs())
+                continue
             if not isinstance(key_node, yaml.ScalarNode):
                 raise self.error("mapping keys must be plain values", line=key_line)
             key = _constructor.construct_object(key_node)
@@ -421,6 +429,10 @@ class YamlValue:
                                  line=key_line)
             seen.add(key)
             pairs.append((key, key_line, value_node))
+        for key, key_line, value_node in merged:
+            if key not in seen:
+                seen.add(key)
+                pairs.append((key, key_line, value_node))
         return pairs
 
     def mapping(self, known: Collection[str]) -> dict[str, YamlValue]:
