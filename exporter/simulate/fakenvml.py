@@ -1316,7 +1316,9 @@ class FakeNvmlLibrary:
     @_c_symbol("nvmlDeviceGetRetiredPages_v2", device=True)
     def _impl_retired_pages_v2(  # noqa: PLR0917 - mirrors the C signature
             self, gpu: SimulatedGpu, t: float, cause: Any, count: Any, addresses: Any,
-            timestamps: Any) -> int:
+            timestamps: Any = None) -> int:
+        # pynvml's size probe passes only four arguments (no timestamps buffer); a C library would
+        # read an indeterminate fifth one, which is harmless because addresses is NULL then.
         return self._retired(gpu, t, cause, count, addresses, timestamps)
 
     @_c_symbol("nvmlDeviceGetRetiredPagesPendingStatus", device=True)
