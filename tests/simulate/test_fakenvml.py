@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Callable
 from ctypes import c_uint
 from typing import Any
 
@@ -431,7 +432,7 @@ def test_geforce_answers_not_supported_like_a_real_one(nvml: Any, clock: FixedCl
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     assert pynvml.nvmlDeviceGetName(handle) == "NVIDIA GeForce RTX 4090"
     assert pynvml.nvmlDeviceGetBrand(handle) == pynvml.NVML_BRAND_GEFORCE
-    unsupported = [
+    unsupported: list[Callable[[], object]] = [
         lambda: pynvml.nvmlDeviceGetEccMode(handle),
         lambda: pynvml.nvmlDeviceGetTotalEccErrors(handle, 0, 0),
         lambda: pynvml.nvmlDeviceGetRemappedRows(handle),
@@ -516,13 +517,14 @@ def test_lost_gpu_answers_gpu_is_lost_to_every_call_naming_it(nvml: Any, clock: 
     healthy = pynvml.nvmlDeviceGetHandleByIndex(2)
     assert pynvml.nvmlDeviceGetUtilizationRates(lost).gpu >= 70
     clock.t = 30.0
-    for call in (
+    calls: tuple[Callable[[], object], ...] = (
         lambda: pynvml.nvmlDeviceGetUtilizationRates(lost),
         lambda: pynvml.nvmlDeviceGetUUID(lost),
         lambda: pynvml.nvmlDeviceGetFieldValues(lost, [82, 83]),
         lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(lost),
         lambda: pynvml.nvmlDeviceGetHandleByIndex(3),
-    ):
+    )
+    for call in calls:
         with pytest.raises(pynvml.NVMLError_GpuIsLost):
             call()
     assert pynvml.nvmlDeviceGetCount() == 8
@@ -727,7 +729,12 @@ def test_scenario_hang_starts_at_its_time(nvml: Any, clock: FixedClock) -> None:
     assert pynvml.nvmlDeviceGetUtilizationRates(handle).gpu >= 0  # before the hang: answers at once
     clock.t = 6.0
     finished = threading.Event()
-    caller = threading.Thread(target=lambda: (pynvml.nvmlDeviceGetUtilizationRates(handle), finished.set()))
+
+    def read() -> None:
+        pynvml.nvmlDeviceGetUtilizationRates(handle)
+        finished.set()
+
+    caller = threading.Thread(target=read)
     caller.start()
     assert wait_until(lambda: fake.calls["nvmlDeviceGetUtilizationRates"] == 2)
     assert not finished.wait(0.05)
