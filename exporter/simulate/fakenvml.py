@@ -675,7 +675,10 @@ class FakeNvmlLibrary:
             self._clock = clock
             self._epoch = FIXED_WALL_EPOCH if wall_epoch is None else wall_epoch
         self.calls: Counter[str] = Counter()
-        self._count_lock = threading.Lock()
+        # _state_lock guards call counters and fault tables and is never held while sleeping;
+        # _driver_lock is the simulated driver's lock: every call's work (and its injected
+        # latency) runs under it, so calls serialize like on a real driver.
+        self._state_lock = threading.Lock()
         self._driver_lock = threading.Lock()
         self._release = threading.Event()
         self._refcount = 0
@@ -734,11 +737,11 @@ class FakeNvmlLibrary:
             pynvml._nvmlGetFunctionPointer_cache.clear()
 
     def reset_calls(self) -> None:
-        with self._count_lock:
+        with self._state_lock:
             self.calls.clear()
 
     def total_calls(self) -> int:
-        with self._count_lock:
+        with self._state_lock:
             return sum(self.calls.values())
 
     def set_latency(self, symbol: str, seconds: float) -> None:
@@ -748,7 +751,7 @@ class FakeNvmlLibrary:
         """
         if seconds < 0:
             raise ValueError("latency must be zero or positive")
-        with self._driver_lock:
+        with self._state_lock:
             if symbol == "field_value":
                 self._field_latency = seconds
                 return
@@ -773,18 +776,18 @@ class FakeNvmlLibrary:
         start = self.elapsed() if from_s is None else from_s
         end = INFINITY if until_s is None else until_s
         fault = ErrorFault(symbol, number, gpu, Window(start, end), field)
-        with self._driver_lock:
+        with self._state_lock:
             self._add_error_rule(fault)
 
     def clear_errors(self) -> None:
-        with self._driver_lock:
+        with self._state_lock:
             self._errors.clear()
             self._field_errors.clear()
 
     def lose_gpu(self, index: int) -> None:
         """The GPU falls off the bus now: every call naming it answers GPU_IS_LOST from now on."""
         self._check_gpu(index)
-        with self._driver_lock:
+        with self._state_lock:
             self._lost_at[index] = -INFINITY
 
     def hang(self, symbol: str, seconds: float, gpu: int | None = None, *,
@@ -794,12 +797,12 @@ class FakeNvmlLibrary:
             _check_symbol(symbol)
         self._check_gpu(gpu)
         start = self.elapsed()
-        with self._driver_lock:
+        with self._state_lock:
             self._hangs.append(_HangRule(symbol, gpu, start, start + seconds, holds_driver_lock, None))
 
     def release_hangs(self) -> None:
         """Wake every blocked call now and disable all hangs (scenario and runtime ones)."""
-        with self._count_lock:
+        with self._state_lock:
             for rule in self._hangs:
                 rule.released = True
             released, self._release = self._release, threading.Event()
@@ -807,7 +810,7 @@ class FakeNvmlLibrary:
 
     def fail_init(self, code: int | str, calls: int | None = None, until_s: float | None = None) -> None:
         """Make the next ``calls`` init attempts and/or those before ``until_s`` fail with ``code``."""
-        with self._driver_lock:
+        with self._state_lock:
             self._init_attempts = 0
             self._init_failure = InitFailure(parse_error_code(code), calls, until_s)
 
@@ -829,11 +832,11 @@ class FakeNvmlLibrary:
         name = symbol.name
         implementation = getattr(self, symbol.method)
         calls = self.calls
-        count_lock = self._count_lock
+        state_lock = self._state_lock
 
         if symbol.takes_device:
             def call_device(*args: Any) -> int:
-                with count_lock:
+                with state_lock:
                     calls[name] += 1
                 t = self._clock()
                 if not self._refcount:
@@ -847,7 +850,7 @@ class FakeNvmlLibrary:
             return call_device
 
         def call(*args: Any) -> int:
-            with count_lock:
+            with state_lock:
                 calls[name] += 1
             t = self._clock()
             return self._dispatch(name, None, t, implementation, (t, *args))
@@ -891,12 +894,14 @@ class FakeNvmlLibrary:
         return SUCCESS
 
     def _maybe_hang(self, name: str, gpu: int | None, t: float) -> int | None:
+        # Take the release event before looking at ``released``: release_hangs marks the rules
+        # first and then sets the old event, so a caller either sees the mark or gets woken.
+        release = self._release
         for rule in list(self._hangs):
             if rule.released or rule.symbol not in (name, "*") or not rule.start <= t < rule.end:
                 continue
             if rule.gpu is not None and rule.gpu != gpu:
                 continue
-            release = self._release
             if rule.holds_driver_lock:
                 with self._driver_lock:
                     release.wait(rule.end - t)

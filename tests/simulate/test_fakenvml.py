@@ -324,9 +324,9 @@ def test_readings_are_identical_for_the_same_scenario_and_time() -> None:
             pynvml.nvmlShutdown()
         return readings
 
-    first = snapshot(1234.5)
-    assert snapshot(1234.5) == first
-    assert snapshot(1300.0) != first
+    first = snapshot(234.5)
+    assert snapshot(234.5) == first
+    assert snapshot(300.0) != first
 
 
 def test_the_same_time_reads_the_same_after_the_clock_went_elsewhere(nvml: Any, clock: FixedClock) -> None:
@@ -716,6 +716,10 @@ def test_a_hang_holding_the_driver_lock_stalls_every_call(nvml: Any) -> None:
     blocked.start()
     assert wait_until(lambda: fake.calls["nvmlDeviceGetUtilizationRates"] == 1)
     assert blocked.is_alive() and hung.is_alive()
+    hook = threading.Thread(target=fake.inject_error, args=("nvmlDeviceGetName", "Unknown"))
+    hook.start()
+    hook.join(timeout=5)
+    assert not hook.is_alive()  # test hooks never wait behind the wedged driver lock
     fake.release_hangs()
     hung.join(timeout=5)
     blocked.join(timeout=5)
@@ -805,3 +809,96 @@ def test_handles_written_by_the_fake_are_never_null(nvml: Any) -> None:
         values.add(pynvml.cast(handle, pynvml.c_void_p).value)
     assert len(values) == 4
     assert c_uint(3).value == 3  # ctypes scalars pass through by value
+
+
+# --- a sweep over every symbol --------------------------------------------------------------
+
+SYSTEM_CALLS: dict[str, Callable[[], object]] = {
+    "nvmlSystemGetDriverVersion": pynvml.nvmlSystemGetDriverVersion,
+    "nvmlSystemGetNVMLVersion": pynvml.nvmlSystemGetNVMLVersion,
+    "nvmlSystemGetCudaDriverVersion": pynvml.nvmlSystemGetCudaDriverVersion,
+    "nvmlSystemGetCudaDriverVersion_v2": pynvml.nvmlSystemGetCudaDriverVersion_v2,
+    "nvmlDeviceGetCount_v2": pynvml.nvmlDeviceGetCount,
+    "nvmlErrorString": lambda: pynvml.nvmlErrorString(pynvml.NVML_ERROR_NOT_SUPPORTED),
+}
+DEVICE_CALLS: dict[str, Callable[[Any], object]] = {
+    "nvmlDeviceGetHandleByUUID": lambda h: pynvml.nvmlDeviceGetHandleByUUID(pynvml.nvmlDeviceGetUUID(h)),
+    "nvmlDeviceGetHandleByPciBusId_v2": lambda h: pynvml.nvmlDeviceGetHandleByPciBusId(
+        pynvml.nvmlDeviceGetPciInfo(h).busId),
+    "nvmlDeviceGetIndex": pynvml.nvmlDeviceGetIndex,
+    "nvmlDeviceGetUUID": pynvml.nvmlDeviceGetUUID,
+    "nvmlDeviceGetName": pynvml.nvmlDeviceGetName,
+    "nvmlDeviceGetPciInfo_v3": pynvml.nvmlDeviceGetPciInfo_v3,
+    "nvmlDeviceGetMinorNumber": pynvml.nvmlDeviceGetMinorNumber,
+    "nvmlDeviceGetSerial": pynvml.nvmlDeviceGetSerial,
+    "nvmlDeviceGetVbiosVersion": pynvml.nvmlDeviceGetVbiosVersion,
+    "nvmlDeviceGetBrand": pynvml.nvmlDeviceGetBrand,
+    "nvmlDeviceGetArchitecture": pynvml.nvmlDeviceGetArchitecture,
+    "nvmlDeviceGetCudaComputeCapability": pynvml.nvmlDeviceGetCudaComputeCapability,
+    "nvmlDeviceGetUtilizationRates": pynvml.nvmlDeviceGetUtilizationRates,
+    "nvmlDeviceGetEncoderUtilization": pynvml.nvmlDeviceGetEncoderUtilization,
+    "nvmlDeviceGetDecoderUtilization": pynvml.nvmlDeviceGetDecoderUtilization,
+    "nvmlDeviceGetMemoryInfo": pynvml.nvmlDeviceGetMemoryInfo,
+    "nvmlDeviceGetMemoryInfo_v2": lambda h: pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2),
+    "nvmlDeviceGetBAR1MemoryInfo": pynvml.nvmlDeviceGetBAR1MemoryInfo,
+    "nvmlDeviceGetTemperatureV": lambda h: pynvml.nvmlDeviceGetTemperatureV(h, pynvml.NVML_TEMPERATURE_GPU),
+    "nvmlDeviceGetTemperature": lambda h: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+    "nvmlDeviceGetTemperatureThreshold": lambda h: [
+        pynvml.nvmlDeviceGetTemperatureThreshold(h, kind) for kind in range(4)],
+    "nvmlDeviceGetPowerUsage": pynvml.nvmlDeviceGetPowerUsage,
+    "nvmlDeviceGetPowerManagementLimit": pynvml.nvmlDeviceGetPowerManagementLimit,
+    "nvmlDeviceGetEnforcedPowerLimit": pynvml.nvmlDeviceGetEnforcedPowerLimit,
+    "nvmlDeviceGetPowerManagementDefaultLimit": pynvml.nvmlDeviceGetPowerManagementDefaultLimit,
+    "nvmlDeviceGetTotalEnergyConsumption": pynvml.nvmlDeviceGetTotalEnergyConsumption,
+    "nvmlDeviceGetClockInfo": lambda h: [pynvml.nvmlDeviceGetClockInfo(h, kind) for kind in range(4)],
+    "nvmlDeviceGetMaxClockInfo": lambda h: [pynvml.nvmlDeviceGetMaxClockInfo(h, kind) for kind in range(4)],
+    "nvmlDeviceGetPcieReplayCounter": pynvml.nvmlDeviceGetPcieReplayCounter,
+    "nvmlDeviceGetFanSpeed": pynvml.nvmlDeviceGetFanSpeed,
+    "nvmlDeviceGetNumFans": pynvml.nvmlDeviceGetNumFans,
+    "nvmlDeviceGetPerformanceState": pynvml.nvmlDeviceGetPerformanceState,
+    "nvmlDeviceGetCurrentClocksEventReasons": pynvml.nvmlDeviceGetCurrentClocksEventReasons,
+    "nvmlDeviceGetSupportedClocksEventReasons": pynvml.nvmlDeviceGetSupportedClocksEventReasons,
+    "nvmlDeviceGetEccMode": pynvml.nvmlDeviceGetEccMode,
+    "nvmlDeviceGetTotalEccErrors": lambda h: [
+        pynvml.nvmlDeviceGetTotalEccErrors(h, kind, scope) for kind in (0, 1) for scope in (0, 1)],
+    "nvmlDeviceGetRetiredPages": lambda h: [pynvml.nvmlDeviceGetRetiredPages(h, cause) for cause in (0, 1)],
+    "nvmlDeviceGetRetiredPages_v2": lambda h: [
+        pynvml.nvmlDeviceGetRetiredPages_v2(h, cause) for cause in (0, 1)],
+    "nvmlDeviceGetRetiredPagesPendingStatus": pynvml.nvmlDeviceGetRetiredPagesPendingStatus,
+    "nvmlDeviceGetRemappedRows": pynvml.nvmlDeviceGetRemappedRows,
+    "nvmlDeviceGetComputeRunningProcesses_v3": pynvml.nvmlDeviceGetComputeRunningProcesses,
+    "nvmlDeviceGetGraphicsRunningProcesses_v3": pynvml.nvmlDeviceGetGraphicsRunningProcesses,
+    "nvmlDeviceGetMaxMigDeviceCount": pynvml.nvmlDeviceGetMaxMigDeviceCount,
+    "nvmlDeviceGetMigMode": pynvml.nvmlDeviceGetMigMode,
+    "nvmlDeviceGetFieldValues": lambda h: pynvml.nvmlDeviceGetFieldValues(h, sorted(FIELDS)),
+}
+# Tested on their own: init/shutdown, handle by index (used to get every handle), and the call
+# with a real 20 ms window.
+SEPARATELY_TESTED = {"nvmlInitWithFlags", "nvmlInit_v2", "nvmlShutdown", "nvmlDeviceGetHandleByIndex_v2",
+                     "nvmlDeviceGetPcieThroughput"}
+
+
+def test_the_sweep_covers_every_symbol() -> None:
+    assert set(SYSTEM_CALLS) | set(DEVICE_CALLS) | SEPARATELY_TESTED == IMPLEMENTED_SYMBOLS
+
+
+@pytest.mark.parametrize("name", ["default", "consumer-gpu", "memory-errors", "init-recovers"])
+def test_every_call_answers_or_says_not_supported_and_nothing_else(
+        nvml: Any, clock: FixedClock, name: str) -> None:
+    clock.t = 3.0  # init-recovers has a driver from 3 s on
+    fake = nvml(name)
+    answered: set[str] = set()
+    for t in (3.0, 95.0, 1000.0):
+        clock.t = t
+        for symbol, call in SYSTEM_CALLS.items():
+            call()
+            answered.add(symbol)
+        for index in range(len(fake.devices)):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            for symbol, device_call in DEVICE_CALLS.items():
+                try:
+                    device_call(handle)
+                    answered.add(symbol)
+                except pynvml.NVMLError_NotSupported:
+                    pass  # what this board lacks; any other error fails the test
+    assert answered >= set(SYSTEM_CALLS) | {"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetFieldValues"}
