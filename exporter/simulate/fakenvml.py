@@ -139,7 +139,9 @@ _SUPPORTED_REASONS: int = (
     | pynvml.nvmlClocksEventReasonDisplayClockSetting
 )
 _VIOLATION_BITS = (_SW_POWER_CAP, _SYNC_BOOST, _SW_THERMAL, _HW_THERMAL, _HW_POWER_BRAKE)
-_POWER_CAP_FRACTION = 0.97  # a capped GPU settles just below its limit
+_POWER_CAP_FRACTION = 0.97
+# A "*" fault (every symbol) spares these, so a test can always shut down and print errors.
+_WILDCARD_EXEMPT = frozenset({"nvmlShutdown", "nvmlErrorString"})  # a capped GPU settles just below its limit
 
 
 def _clamp(value: float, low: float, high: float) -> float:
@@ -886,7 +888,8 @@ class FakeNvmlLibrary:
         return SUCCESS
 
     def _system_gate(self, name: str, t: float) -> int:
-        for rules in (self._errors.get(name), self._errors.get("*")):
+        wildcard = None if name in _WILDCARD_EXEMPT else self._errors.get("*")
+        for rules in (self._errors.get(name), wildcard):
             if rules:
                 for rule in rules:
                     if rule.gpu is None and rule.applies(None, t):
@@ -898,7 +901,9 @@ class FakeNvmlLibrary:
         # first and then sets the old event, so a caller either sees the mark or gets woken.
         release = self._release
         for rule in list(self._hangs):
-            if rule.released or rule.symbol not in (name, "*") or not rule.start <= t < rule.end:
+            if rule.released or not rule.start <= t < rule.end:
+                continue
+            if rule.symbol != name and (rule.symbol != "*" or name in _WILDCARD_EXEMPT):
                 continue
             if rule.gpu is not None and rule.gpu != gpu:
                 continue

@@ -902,3 +902,14 @@ def test_every_call_answers_or_says_not_supported_and_nothing_else(
                 except pynvml.NVMLError_NotSupported:
                     pass  # what this board lacks; any other error fails the test
     assert answered >= set(SYSTEM_CALLS) | {"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetFieldValues"}
+
+
+def test_a_wildcard_error_spares_shutdown_and_error_strings(nvml: Any) -> None:
+    fake = nvml("default")
+    fake.inject_error("*", "Unknown")
+    with pytest.raises(pynvml.NVMLError_Unknown):
+        pynvml.nvmlSystemGetDriverVersion()
+    with pytest.raises(pynvml.NVMLError_Unknown):
+        pynvml.nvmlDeviceGetHandleByIndex(0)
+    assert pynvml.nvmlErrorString(pynvml.NVML_ERROR_UNKNOWN) == "Unknown Error"
+    pynvml.nvmlShutdown()
