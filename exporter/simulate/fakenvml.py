@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import threading
 import time
 from collections import Counter
@@ -624,13 +625,15 @@ def _handle_value(handle: Any) -> int | None:
 
 
 def _wait(seconds: float) -> None:
-    """Sleep precisely: ``time.sleep`` overshoots sub-millisecond waits by ~50 us on Linux."""
+    """Wait precisely: ``time.sleep`` (even ``sleep(0)``) overshoots by 50-80 us on Linux, more
+    than most NVML calls take, so short waits spin on ``sched_yield``, which releases the GIL the
+    way a real C call into the driver would."""
     if seconds >= 1e-3:
         time.sleep(seconds)
         return
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
-        time.sleep(0)  # yield the GIL like a C call would
+        os.sched_yield()
 
 
 @dataclass
