@@ -1253,15 +1253,17 @@ def builtin_scenarios() -> list[str]:
 def load_scenario(name_or_path: str) -> Scenario:
     """Load a built-in scenario by name (``default``) or a scenario file by path."""
     candidate = Path(name_or_path)
-    looks_like_path = candidate.suffix in (".yaml", ".yml") or "/" in name_or_path or candidate.exists()
-    if looks_like_path:
+    builtin = SCENARIO_DIR / f"{name_or_path}.yaml"
+    if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        path = candidate
+    elif builtin.is_file():
+        path = builtin
+    elif candidate.is_file():
         path = candidate
     else:
-        path = SCENARIO_DIR / f"{name_or_path}.yaml"
-        if not path.is_file():
-            raise ScenarioError("scenario", None, name_or_path,
-                                f"unknown built-in scenario (known: {', '.join(builtin_scenarios())}); "
-                                "give a path to load a file")
+        raise ScenarioError("scenario", None, name_or_path,
+                            f"unknown built-in scenario (known: {', '.join(builtin_scenarios())}); "
+                            "give a path to load a file")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
