@@ -1,0 +1,1271 @@
+"""Simulation scenarios: a strictly validated YAML file loaded into frozen dataclasses.
+
+A scenario describes a node's GPUs (model presets, counts, per-GPU overrides), how their
+readings move over time (value patterns, counters, throttle windows, processes) and what goes
+wrong (latency, errors, lost GPUs, hangs, missing symbols, a driver that is not loaded yet).
+``FakeNvmlLibrary`` turns it into NVML answers; the kubelet/API-server fakes read the reserved
+``kubernetes:`` section themselves.
+
+Every user mistake raises ``ScenarioError`` (a ``ConfigError``, so the command line reports it
+as one line and exits 2) whose text names the file, the line and the key path, for example
+``scenarios/x.yaml:14: gpus[2].load: unknown pattern 'sinus' (known: constant, noise, ...)``.
+The schema is documented in ``SCHEMA`` below and in the shipped scenarios.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+import pynvml
+import yaml
+from yaml.constructor import SafeConstructor
+
+from exporter.config import ConfigError
+from exporter.simulate import patterns
+from exporter.simulate.models import DEFAULT_MODEL, PRESETS, Features, GpuModel
+from exporter.simulate.patterns import (
+    ALWAYS,
+    INFINITY,
+    Constant,
+    CounterSpec,
+    Flag,
+    Jittered,
+    Noise,
+    Pattern,
+    Ramp,
+    Sine,
+    Square,
+    Steps,
+    Window,
+)
+
+_T = TypeVar("_T")
+
+SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+
+SCHEMA = """\
+description: str                      # optional; what the scenario shows
+seed: int                             # default 0; drives UUIDs, serials and all noise
+driver: {version: "550.90.07", nvml_version: "12.550.90.07", cuda_version: 12040 | "12.4"}
+gpu_count: int                        # default 1 (1..1024)
+gpu_defaults: GPU                     # settings applied to every GPU
+gpus: {INDEX: GPU, ...}               # per-GPU overrides by NVML index (< gpu_count)
+latency_profile: none | realistic     # default none (no injected latency)
+latency: {SYMBOL: DURATION, field_value: DURATION}   # per-call overrides; field_value = per entry
+library:
+  missing: bool                       # nvmlInitWithFlags -> NVML_ERROR_LIBRARY_NOT_FOUND forever
+  missing_symbols: [SYMBOL, ...]      # absent from the library -> NVMLError_FunctionNotFound
+  init_fails: {error: CODE, until: DURATION, calls: int}   # init fails while either holds
+faults:
+  - {type: error, symbol: SYMBOL, error: CODE, gpu: int, from: DURATION, until: DURATION, field: int}
+  - {type: gpu_lost, gpu: int, at: DURATION}
+  - {type: hang, symbol: SYMBOL, gpu: int, at: DURATION, duration: DURATION,
+     holds_driver_lock: bool, error: CODE}
+kubernetes: any                       # reserved: stored raw for the kubelet/API-server fakes
+
+GPU:
+  model: H100-SXM5-80GB | H200-SXM-141GB | A100-SXM4-80GB | L4 | RTX-4090 | V100-SXM2-32GB
+  name: str, uuid: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", serial: str, vbios: str
+  pci_bus_id: "00000000:18:00.0", minor: int, power_limit: POWER
+  features: {ecc, memory_temperature, row_remapping, page_retirement, energy_counter, encoder,
+             decoder, mig, serial_number, clock_event_reasons, violation_counters, tlimit_fields,
+             pcie_byte_counters, power_usage: bool; fans, nvlink_links: int}
+  load, memory_util, encoder_util, decoder_util, fan: PATTERN of percent
+  memory_used: PATTERN of SIZE ("40GiB", "512MiB", bytes, or "60%" of total)
+  temperature, memory_temperature: PATTERN of degrees C
+  power: PATTERN of POWER ("350W", "0.35kW", watts)
+  sm_clock, memory_clock: PATTERN of MHz;  pstate: PATTERN of 0..15 or "P0".."P15"
+  nvlink_tx, nvlink_rx, pcie_tx, pcie_rx: PATTERN of RATE ("40GB/s", "1.5GiB/s", bytes/s)
+  clock_events: [{reason: REASON, from: DURATION, until: DURATION | for: DURATION, every: DURATION}]
+  pcie_replays: COUNTER
+  ecc_errors: {corrected: COUNTER, uncorrected: COUNTER, aggregate_corrected: int,
+               aggregate_uncorrected: int}
+  retired_pages: {single_bit: COUNTER, double_bit: COUNTER, pending: FLAG}
+  remapped_rows: {correctable: COUNTER, uncorrectable: COUNTER, pending: FLAG, failure: FLAG}
+  processes: [{pid: int, used_memory: SIZE | unavailable, type: compute | graphics | both,
+               from: DURATION, until: DURATION}]
+
+PATTERN: a plain value (constant) or {pattern: KIND, ..., jitter: AMOUNT, jitter_period: DURATION}
+  constant: value | sine: low, high, period, phase | square: low, high, period, duty, phase
+  steps: steps: [[AT, VALUE], ...], every | ramp: from, to, duration, start, repeat: bool
+  noise: low, high, period
+COUNTER: int, or {start: int, steps: [[AT, ADD], ...], rate: PATTERN of events per second}
+FLAG: bool, a window {from, until | for, every}, or a list of windows
+DURATION: "4.5ms", "137us", "30s", "2m", "1h", or a number of seconds
+CODE: an NVML error name ("NotSupported", "GpuIsLost", "NVML_ERROR_TIMEOUT") or number
+"""
+
+# Every C symbol the fake implements, with the latency the ``realistic`` profile injects (seconds).
+# Measured figures come from reference/nvml.md section 5.4 (MangoHud#2104, RTX 4090 laptop,
+# driver 610.57.04, medians); everything marked "estimate" is a plausible guess for a datacenter
+# GPU with persistence mode on, to be replaced when someone measures it on real hardware.
+REALISTIC_LATENCY_S: Mapping[str, float] = MappingProxyType({
+    "nvmlInitWithFlags": 50e-3,  # estimate (persistence mode on; seconds without it)
+    "nvmlInit_v2": 50e-3,  # estimate
+    "nvmlShutdown": 5e-3,  # estimate
+    "nvmlErrorString": 0.2e-6,  # estimate (table lookup)
+    "nvmlSystemGetDriverVersion": 1e-6,  # estimate (cached by the library)
+    "nvmlSystemGetNVMLVersion": 1e-6,  # estimate
+    "nvmlSystemGetCudaDriverVersion": 1e-6,  # estimate
+    "nvmlSystemGetCudaDriverVersion_v2": 30e-6,  # estimate (asks libcuda)
+    "nvmlDeviceGetCount_v2": 1e-6,  # estimate
+    "nvmlDeviceGetHandleByIndex_v2": 2e-6,  # estimate
+    "nvmlDeviceGetHandleByUUID": 20e-6,  # estimate (DRA driver notes it "can be slow" under load)
+    "nvmlDeviceGetHandleByPciBusId_v2": 20e-6,  # estimate
+    "nvmlDeviceGetIndex": 1e-6,  # estimate
+    "nvmlDeviceGetUUID": 1e-6,  # estimate
+    "nvmlDeviceGetName": 1e-6,  # estimate
+    "nvmlDeviceGetPciInfo_v3": 2e-6,  # estimate
+    "nvmlDeviceGetMinorNumber": 1e-6,  # estimate
+    "nvmlDeviceGetSerial": 2e-6,  # estimate
+    "nvmlDeviceGetVbiosVersion": 2e-6,  # estimate
+    "nvmlDeviceGetBrand": 1e-6,  # estimate
+    "nvmlDeviceGetArchitecture": 1e-6,  # estimate
+    "nvmlDeviceGetCudaComputeCapability": 1e-6,  # estimate
+    "nvmlDeviceGetUtilizationRates": 2.5e-6,  # measured
+    "nvmlDeviceGetEncoderUtilization": 3e-6,  # estimate
+    "nvmlDeviceGetDecoderUtilization": 3e-6,  # estimate
+    "nvmlDeviceGetMemoryInfo": 11.6e-6,  # measured
+    "nvmlDeviceGetMemoryInfo_v2": 11.6e-6,  # estimate (same RM query as v1)
+    "nvmlDeviceGetBAR1MemoryInfo": 10e-6,  # estimate
+    "nvmlDeviceGetTemperatureV": 25e-6,  # estimate
+    "nvmlDeviceGetTemperature": 25e-6,  # estimate
+    "nvmlDeviceGetTemperatureThreshold": 5e-6,  # estimate
+    "nvmlDeviceGetPowerUsage": 40e-6,  # estimate
+    "nvmlDeviceGetPowerManagementLimit": 5e-6,  # estimate
+    "nvmlDeviceGetEnforcedPowerLimit": 5e-6,  # estimate
+    "nvmlDeviceGetPowerManagementDefaultLimit": 5e-6,  # estimate
+    "nvmlDeviceGetTotalEnergyConsumption": 40e-6,  # estimate
+    "nvmlDeviceGetClockInfo": 10e-6,  # estimate
+    "nvmlDeviceGetMaxClockInfo": 2e-6,  # estimate
+    "nvmlDeviceGetPcieReplayCounter": 20e-6,  # estimate
+    "nvmlDeviceGetFanSpeed": 137e-6,  # measured
+    "nvmlDeviceGetNumFans": 5e-6,  # estimate
+    "nvmlDeviceGetPerformanceState": 5e-6,  # estimate
+    "nvmlDeviceGetCurrentClocksEventReasons": 10e-6,  # estimate
+    "nvmlDeviceGetSupportedClocksEventReasons": 2e-6,  # estimate
+    "nvmlDeviceGetEccMode": 5e-6,  # estimate
+    "nvmlDeviceGetTotalEccErrors": 20e-6,  # estimate
+    "nvmlDeviceGetRetiredPages": 30e-6,  # estimate
+    "nvmlDeviceGetRetiredPages_v2": 30e-6,  # estimate
+    "nvmlDeviceGetRetiredPagesPendingStatus": 10e-6,  # estimate
+    "nvmlDeviceGetRemappedRows": 30e-6,  # estimate
+    "nvmlDeviceGetComputeRunningProcesses_v3": 4.491e-3,  # measured (graphics list, same path)
+    "nvmlDeviceGetGraphicsRunningProcesses_v3": 4.491e-3,  # measured
+    "nvmlDeviceGetPcieThroughput": 0.0,  # its 20 ms sampling window is always simulated
+    "nvmlDeviceGetMaxMigDeviceCount": 2e-6,  # estimate
+    "nvmlDeviceGetMigMode": 5e-6,  # estimate
+    "nvmlDeviceGetFieldValues": 10e-6,  # estimate: per call, plus FIELD_VALUE_LATENCY per entry
+})
+REALISTIC_FIELD_VALUE_LATENCY_S = 5e-6  # estimate, per requested field
+FIELD_VALUE_LATENCY_KEY = "field_value"
+
+NVML_SYMBOLS: frozenset[str] = frozenset(REALISTIC_LATENCY_S)
+
+LATENCY_PROFILES = ("none", "realistic")
+PROCESS_TYPES = ("compute", "graphics", "both")
+PATTERN_KINDS = ("constant", "noise", "ramp", "sine", "square", "steps")
+
+# Clock event reasons a scenario can schedule, with the bits NVML reports while they are active.
+# HW thermal and HW power-brake slowdowns are subsets of HW slowdown ([H]), so both bits are set.
+CLOCK_EVENT_REASONS: Mapping[str, int] = MappingProxyType({
+    "applications_clocks_setting": pynvml.nvmlClocksEventReasonApplicationsClocksSetting,
+    "sw_power_cap": pynvml.nvmlClocksEventReasonSwPowerCap,
+    "hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown,
+    "sync_boost": pynvml.nvmlClocksEventReasonSyncBoost,
+    "sw_thermal_slowdown": pynvml.nvmlClocksEventReasonSwThermalSlowdown,
+    "hw_thermal_slowdown": pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    | pynvml.nvmlClocksEventReasonHwSlowdown,
+    "hw_power_brake_slowdown": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+    | pynvml.nvmlClocksEventReasonHwSlowdown,
+    "display_clock_setting": pynvml.nvmlClocksEventReasonDisplayClockSetting,
+})
+
+
+def _nvml_error_codes() -> dict[str, int]:
+    """Error names accepted in scenarios: ``NotSupported`` and ``NVML_ERROR_NOT_SUPPORTED`` styles."""
+    codes: dict[str, int] = {}
+    for constant in dir(pynvml):
+        if constant.startswith("NVML_ERROR_"):
+            code = int(getattr(pynvml, constant))
+            short = "".join(part.capitalize() for part in constant[len("NVML_ERROR_"):].split("_"))
+            codes[constant] = code
+            codes[short] = code
+    return codes
+
+
+NVML_ERROR_CODES: Mapping[str, int] = MappingProxyType(_nvml_error_codes())
+
+
+class ScenarioError(ConfigError):
+    """A mistake in a scenario file; ``str()`` is ``file:line: key.path: message``."""
+
+    def __init__(self, file: str, line: int | None, key: str, message: str) -> None:
+        self.file = file
+        self.line = line
+        super().__init__(f"{file}:{line}" if line is not None else file, key, message)
+
+
+def parse_error_code(raw: object) -> int:
+    """An NVML error code from a name (``NotSupported``, ``NVML_ERROR_GPU_IS_LOST``) or number."""
+    if isinstance(raw, bool):
+        raise ValueError(f"invalid NVML error {raw!r}")  # noqa: TRY004 - a bad value in a file, not a bug
+    if isinstance(raw, int):
+        if raw not in set(NVML_ERROR_CODES.values()):
+            raise ValueError(f"unknown NVML error code {raw}")
+        return raw
+    text = str(raw).strip()
+    if text in NVML_ERROR_CODES:
+        return NVML_ERROR_CODES[text]
+    known = ", ".join(sorted(name for name in NVML_ERROR_CODES if not name.startswith("NVML_")))
+    raise ValueError(f"unknown NVML error {text!r} (known: {known})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Units. Each parser takes a YAML scalar and returns the internal unit, or raises ValueError.
+
+_NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/µ]*)\s*$")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0,
+                   "h": 3600.0, "d": 86400.0}
+_SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_POWER_UNITS_MW = {"mW": 1.0, "W": 1000.0, "kW": 1_000_000.0}
+
+
+def _split(raw: object, what: str) -> tuple[float, str]:
+    if isinstance(raw, bool) or raw is None or isinstance(raw, list | dict):
+        raise ValueError(f"expected {what}, got {raw!r}")
+    if isinstance(raw, int | float):
+        return float(raw), ""
+    match = _NUMBER.match(str(raw))
+    if not match:
+        raise ValueError(f"expected {what}, got {raw!r}")
+    return float(match.group(1)), match.group(2)
+
+
+def parse_duration(raw: object) -> float:
+    """Seconds from ``4.5ms``, ``137us``, ``30s``, ``2m``, ``1h`` or a plain number of seconds."""
+    value, unit = _split(raw, "a duration like 30s or 4.5ms")
+    if unit and unit not in _DURATION_UNITS:
+        raise ValueError(f"unknown duration unit {unit!r} in {raw!r} (known: {', '.join(_DURATION_UNITS)})")
+    seconds = value * _DURATION_UNITS.get(unit, 1.0)
+    if seconds < 0 or not math.isfinite(seconds):
+        raise ValueError(f"duration {raw!r} must be zero or positive")
+    return seconds
+
+
+def _parse_percent(raw: object) -> float:
+    value, unit = _split(raw, "a percentage like 45 or 45%")
+    if unit not in ("", "%"):
+        raise ValueError(f"expected a percentage like 45 or 45%, got {raw!r}")
+    return value
+
+
+def _size_parser(total: int) -> Callable[[object], float]:
+    def parse(raw: object) -> float:
+        value, unit = _split(raw, "a size like 40GiB, 512MiB, a number of bytes or 60%")
+        if unit == "%":
+            return total * value / 100.0
+        if unit and unit not in _SIZE_UNITS:
+            raise ValueError(f"unknown size unit {unit!r} in {raw!r} (known: {', '.join(_SIZE_UNITS)}, %)")
+        return value * _SIZE_UNITS.get(unit, 1)
+
+    return parse
+
+
+def _parse_rate(raw: object) -> float:
+    value, unit = _split(raw, "a rate like 40GB/s or a number of bytes per second")
+    if unit:
+        if not unit.endswith("/s") or unit[:-2] not in _SIZE_UNITS:
+            raise ValueError(f"unknown rate unit {unit!r} in {raw!r} (use e.g. 40GB/s, 1.5GiB/s, 500MB/s)")
+        return value * _SIZE_UNITS[unit[:-2]]
+    return value
+
+
+def _parse_power_mw(raw: object) -> float:
+    value, unit = _split(raw, "a power like 350W, 0.35kW or a number of watts")
+    if unit and unit not in _POWER_UNITS_MW:
+        raise ValueError(f"unknown power unit {unit!r} in {raw!r} (known: mW, W, kW)")
+    return value * _POWER_UNITS_MW.get(unit, 1000.0)
+
+
+def _parse_celsius(raw: object) -> float:
+    value, unit = _split(raw, "a temperature in degrees C")
+    if unit not in ("", "C"):
+        raise ValueError(f"expected a temperature in degrees C, got {raw!r}")
+    return value
+
+
+def _parse_mhz(raw: object) -> float:
+    value, unit = _split(raw, "a clock in MHz")
+    if unit not in ("", "MHz"):
+        raise ValueError(f"expected a clock in MHz, got {raw!r}")
+    return value
+
+
+def _parse_pstate(raw: object) -> float:
+    if isinstance(raw, str) and raw.strip().upper().startswith("P"):
+        raw = raw.strip()[1:]
+    value, unit = _split(raw, "a performance state 0..15 or P0..P15")
+    if unit or value != int(value):
+        raise ValueError(f"expected a performance state 0..15 or P0..P15, got {raw!r}")
+    return value
+
+
+def _parse_plain(raw: object) -> float:
+    value, unit = _split(raw, "a number")
+    if unit:
+        raise ValueError(f"expected a plain number, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """How one channel's values are written and which range is valid (internal units)."""
+
+    parse: Callable[[object], float]
+    minimum: float
+    maximum: float
+    describe: str
+
+
+def _channel_units(model: GpuModel) -> dict[str, _Unit]:
+    percent = _Unit(_parse_percent, 0.0, 100.0, "percent (0..100)")
+    rate = _Unit(_parse_rate, 0.0, 10e12, "bytes per second")
+    return {
+        "load": percent,
+        "memory_util": percent,
+        "encoder_util": percent,
+        "decoder_util": percent,
+        "fan": _Unit(_parse_percent, 0.0, 200.0, "percent (0..200)"),
+        "memory_used": _Unit(_size_parser(model.memory_total), 0.0,
+                             float(model.memory_total - model.memory_reserved),
+                             f"bytes (at most {model.memory_total - model.memory_reserved} on {model.key})"),
+        "temperature": _Unit(_parse_celsius, -40.0, 150.0, "degrees C (-40..150)"),
+        "memory_temperature": _Unit(_parse_celsius, -40.0, 150.0, "degrees C (-40..150)"),
+        "power": _Unit(_parse_power_mw, 0.0, float(model.power_max_limit_mw),
+                       f"watts (at most {model.power_max_limit_mw / 1000:g} W on {model.key})"),
+        "sm_clock": _Unit(_parse_mhz, 0.0, float(model.max_sm_clock),
+                          f"MHz (at most {model.max_sm_clock} on {model.key})"),
+        "memory_clock": _Unit(_parse_mhz, 0.0, float(model.max_memory_clock),
+                              f"MHz (at most {model.max_memory_clock} on {model.key})"),
+        "pstate": _Unit(_parse_pstate, 0.0, 15.0, "a performance state 0..15"),
+        "nvlink_tx": rate,
+        "nvlink_rx": rate,
+        "pcie_tx": rate,
+        "pcie_rx": rate,
+    }
+
+
+CHANNELS = tuple(_channel_units(PRESETS[DEFAULT_MODEL]))
+_RATE_UNIT = _Unit(_parse_plain, 0.0, 1e9, "events per second")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading YAML nodes with their line numbers.
+
+_constructor = SafeConstructor()
+
+
+class YamlValue:
+    """A YAML node plus where it came from, with typed accessors that fail with file:line:key.
+
+    Public so that other parts reading the reserved ``kubernetes:`` section can validate it with
+    the same messages: ``YamlValue(section.node, "kubernetes", section.source).mapping({...})``.
+    """
+
+    def __init__(self, node: yaml.Node, path: str, source: str) -> None:
+        self.node = node
+        self.path = path
+        self.source = source
+
+    @property
+    def line(self) -> int:
+        return int(self.node.start_mark.line) + 1
+
+    def error(self, message: str, *, path: str | None = None, line: int | None = None) -> ScenarioError:
+        return ScenarioError(self.source, self.line if line is None else line, path or self.path, message)
+
+    def _child(self, key: str | int, node: yaml.Node) -> YamlValue:
+        if isinstance(key, int):
+            return YamlValue(node, f"{self.path}[{key}]", self.source)
+        return YamlValue(node, f"{self.path}.{key}" if self.path else key, self.source)
+
+    def value(self) -> Any:
+        return _constructor.construct_object(self.node, deep=True)
+
+    def is_mapping(self) -> bool:
+        return isinstance(self.node, yaml.MappingNode)
+
+    def is_sequence(self) -> bool:
+        return isinstance(self.node, yaml.SequenceNode)
+
+    def _pairs(self) -> list[tuple[Any, int, yaml.Node]]:
+        if not isinstance(self.node, yaml.MappingNode):
+            raise self.error(f"expected a mapping, got {_describe(self.node)}")
+        pairs: list[tuple[Any, int, yaml.Node]] = []
+        merged: list[tuple[Any, int, yaml.Node]] = []
+        seen: set[Any] = set()
+        for key_node, value_node in self.node.value:
+            key_line = int(key_node.start_mark.line) + 1
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                # YAML merge keys (``<<: *anchor``): the composer leaves them to the constructor,
+                # so resolve them here; explicit keys win, earlier merge sources win over later.
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for source in sources:
+                    merged.extend(YamlValue(source, self.path, self.source)._pairs())
+                continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise self.error("mapping keys must be plain values", line=key_line)
+            key = _constructor.construct_object(key_node)
+            if key in seen:
+                raise self.error(f"duplicate key {key!r}", path=self._child(str(key), key_node).path,
+                                 line=key_line)
+            seen.add(key)
+            pairs.append((key, key_line, value_node))
+        for key, key_line, value_node in merged:
+            if key not in seen:
+                seen.add(key)
+                pairs.append((key, key_line, value_node))
+        return pairs
+
+    def mapping(self, known: Collection[str]) -> dict[str, YamlValue]:
+        """The entries of a mapping whose keys must all be in ``known``."""
+        result: dict[str, YamlValue] = {}
+        for key, key_line, value_node in self._pairs():
+            name = str(key)
+            if name not in known:
+                raise self.error(f"unknown key (known: {', '.join(sorted(known))})",
+                                 path=self._child(name, value_node).path, line=key_line)
+            result[name] = self._child(name, value_node)
+        return result
+
+    def index_mapping(self, limit: int, what: str) -> dict[int, YamlValue]:
+        """A mapping keyed by integer indices ``0 <= i < limit`` (``gpus: {3: {...}}``)."""
+        result: dict[int, YamlValue] = {}
+        for key, key_line, value_node in self._pairs():
+            if isinstance(key, bool) or not isinstance(key, int):
+                raise self.error(f"keys must be {what} indices (integers), got {key!r}",
+                                 path=f"{self.path}[{key}]", line=key_line)
+            if not 0 <= key < limit:
+                raise self.error(f"{what} index {key} out of range (gpu_count is {limit})",
+                                 path=f"{self.path}[{key}]", line=key_line)
+            result[key] = self._child(key, value_node)
+        return result
+
+    def sequence(self) -> list[YamlValue]:
+        if not isinstance(self.node, yaml.SequenceNode):
+            raise self.error(f"expected a list, got {_describe(self.node)}")
+        return [self._child(index, item) for index, item in enumerate(self.node.value)]
+
+    def scalar(self) -> Any:
+        if not isinstance(self.node, yaml.ScalarNode):
+            raise self.error(f"expected a single value, got {_describe(self.node)}")
+        return self.value()
+
+    def convert(self, parse: Callable[[object], Any]) -> Any:
+        try:
+            return parse(self.scalar())
+        except ValueError as exc:
+            raise self.error(str(exc)) from None
+
+    def string(self) -> str:
+        raw = self.scalar()
+        if isinstance(raw, bool) or raw is None or isinstance(raw, list | dict):
+            raise self.error(f"expected a string, got {raw!r}")
+        return str(raw)
+
+    def boolean(self) -> bool:
+        raw = self.scalar()
+        if not isinstance(raw, bool):
+            raise self.error(f"expected true or false, got {raw!r}")
+        return raw
+
+    def integer(self, minimum: int | None = None, maximum: int | None = None) -> int:
+        raw = self.scalar()
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            raise self.error(f"expected an integer, got {raw!r}")
+        self._check_range(raw, minimum, maximum)
+        return raw
+
+    def number(self, minimum: float | None = None, maximum: float | None = None) -> float:
+        raw = self.scalar()
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            raise self.error(f"expected a number, got {raw!r}")
+        self._check_range(raw, minimum, maximum)
+        return float(raw)
+
+    def _check_range(self, value: float, minimum: float | None, maximum: float | None) -> None:
+        if minimum is not None and value < minimum:
+            raise self.error(f"{value} is below the minimum {minimum}")
+        if maximum is not None and value > maximum:
+            raise self.error(f"{value} is above the maximum {maximum}")
+
+    def duration(self) -> float:
+        return float(self.convert(parse_duration))
+
+    def choice(self, choices: Collection[str], what: str) -> str:
+        text = self.string()
+        if text not in choices:
+            raise self.error(f"unknown {what} {text!r} (known: {', '.join(sorted(choices))})")
+        return text
+
+
+def _get(keys: Mapping[str, YamlValue], name: str, read: Callable[[YamlValue], _T], default: _T) -> _T:
+    """``read(keys[name])`` when the key is present, else ``default``."""
+    return read(keys[name]) if name in keys else default
+
+
+def _describe(node: yaml.Node) -> str:
+    if isinstance(node, yaml.MappingNode):
+        return "a mapping"
+    if isinstance(node, yaml.SequenceNode):
+        return "a list"
+    return repr(_constructor.construct_object(node))
+
+
+# ---------------------------------------------------------------------------------------------
+# The data model.
+
+
+NO_COUNTS = CounterSpec()
+NEVER = Flag()
+IDLE = Constant(0.0)
+
+
+@dataclass(frozen=True)
+class EccSpec:
+    corrected: CounterSpec = NO_COUNTS
+    uncorrected: CounterSpec = NO_COUNTS
+    aggregate_corrected: int = 0  # errors before the current driver load (aggregate = this + volatile)
+    aggregate_uncorrected: int = 0
+
+
+@dataclass(frozen=True)
+class RetiredPagesSpec:
+    single_bit: CounterSpec = NO_COUNTS
+    double_bit: CounterSpec = NO_COUNTS
+    pending: Flag = NEVER
+
+
+@dataclass(frozen=True)
+class RemappedRowsSpec:
+    correctable: CounterSpec = NO_COUNTS
+    uncorrectable: CounterSpec = NO_COUNTS
+    pending: Flag = NEVER
+    failure: Flag = NEVER
+
+
+@dataclass(frozen=True)
+class ClockEvent:
+    """A scheduled clock event ("throttle") episode and the reason bits it sets."""
+
+    reason: str
+    bits: int
+    window: Window
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """A process on a GPU: host PID, framebuffer bytes (None: NVML reports "not available")."""
+
+    pid: int
+    used_memory: int | None
+    kind: str  # "compute", "graphics" or "both"
+    window: Window = ALWAYS
+
+    @property
+    def compute(self) -> bool:
+        return self.kind in ("compute", "both")
+
+    @property
+    def graphics(self) -> bool:
+        return self.kind in ("graphics", "both")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One simulated GPU. Channel patterns left as None are derived from ``load`` by the fake."""
+
+    index: int
+    model: GpuModel
+    features: Features
+    name: str
+    uuid: str
+    serial: str
+    vbios_version: str
+    pci_domain: int
+    pci_bus: int
+    pci_device: int
+    minor: int
+    power_limit_mw: int
+    load: Pattern = IDLE
+    memory_util: Pattern | None = None
+    encoder_util: Pattern | None = None
+    decoder_util: Pattern | None = None
+    memory_used: Pattern | None = None
+    temperature: Pattern | None = None
+    memory_temperature: Pattern | None = None
+    power: Pattern | None = None
+    sm_clock: Pattern | None = None
+    memory_clock: Pattern | None = None
+    fan: Pattern | None = None
+    pstate: Pattern | None = None
+    nvlink_tx: Pattern | None = None
+    nvlink_rx: Pattern | None = None
+    pcie_tx: Pattern | None = None
+    pcie_rx: Pattern | None = None
+    clock_events: tuple[ClockEvent, ...] = ()
+    pcie_replays: CounterSpec = NO_COUNTS
+    ecc_errors: EccSpec = field(default_factory=EccSpec)
+    retired_pages: RetiredPagesSpec = field(default_factory=RetiredPagesSpec)
+    remapped_rows: RemappedRowsSpec = field(default_factory=RemappedRowsSpec)
+    processes: tuple[ProcessSpec, ...] = ()
+
+    @property
+    def pci_bus_id(self) -> str:
+        """NVML's format: 8-hex-digit domain, upper case (``00000000:18:00.0``)."""
+        return f"{self.pci_domain:08X}:{self.pci_bus:02X}:{self.pci_device:02X}.0"
+
+    @property
+    def pci_bus_id_legacy(self) -> str:
+        return f"{self.pci_domain:04X}:{self.pci_bus:02X}:{self.pci_device:02X}.0"
+
+
+@dataclass(frozen=True)
+class ErrorFault:
+    """Calls of ``symbol`` (``*``: any) on ``gpu`` (None: any) fail with ``code`` inside ``window``.
+
+    With ``field`` set the fault hits only that entry of ``nvmlDeviceGetFieldValues``.
+    """
+
+    symbol: str
+    code: int
+    gpu: int | None = None
+    window: Window = ALWAYS
+    field: int | None = None
+
+
+@dataclass(frozen=True)
+class HangFault:
+    """Calls of ``symbol`` on ``gpu`` made in ``[at, at + duration)`` block until ``at + duration``.
+
+    ``holds_driver_lock`` makes the hung call stall every other NVML call too (a wedged RM lock);
+    otherwise only the calling thread waits. Afterwards the call returns ``error`` or its answer.
+    """
+
+    symbol: str
+    at: float
+    duration: float
+    gpu: int | None = None
+    holds_driver_lock: bool = False
+    error: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuLostFault:
+    gpu: int
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
+class InitFailure:
+    """``nvmlInitWithFlags``/``nvmlInit_v2`` fail with ``code`` for the first ``calls`` attempts
+    and/or until scenario time ``until``."""
+
+    code: int
+    calls: int | None = None
+    until: float | None = None
+
+
+@dataclass(frozen=True)
+class LibrarySpec:
+    missing: bool = False
+    missing_symbols: frozenset[str] = frozenset()
+    init_failure: InitFailure | None = None
+
+
+@dataclass(frozen=True)
+class RawSection:
+    """A reserved section kept as parsed YAML plus its node, for another part to validate."""
+
+    source: str
+    line: int
+    data: Any
+    node: yaml.Node = field(compare=False, repr=False)
+
+    def reader(self, path: str) -> YamlValue:
+        return YamlValue(self.node, path, self.source)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    source: str
+    description: str = ""
+    seed: int = 0
+    driver_version: str = "550.90.07"
+    nvml_version: str = "12.550.90.07"
+    cuda_driver_version: int = 12040
+    gpus: tuple[GpuSpec, ...] = ()
+    latency_profile: str = "none"
+    latency: Mapping[str, float] = field(default_factory=dict)  # seconds per call, by C symbol
+    field_value_latency: float = 0.0  # extra seconds per requested field in nvmlDeviceGetFieldValues
+    library: LibrarySpec = field(default_factory=LibrarySpec)
+    errors: tuple[ErrorFault, ...] = ()
+    hangs: tuple[HangFault, ...] = ()
+    lost: tuple[GpuLostFault, ...] = ()
+    kubernetes: RawSection | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing.
+
+_TOP_KEYS = ("description", "seed", "driver", "gpu_count", "gpu_defaults", "gpus", "latency_profile",
+             "latency", "library", "faults", "kubernetes")
+_GPU_KEYS = ("model", "name", "uuid", "serial", "vbios", "pci_bus_id", "minor", "power_limit", "features",
+             "clock_events", "pcie_replays", "ecc_errors", "retired_pages", "remapped_rows", "processes",
+             *CHANNELS)
+_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_PCI = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<device>[0-9a-fA-F]{1,2})"
+                  r"(?:\.(?P<function>[0-7]))?$")
+MAX_GPUS = 1024
+
+
+def parse_pci_bus_id(text: str) -> tuple[int, int, int]:
+    """(domain, bus, device) from ``00000000:3B:00.0``, ``0000:3b:00.0`` or ``3b:00.0``."""
+    match = _PCI.match(text.strip())
+    if not match:
+        raise ValueError(f"invalid PCI bus id {text!r}: expected domain:bus:device.function, "
+                         "e.g. 00000000:18:00.0")
+    return int(match.group("domain") or "0", 16), int(match.group("bus"), 16), int(match.group("device"), 16)
+
+
+def _pattern(value: YamlValue, unit: _Unit) -> Pattern:
+    def level(item: YamlValue) -> float:
+        number = float(item.convert(unit.parse))
+        if not unit.minimum <= number <= unit.maximum:
+            raise item.error(f"{item.scalar()!r} is out of range: expected {unit.describe}")
+        return number
+
+    if not value.is_mapping():
+        return Constant(level(value))
+    keys = value.mapping(("pattern", "value", "low", "high", "period", "phase", "duty", "steps", "every",
+                          "from", "to", "duration", "start", "repeat", "jitter", "jitter_period"))
+    if "pattern" not in keys:
+        raise value.error(f"a pattern mapping needs 'pattern: KIND' (known: {', '.join(PATTERN_KINDS)})")
+    kind = keys["pattern"].string()
+    allowed = {
+        "constant": ("value",),
+        "sine": ("low", "high", "period", "phase"),
+        "square": ("low", "high", "period", "duty", "phase"),
+        "steps": ("steps", "every"),
+        "ramp": ("from", "to", "duration", "start", "repeat"),
+        "noise": ("low", "high", "period"),
+    }
+    if kind not in allowed:
+        raise keys["pattern"].error(f"unknown pattern {kind!r} (known: {', '.join(PATTERN_KINDS)})",
+                                    path=value.path)
+    required = {"constant": ("value",), "sine": ("low", "high", "period"),
+                "square": ("low", "high", "period"), "steps": ("steps",), "ramp": ("from", "to", "duration"),
+                "noise": ("low", "high")}[kind]
+    for name, item in keys.items():
+        if name not in (*allowed[kind], "pattern", "jitter", "jitter_period"):
+            raise item.error(f"'{name}' does not apply to pattern {kind!r} "
+                             f"(it takes: {', '.join(allowed[kind])}, jitter, jitter_period)")
+    for name in required:
+        if name not in keys:
+            raise value.error(f"pattern {kind!r} needs '{name}'")
+
+    def period(name: str, default: float) -> float:
+        if name not in keys:
+            return default
+        seconds = keys[name].duration()
+        if seconds <= 0:
+            raise keys[name].error("must be greater than zero")
+        return seconds
+
+    base: Pattern
+    if kind == "constant":
+        base = Constant(level(keys["value"]))
+    elif kind == "sine":
+        base = Sine(level(keys["low"]), level(keys["high"]), period("period", 1.0),
+                    keys["phase"].duration() if "phase" in keys else 0.0)
+    elif kind == "square":
+        duty = keys["duty"].number(0.0, 1.0) if "duty" in keys else 0.5
+        base = Square(level(keys["low"]), level(keys["high"]), period("period", 1.0), duty,
+                      keys["phase"].duration() if "phase" in keys else 0.0)
+    elif kind == "noise":
+        base = Noise(level(keys["low"]), level(keys["high"]), period("period", 5.0))
+    elif kind == "ramp":
+        base = Ramp(level(keys["from"]), level(keys["to"]), period("duration", 1.0),
+                    keys["start"].duration() if "start" in keys else 0.0,
+                    keys["repeat"].boolean() if "repeat" in keys else False)
+    else:
+        points: list[tuple[float, float]] = []
+        for item in keys["steps"].sequence():
+            pair = item.sequence()
+            if len(pair) != 2:
+                raise item.error("each step is [AT, VALUE], e.g. [30s, 95]")
+            at = pair[0].duration()
+            if points and at <= points[-1][0]:
+                raise pair[0].error("step times must increase")
+            points.append((at, level(pair[1])))
+        if not points:
+            raise keys["steps"].error("needs at least one [AT, VALUE] step")
+        base = Steps(tuple(points), period("every", 0.0) if "every" in keys else None)
+    if "jitter" in keys:
+        amplitude = keys["jitter"].convert(unit.parse)
+        if amplitude < 0:
+            raise keys["jitter"].error("jitter must be zero or positive")
+        return Jittered(base, float(amplitude), period("jitter_period", 2.0))
+    if "jitter_period" in keys:
+        raise keys["jitter_period"].error("jitter_period needs jitter")
+    return base
+
+
+def _window(value: YamlValue, extra: Collection[str] = ()) -> tuple[Window, dict[str, YamlValue]]:
+    keys = value.mapping(("from", "until", "for", "every", *extra))
+    start = keys["from"].duration() if "from" in keys else 0.0
+    if "until" in keys and "for" in keys:
+        raise keys["for"].error("give either 'until' or 'for', not both")
+    end = INFINITY
+    if "until" in keys:
+        end = keys["until"].duration()
+        if end <= start:
+            raise keys["until"].error("'until' must be after 'from'")
+    elif "for" in keys:
+        end = start + keys["for"].duration()
+    every = None
+    if "every" in keys:
+        every = keys["every"].duration()
+        if every <= 0 or end == INFINITY or end - start > every:
+            raise keys["every"].error("'every' needs a window ('until' or 'for') no longer than the period")
+    return Window(start, end, every), keys
+
+
+def _flag(value: YamlValue) -> Flag:
+    if value.is_sequence():
+        return Flag(tuple(_window(item)[0] for item in value.sequence()))
+    if value.is_mapping():
+        return Flag((_window(value)[0],))
+    return Flag((ALWAYS,)) if value.boolean() else NEVER
+
+
+def _counter(value: YamlValue) -> CounterSpec:
+    if not value.is_mapping():
+        return CounterSpec(start=value.integer(0))
+    keys = value.mapping(("start", "steps", "rate"))
+    steps: list[tuple[float, int]] = []
+    if "steps" in keys:
+        for item in keys["steps"].sequence():
+            pair = item.sequence()
+            if len(pair) != 2:
+                raise item.error("each step is [AT, ADD], e.g. [120s, 2]")
+            steps.append((pair[0].duration(), pair[1].integer(0)))
+    return CounterSpec(
+        start=keys["start"].integer(0) if "start" in keys else 0,
+        steps=tuple(sorted(steps)),
+        rate=_pattern(keys["rate"], _RATE_UNIT) if "rate" in keys else None,
+    )
+
+
+def _features(value: YamlValue, base: Features) -> Features:
+    keys = value.mapping(Features.names())
+    changes: dict[str, Any] = {}
+    for name, item in keys.items():
+        if name == "fans":
+            changes[name] = item.integer(0, 8)
+        elif name == "nvlink_links":
+            changes[name] = item.integer(0, pynvml.NVML_NVLINK_MAX_LINKS)
+        else:
+            changes[name] = item.boolean()
+    return Features(**{**base.__dict__, **changes})
+
+
+def _processes(value: YamlValue, model: GpuModel) -> tuple[ProcessSpec, ...]:
+    result: list[ProcessSpec] = []
+    size = _size_parser(model.memory_total)
+    for item in value.sequence():
+        window, keys = _window(item, ("pid", "used_memory", "type"))
+        if "pid" not in keys:
+            raise item.error("a process needs 'pid'")
+        used: int | None = None
+        if "used_memory" in keys:
+            raw = keys["used_memory"].scalar()
+            if raw != "unavailable":
+                used = int(keys["used_memory"].convert(size))
+                if not 0 <= used <= model.memory_total:
+                    raise keys["used_memory"].error(f"must be between 0 and {model.memory_total} bytes")
+        kind = _get(keys, "type", lambda v: v.choice(PROCESS_TYPES, "process type"), "compute")
+        result.append(ProcessSpec(keys["pid"].integer(1, 2**31 - 1), used, kind, window))
+    return tuple(result)
+
+
+def _clock_events(value: YamlValue) -> tuple[ClockEvent, ...]:
+    events: list[ClockEvent] = []
+    for item in value.sequence():
+        window, keys = _window(item, ("reason",))
+        if "reason" not in keys:
+            known = ", ".join(sorted(CLOCK_EVENT_REASONS))
+            raise item.error(f"a clock event needs 'reason' (known: {known})")
+        reason = keys["reason"].choice(CLOCK_EVENT_REASONS, "clock event reason")
+        events.append(ClockEvent(reason, CLOCK_EVENT_REASONS[reason], window))
+    return tuple(events)
+
+
+def _ecc(value: YamlValue) -> EccSpec:
+    keys = value.mapping(("corrected", "uncorrected", "aggregate_corrected", "aggregate_uncorrected"))
+    return EccSpec(
+        corrected=_counter(keys["corrected"]) if "corrected" in keys else NO_COUNTS,
+        uncorrected=_counter(keys["uncorrected"]) if "uncorrected" in keys else NO_COUNTS,
+        aggregate_corrected=_get(keys, "aggregate_corrected", lambda v: v.integer(0), 0),
+        aggregate_uncorrected=_get(keys, "aggregate_uncorrected", lambda v: v.integer(0), 0),
+    )
+
+
+def _retired_pages(value: YamlValue) -> RetiredPagesSpec:
+    keys = value.mapping(("single_bit", "double_bit", "pending"))
+    return RetiredPagesSpec(
+        single_bit=_counter(keys["single_bit"]) if "single_bit" in keys else NO_COUNTS,
+        double_bit=_counter(keys["double_bit"]) if "double_bit" in keys else NO_COUNTS,
+        pending=_flag(keys["pending"]) if "pending" in keys else NEVER,
+    )
+
+
+def _remapped_rows(value: YamlValue) -> RemappedRowsSpec:
+    keys = value.mapping(("correctable", "uncorrectable", "pending", "failure"))
+    return RemappedRowsSpec(
+        correctable=_counter(keys["correctable"]) if "correctable" in keys else NO_COUNTS,
+        uncorrectable=_counter(keys["uncorrectable"]) if "uncorrectable" in keys else NO_COUNTS,
+        pending=_flag(keys["pending"]) if "pending" in keys else NEVER,
+        failure=_flag(keys["failure"]) if "failure" in keys else NEVER,
+    )
+
+
+def _model(settings: Mapping[str, YamlValue]) -> GpuModel:
+    if "model" not in settings:
+        return PRESETS[DEFAULT_MODEL]
+    return PRESETS[settings["model"].choice(PRESETS, "GPU model")]
+
+
+def _gpu_settings(settings: Mapping[str, YamlValue], model: GpuModel) -> dict[str, Any]:
+    """Parse the GPU keys present in ``settings`` (everything but model/features/identity defaults)."""
+    parsed: dict[str, Any] = {}
+    units = _channel_units(model)
+    for name, item in settings.items():
+        if name in units:
+            parsed[name] = _pattern(item, units[name])
+        elif name == "name":
+            parsed["name"] = item.string()
+        elif name == "uuid":
+            uuid = item.string()
+            if not _UUID.match(uuid):
+                raise item.error(f"invalid UUID {uuid!r}: expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx "
+                                 "(lower-case hex)")
+            parsed["uuid"] = uuid
+        elif name == "serial":
+            serial = item.string()
+            limit = pynvml.NVML_DEVICE_SERIAL_BUFFER_SIZE - 1
+            if len(serial) > limit:
+                raise item.error(f"serial is longer than {limit} characters")
+            parsed["serial"] = serial
+        elif name == "vbios":
+            parsed["vbios_version"] = item.string()
+        elif name == "pci_bus_id":
+            parsed["pci"] = item.convert(lambda raw: parse_pci_bus_id(str(raw)))
+        elif name == "minor":
+            parsed["minor"] = item.integer(0, 255)
+        elif name == "power_limit":
+            limit = item.convert(_parse_power_mw)
+            if not model.power_min_limit_mw <= limit <= model.power_max_limit_mw:
+                raise item.error(f"power limit must be between {model.power_min_limit_mw / 1000:g} W and "
+                                 f"{model.power_max_limit_mw / 1000:g} W on {model.key}")
+            parsed["power_limit_mw"] = int(limit)
+        elif name == "clock_events":
+            parsed["clock_events"] = _clock_events(item)
+        elif name == "pcie_replays":
+            parsed["pcie_replays"] = _counter(item)
+        elif name == "ecc_errors":
+            parsed["ecc_errors"] = _ecc(item)
+        elif name == "retired_pages":
+            parsed["retired_pages"] = _retired_pages(item)
+        elif name == "remapped_rows":
+            parsed["remapped_rows"] = _remapped_rows(item)
+        elif name == "processes":
+            parsed["processes"] = _processes(item, model)
+    return parsed
+
+
+def _default_uuid(seed: int, index: int) -> str:
+    high = patterns.channel_key(seed, index, "uuid-high")
+    low = patterns.channel_key(seed, index, "uuid-low")
+    text = f"{high:016x}{low:016x}"
+    return f"GPU-{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:32]}"
+
+
+def _default_serial(seed: int, index: int) -> str:
+    return "1654" + f"{patterns.channel_key(seed, index, 'serial') % 10**9:09d}"
+
+
+def _build_gpu(index: int, settings: Mapping[str, YamlValue], features: Features, seed: int) -> GpuSpec:
+    model = _model(settings)
+    parsed = _gpu_settings({k: v for k, v in settings.items() if k not in ("model", "features")}, model)
+    # Beyond the usual slots of one board, further GPUs go to further PCI domains (segments).
+    slots = model.default_pci_buses
+    domain, bus, device = parsed.pop("pci", (index // len(slots), slots[index % len(slots)], 0))
+    return GpuSpec(
+        index=index,
+        model=model,
+        features=features,
+        name=parsed.pop("name", model.name),
+        uuid=parsed.pop("uuid", _default_uuid(seed, index)),
+        serial=parsed.pop("serial", _default_serial(seed, index)),
+        vbios_version=parsed.pop("vbios_version", model.vbios_version),
+        pci_domain=domain,
+        pci_bus=bus,
+        pci_device=device,
+        minor=parsed.pop("minor", index),
+        power_limit_mw=parsed.pop("power_limit_mw", model.power_default_limit_mw),
+        **parsed,
+    )
+
+
+def _gpus(root: YamlValue, top: Mapping[str, YamlValue], seed: int) -> tuple[GpuSpec, ...]:
+    count = top["gpu_count"].integer(1, MAX_GPUS) if "gpu_count" in top else 1
+    defaults = top["gpu_defaults"].mapping(_GPU_KEYS) if "gpu_defaults" in top else {}
+    overrides = top["gpus"].index_mapping(count, "GPU") if "gpus" in top else {}
+    # Validate the defaults once on their own, so a mistake in a key that every GPU overrides is
+    # still reported (with the gpu_defaults path).
+    default_model = _model(defaults)
+    _gpu_settings({k: v for k, v in defaults.items() if k not in ("model", "features")}, default_model)
+    if "features" in defaults:
+        _features(defaults["features"], default_model.features)
+
+    gpus: list[GpuSpec] = []
+    first_seen: dict[tuple[str, object], int] = {}
+    for index in range(count):
+        own = overrides[index].mapping(_GPU_KEYS) if index in overrides else {}
+        merged = {**defaults, **own}
+        model = _model(merged)
+        features = model.features
+        for settings in (defaults, own):
+            if "features" in settings:
+                features = _features(settings["features"], features)
+        gpu = _build_gpu(index, merged, features, seed)
+        for what, key in (("uuid", gpu.uuid), ("pci_bus_id", gpu.pci_bus_id), ("minor", gpu.minor)):
+            if (what, key) in first_seen:
+                where = merged.get(what) or overrides.get(index) or root
+                raise where.error(f"GPU {index} has the same {what} as GPU {first_seen[what, key]} ({key})")
+            first_seen[what, key] = index
+        gpus.append(gpu)
+    return tuple(gpus)
+
+
+def _symbol(value: YamlValue, allow_any: bool = False) -> str:
+    name = value.string()
+    if allow_any and name == "*":
+        return name
+    if name not in NVML_SYMBOLS:
+        known = ", ".join(sorted(NVML_SYMBOLS))
+        raise value.error(f"unknown NVML symbol {name!r} (the fake implements: {known})")
+    return name
+
+
+def _code(value: YamlValue) -> int:
+    code = int(value.convert(parse_error_code))
+    if code == pynvml.NVML_SUCCESS:
+        raise value.error("NVML_SUCCESS is not an error")
+    return code
+
+
+def _gpu_index(value: YamlValue, count: int) -> int:
+    index = value.integer(0)
+    if index >= count:
+        raise value.error(f"GPU index {index} out of range (gpu_count is {count})")
+    return index
+
+
+def _faults(value: YamlValue, count: int) -> tuple[tuple[ErrorFault, ...], tuple[HangFault, ...],
+                                                    tuple[GpuLostFault, ...]]:
+    errors: list[ErrorFault] = []
+    hangs: list[HangFault] = []
+    lost: list[GpuLostFault] = []
+    kinds = ("error", "gpu_lost", "hang")
+    for item in value.sequence():
+        if not item.is_mapping():
+            raise item.error(f"a fault is a mapping with 'type' ({', '.join(kinds)})")
+        raw_type = item.mapping(("type", "symbol", "error", "gpu", "from", "until", "field", "at", "duration",
+                                 "holds_driver_lock"))
+        if "type" not in raw_type:
+            raise item.error(f"a fault needs 'type' (known: {', '.join(kinds)})")
+        kind = raw_type["type"].choice(kinds, "fault type")
+        if kind == "error":
+            keys = item.mapping(("type", "symbol", "error", "gpu", "from", "until", "field"))
+            if "error" not in keys:
+                raise item.error("an error fault needs 'error' (an NVML error name such as NotSupported)")
+            field_id = keys["field"].integer(0, pynvml.NVML_FI_MAX) if "field" in keys else None
+            if "symbol" in keys:
+                symbol = _symbol(keys["symbol"], allow_any=True)
+            elif field_id is not None:
+                symbol = "nvmlDeviceGetFieldValues"
+            else:
+                raise item.error("an error fault needs 'symbol' (or 'field' for one field value)")
+            if field_id is not None and symbol != "nvmlDeviceGetFieldValues":
+                raise keys["field"].error("'field' only applies to nvmlDeviceGetFieldValues")
+            window = _error_window(keys)
+            gpu = _get(keys, "gpu", lambda v: _gpu_index(v, count), None)
+            errors.append(ErrorFault(symbol, _code(keys["error"]), gpu, window, field_id))
+        elif kind == "gpu_lost":
+            keys = item.mapping(("type", "gpu", "at"))
+            if "gpu" not in keys:
+                raise item.error("a gpu_lost fault needs 'gpu'")
+            at = _get(keys, "at", YamlValue.duration, 0.0)
+            lost.append(GpuLostFault(_gpu_index(keys["gpu"], count), at))
+        else:
+            keys = item.mapping(("type", "symbol", "gpu", "at", "duration", "holds_driver_lock", "error"))
+            for needed in ("symbol", "duration"):
+                if needed not in keys:
+                    raise item.error(f"a hang fault needs '{needed}'")
+            hangs.append(HangFault(
+                symbol=_symbol(keys["symbol"], allow_any=True),
+                at=keys["at"].duration() if "at" in keys else 0.0,
+                duration=keys["duration"].duration(),
+                gpu=_gpu_index(keys["gpu"], count) if "gpu" in keys else None,
+                holds_driver_lock=_get(keys, "holds_driver_lock", YamlValue.boolean, False),
+                error=_code(keys["error"]) if "error" in keys else None,
+            ))
+    return tuple(errors), tuple(hangs), tuple(lost)
+
+
+def _error_window(keys: Mapping[str, YamlValue]) -> Window:
+    start = keys["from"].duration() if "from" in keys else 0.0
+    end = keys["until"].duration() if "until" in keys else INFINITY
+    if end <= start:
+        raise keys["until"].error("'until' must be after 'from'")
+    return Window(start, end)
+
+
+def _library(value: YamlValue) -> LibrarySpec:
+    keys = value.mapping(("missing", "missing_symbols", "init_fails"))
+    missing_symbols = frozenset(_symbol(item) for item in keys["missing_symbols"].sequence()) \
+        if "missing_symbols" in keys else frozenset()
+    init_failure = None
+    if "init_fails" in keys:
+        fails = keys["init_fails"].mapping(("error", "until", "calls"))
+        if "error" not in fails:
+            raise keys["init_fails"].error("init_fails needs 'error' (e.g. DriverNotLoaded)")
+        if "until" not in fails and "calls" not in fails:
+            raise keys["init_fails"].error("init_fails needs 'until' (a time) or 'calls' (attempts)")
+        init_failure = InitFailure(
+            code=_code(fails["error"]),
+            calls=fails["calls"].integer(1) if "calls" in fails else None,
+            until=fails["until"].duration() if "until" in fails else None,
+        )
+    return LibrarySpec(
+        missing=keys["missing"].boolean() if "missing" in keys else False,
+        missing_symbols=missing_symbols,
+        init_failure=init_failure,
+    )
+
+
+def _latency(top: Mapping[str, YamlValue]) -> tuple[str, dict[str, float], float]:
+    profile = top["latency_profile"].choice(LATENCY_PROFILES, "latency profile") \
+        if "latency_profile" in top else "none"
+    latency: dict[str, float] = dict(REALISTIC_LATENCY_S) if profile == "realistic" else {}
+    per_field = REALISTIC_FIELD_VALUE_LATENCY_S if profile == "realistic" else 0.0
+    if "latency" in top:
+        for name, item in top["latency"].mapping((*NVML_SYMBOLS, FIELD_VALUE_LATENCY_KEY)).items():
+            if name == FIELD_VALUE_LATENCY_KEY:
+                per_field = item.duration()
+            else:
+                latency[name] = item.duration()
+    return profile, {name: seconds for name, seconds in latency.items() if seconds > 0}, per_field
+
+
+def _cuda_version(value: YamlValue) -> int:
+    raw = value.scalar()
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    match = re.match(r"^(\d+)\.(\d+)$", str(raw))
+    if not match:
+        raise value.error(f"expected a CUDA version like 12.4 or 12040, got {raw!r}")
+    return int(match.group(1)) * 1000 + int(match.group(2)) * 10
+
+
+def parse_scenario(text: str, source: str, name: str) -> Scenario:
+    """Build a Scenario from YAML text; ``source`` is the file name used in error messages."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError(source, mark.line + 1 if mark is not None else None, "yaml",
+                            f"not valid YAML: {problem}") from None
+    if root is None:
+        raise ScenarioError(source, 1, "scenario", "the file is empty")
+    top = YamlValue(root, "", source)
+    if not top.is_mapping():
+        raise ScenarioError(source, top.line, "scenario", "expected a mapping of scenario keys")
+    keys = top.mapping(_TOP_KEYS)
+    seed = keys["seed"].integer() if "seed" in keys else 0
+    gpus = _gpus(top, keys, seed)
+    profile, latency, per_field = _latency(keys)
+    errors, hangs, lost = _faults(keys["faults"], len(gpus)) if "faults" in keys else ((), (), ())
+    driver = keys["driver"].mapping(("version", "nvml_version", "cuda_version")) if "driver" in keys else {}
+    driver_version = driver["version"].string() if "version" in driver else Scenario.driver_version
+    kubernetes = None
+    if "kubernetes" in keys:
+        section = keys["kubernetes"]
+        kubernetes = RawSection(source, section.line, section.value(), section.node)
+    return Scenario(
+        name=name,
+        source=source,
+        description=keys["description"].string() if "description" in keys else "",
+        seed=seed,
+        driver_version=driver_version,
+        nvml_version=driver["nvml_version"].string() if "nvml_version" in driver else f"12.{driver_version}",
+        cuda_driver_version=_cuda_version(driver["cuda_version"]) if "cuda_version" in driver
+        else Scenario.cuda_driver_version,
+        gpus=gpus,
+        latency_profile=profile,
+        latency=MappingProxyType(latency),
+        field_value_latency=per_field,
+        library=_library(keys["library"]) if "library" in keys else LibrarySpec(),
+        errors=errors,
+        hangs=hangs,
+        lost=lost,
+        kubernetes=kubernetes,
+    )
+
+
+def builtin_scenarios() -> list[str]:
+    """Names of the scenarios shipped under exporter/simulate/scenarios/ (file stems)."""
+    return sorted(path.stem for path in SCENARIO_DIR.glob("*.yaml"))
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """Load a built-in scenario by name (``default``) or a scenario file by path."""
+    candidate = Path(name_or_path)
+    builtin = SCENARIO_DIR / f"{name_or_path}.yaml"
+    if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        path = candidate
+    elif builtin.is_file():
+        path = builtin
+    elif candidate.is_file():
+        path = candidate
+    else:
+        raise ScenarioError("scenario", None, name_or_path,
+                            f"unknown built-in scenario (known: {', '.join(builtin_scenarios())}); "
+                            "give a path to load a file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(str(path), None, "scenario", f"cannot read: {exc.strerror or exc}") from None
+    return parse_scenario(text, str(path), path.stem)
