@@ -215,7 +215,7 @@ class ScenarioError(ConfigError):
 def parse_error_code(raw: object) -> int:
     """An NVML error code from a name (``NotSupported``, ``NVML_ERROR_GPU_IS_LOST``) or number."""
     if isinstance(raw, bool):
-        raise ValueError(f"invalid NVML error {raw!r}")  # noqa: TRY004 - a bad value in a file, not a bug
+        raise ValueError(f"invalid NVML error {raw!r}")
     if isinstance(raw, int):
         if raw not in set(NVML_ERROR_CODES.values()):
             raise ValueError(f"unknown NVML error code {raw}")

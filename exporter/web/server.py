@@ -101,7 +101,7 @@ LANDING_PAGE = """<!DOCTYPE html>
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    server: ExporterHTTPServer
+    server: _BoundedHTTPServer
     protocol_version = "HTTP/1.0"
     server_version = f"gpu-pod-exporter/{__version__}"
     sys_version = ""
