@@ -161,3 +161,19 @@ def all_queries(directory: Path = DASHBOARD_DIR) -> list[DashboardQuery]:
     for dashboard in load_dashboards(directory).values():
         queries.extend(dashboard_queries(dashboard))
     return queries
+
+
+DCGM_EXPORTER_QUERIES_FILE = Path(__file__).resolve().parent / "dcgm_exporter_queries.txt"
+
+
+def dcgm_exporter_queries(path: Path = DCGM_EXPORTER_QUERIES_FILE) -> list[DashboardQuery]:
+    """The queries of dcgm-exporter's own dashboard (variables `instance`, `gpu`), which must keep working."""
+    queries: list[DashboardQuery] = []
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        expr = variable_query_to_promql(line) or line
+        queries.append(DashboardQuery("dcgm-exporter:Oxed_c6Wz", f"{path.name}:{number}", expr,
+                                      line.startswith("label_values(")))
+    return queries

@@ -145,6 +145,31 @@ def counters_read_as_values(expr: str, counters: set[str]) -> list[str]:
     return sorted({r.metric for r in reads if r.metric in counters and not r.first_seen})
 
 
+def literal_matchers(expr: str, labels: set[str], marker: str) -> list[str]:
+    """Matchers on ``labels`` whose value is a literal rather than a variable or a match-anything.
+
+    Dashboards must not hard-code a cluster's node, namespace or pod names. Callers substitute
+    each template variable with a value containing ``marker`` first; a matcher value that lacks
+    the marker and is not "", ".*" or ".+" is returned as ``label<op>"value"``.
+    """
+    found: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            for matcher in node.matchers.matchers:
+                if matcher.name in labels and marker not in matcher.value and matcher.value not in {"", ".*", ".+"}:
+                    found.append(f'{matcher.name}="{matcher.value}"')
+        for child in ("expr", "lhs", "rhs", "vector_selector", "param"):
+            sub = getattr(node, child, None)
+            if isinstance(sub, promql_parser.Expr):
+                walk(sub)
+        for arg in getattr(node, "args", None) or []:
+            walk(arg)
+
+    walk(parse(expr))
+    return found
+
+
 def load_metric_entries(path: Path = KNOWN_METRICS_FILE) -> dict[str, MetricEntry]:
     """known_metrics.txt: ``NAME TYPE`` per line, ``#`` comments and blank lines ignored."""
     entries: dict[str, MetricEntry] = {}
