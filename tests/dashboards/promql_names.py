@@ -157,8 +157,9 @@ def literal_matchers(expr: str, labels: set[str], marker: str) -> list[str]:
     def walk(node: object) -> None:
         if isinstance(node, promql_parser.VectorSelector):
             for matcher in node.matchers.matchers:
-                if matcher.name in labels and marker not in matcher.value and matcher.value not in {"", ".*", ".+"}:
-                    found.append(f'{matcher.name}="{matcher.value}"')
+                value = matcher.value
+                if matcher.name in labels and marker not in value and value not in {"", ".*", ".+"}:
+                    found.append(f'{matcher.name}="{value}"')
         for child in ("expr", "lhs", "rhs", "vector_selector", "param"):
             sub = getattr(node, child, None)
             if isinstance(sub, promql_parser.Expr):
@@ -179,7 +180,8 @@ def load_metric_entries(path: Path = KNOWN_METRICS_FILE) -> dict[str, MetricEntr
             continue
         parts = line.split()
         if len(parts) != 2 or parts[1] not in {"gauge", "counter", "info", "untyped"}:
-            raise ValueError(f"{path}:{number}: expected 'NAME TYPE' (gauge|counter|info|untyped), got {raw!r}")
+            raise ValueError(
+                f"{path}:{number}: expected 'NAME TYPE' (gauge|counter|info|untyped), got {raw!r}")
         entries[parts[0]] = MetricEntry(parts[0], parts[1])
     return entries
 
@@ -204,7 +206,9 @@ def recorded_names(paths: Iterable[Path]) -> set[str]:
     return {str(rule["record"]) for _, rule in rule_groups(paths) if "record" in rule}
 
 
-def unknown_names(exprs: Iterable[tuple[str, str]], known_metrics: set[str], known_labels: set[str]) -> list[str]:
+def unknown_names(
+    exprs: Iterable[tuple[str, str]], known_metrics: set[str], known_labels: set[str]
+) -> list[str]:
     """One message per (where, expression) that reads a name outside the known sets or does not parse."""
     problems: list[str] = []
     for where, expr in exprs:

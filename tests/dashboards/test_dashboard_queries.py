@@ -17,7 +17,15 @@ from tests.dashboards.dashboard_queries import (
     variable_query_to_promql,
     variables_used,
 )
-from tests.dashboards.promql_names import literal_matchers, names_in, unknown_names
+from tests.dashboards.promql_names import (
+    literal_matchers,
+    load_label_names,
+    load_metric_entries,
+    names_in,
+    recorded_names,
+    unknown_names,
+)
+from tests.dashboards.test_dashboards import RULE_FILES
 
 KNOWN = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_USED", "ALERTS"}
 LABELS = {"Hostname", "gpu", "alertstate", "alertname"}
@@ -37,7 +45,8 @@ def small_dashboard() -> dict[str, Any]:
         ],
         "templating": {"list": [
             {"name": "datasource", "type": "datasource", "query": "prometheus"},
-            {"name": "Hostname", "type": "query", "query": {"query": "label_values(DCGM_FI_DEV_FB_USED, Hostname)"}},
+            {"name": "Hostname", "type": "query",
+             "query": {"query": "label_values(DCGM_FI_DEV_FB_USED, Hostname)"}},
             {"name": "gpu", "type": "query",
              "query": 'label_values(DCGM_FI_DEV_FB_USED{Hostname="$Hostname", gpu!=""}, gpu)'},
             {"name": "any", "type": "query", "query": "label_values(Hostname)"},
@@ -71,7 +80,7 @@ def test_variable_queries_become_promql(query: str, expr: str | None) -> None:
 
 
 def test_a_typo_in_any_panel_of_a_real_dashboard_is_caught() -> None:
-    path, dashboard = next(iter(load_dashboards().items()))
+    dashboard = next(iter(load_dashboards().values()))
     broken = copy.deepcopy(dashboard)
     values = {"Hostname": "a", "gpu": "0", "modelName": "m", "team": "t", "namespace": "n"}
     panel = next(p for p in iter_panels(broken["panels"]) if p.get("targets"))
@@ -81,9 +90,6 @@ def test_a_typo_in_any_panel_of_a_real_dashboard_is_caught() -> None:
     target["expr"] = target["expr"].replace(metric, typo, 1)
 
     def problems(d: dict[str, Any]) -> list[str]:
-        from tests.dashboards.promql_names import load_label_names, load_metric_entries, recorded_names
-        from tests.dashboards.test_dashboards import RULE_FILES
-
         known = set(load_metric_entries()) | recorded_names(RULE_FILES)
         return unknown_names([(q.source, q.resolved(values)) for q in dashboard_queries(d)], known,
                              load_label_names())
@@ -99,7 +105,8 @@ def test_a_typo_in_a_small_dashboard_names_the_nested_panel() -> None:
     dashboard = small_dashboard()
     dashboard["panels"][1]["panels"][0]["targets"][1]["expr"] = "DCGM_FI_DEV_FB_USEDD"
     values = {"Hostname": "a", "gpu": "0"}
-    found = unknown_names([(q.source, q.resolved(values)) for q in dashboard_queries(dashboard)], KNOWN, LABELS)
+    exprs = [(q.source, q.resolved(values)) for q in dashboard_queries(dashboard)]
+    found = unknown_names(exprs, KNOWN, LABELS)
     assert found == ["panel 'Nested' query B: unknown metric DCGM_FI_DEV_FB_USEDD"]
 
 
@@ -123,7 +130,8 @@ def test_substitute_refuses_a_variable_without_value() -> None:
 
 def test_hard_coded_values_are_found_and_variables_accepted() -> None:
     expr = 'x{namespace="gpu-monitoring", Hostname="VAR_Hostname", pod!="", gpu="0"} and on (a) y{team=~".*"}'
-    assert literal_matchers(expr, {"namespace", "Hostname", "pod", "team"}, "VAR_") == ['namespace="gpu-monitoring"']
+    found = literal_matchers(expr, {"namespace", "Hostname", "pod", "team"}, "VAR_")
+    assert found == ['namespace="gpu-monitoring"']
 
 
 def test_all_queries_reads_every_dashboard_file(tmp_path: Path) -> None:

@@ -24,9 +24,9 @@ from tests.dashboards.dashboard_queries import (
     variables_used,
 )
 from tests.dashboards.promql_names import (
+    literal_matchers,
     load_label_names,
     load_metric_entries,
-    literal_matchers,
     names_in,
     recorded_names,
     unknown_names,

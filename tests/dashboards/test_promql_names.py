@@ -51,7 +51,8 @@ def test_a_typo_in_a_metric_name_is_reported() -> None:
 
 
 def test_a_label_in_the_wrong_case_is_reported() -> None:
-    problems = unknown_names([("rule Y", 'DCGM_FI_DEV_GPU_UTIL{hostname="a"}')], {"DCGM_FI_DEV_GPU_UTIL"}, {"Hostname"})
+    exprs = [("rule Y", 'DCGM_FI_DEV_GPU_UTIL{hostname="a"}')]
+    problems = unknown_names(exprs, {"DCGM_FI_DEV_GPU_UTIL"}, {"Hostname"})
     assert problems == ["rule Y: unknown label hostname"]
 
 
@@ -64,9 +65,11 @@ def test_a_label_in_the_wrong_case_is_reported() -> None:
         # first seen: the series did not exist one window ago
         ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0 unless on (UUID) DCGM_FI_DEV_ECC_DBE_VOL_TOTAL offset 10m", []),
         # an `unless` without an offset is not the first-seen pattern
-        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0 unless on (UUID) DCGM_FI_DEV_GPU_TEMP", ["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]),
+        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0 unless on (UUID) DCGM_FI_DEV_GPU_TEMP",
+         ["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]),
         # a plain comparison elsewhere in the expression is still caught
-        ("DCGM_EXP_XID_ERRORS_TOTAL > 3 or (DCGM_EXP_XID_ERRORS_TOTAL unless DCGM_EXP_XID_ERRORS_TOTAL offset 5m)",
+        ("DCGM_EXP_XID_ERRORS_TOTAL > 3"
+         " or (DCGM_EXP_XID_ERRORS_TOTAL unless DCGM_EXP_XID_ERRORS_TOTAL offset 5m)",
          ["DCGM_EXP_XID_ERRORS_TOTAL"]),
         ("DCGM_FI_DEV_GPU_TEMP > 85", []),
     ],

@@ -36,6 +36,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+import pytest
 import yaml
 
 from tests.dashboards.dashboard_queries import (
@@ -83,8 +84,6 @@ class ResolvedQuery:
 
 def require_prometheus() -> str:
     """The prometheus executable; skips the calling test, or fails it under CI=true, if absent."""
-    import pytest
-
     path = shutil.which("prometheus")
     if path is None:
         message = "prometheus is not installed (Debian: apt-get install prometheus)"
@@ -177,7 +176,7 @@ class PrometheusHarness:
         config_path.write_text(yaml.safe_dump(self.config(), sort_keys=False), encoding="utf-8")
         self.port = free_port()
         log = (self.workdir / "prometheus.log").open("wb")
-        self.process = subprocess.Popen(  # noqa: S603 - fixed argument list, our own binary
+        self.process = subprocess.Popen(
             [binary, f"--config.file={config_path}", f"--storage.tsdb.path={self.workdir / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
              "--storage.tsdb.retention.time=1d"],
@@ -195,7 +194,7 @@ class PrometheusHarness:
         if self.process.poll() is not None:
             raise PrometheusError(f"prometheus exited with {self.process.returncode}:\n{self.log_tail()}")
         try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:  # noqa: S310
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
                 return True if response.status == 200 else None
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return None
@@ -233,11 +232,12 @@ class PrometheusHarness:
         """GET /api/v1/<path> and return its ``data``; PrometheusError on an error answer."""
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
         try:
-            with urllib.request.urlopen(f"{self.url}/api/v1/{path}{query}", timeout=30) as response:  # noqa: S310
+            with urllib.request.urlopen(f"{self.url}/api/v1/{path}{query}", timeout=30) as response:
                 body = json.load(response)
         except urllib.error.HTTPError as error:
             body = json.loads(error.read() or b"{}")
-            raise PrometheusError(f"{path} {dict(params or {})}: {body.get('errorType')}: {body.get('error')}") from error
+            detail = f"{body.get('errorType')}: {body.get('error')}"
+            raise PrometheusError(f"{path} {dict(params or {})}: {detail}") from error
         if body.get("status") != "success":
             raise PrometheusError(f"{path} {dict(params or {})}: {body}")
         return body["data"]

@@ -77,7 +77,7 @@ def exposition_server() -> Iterator[tuple[str, Exposition]]:
     exposition = Exposition()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:
             if self.path != "/metrics":
                 self.send_error(404)
                 return
@@ -88,7 +88,7 @@ def exposition_server() -> Iterator[tuple[str, Exposition]]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - silence request logs
+        def log_message(self, format: str, *args: object) -> None:
             return
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

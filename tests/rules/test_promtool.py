@@ -32,10 +32,13 @@ def test_promtool_unit_tests_pass() -> None:
     # a threshold change is noticed
     ("expr: DCGM_FI_DEV_GPU_TEMP > 85", "expr: DCGM_FI_DEV_GPU_TEMP > 95", "GpuTemperatureHigh"),
     # a shorter `for` is noticed (the test checks silence just before it elapses)
-    ("        for: 30m\n        labels:\n          severity: info", "        for: 29m\n        labels:\n          severity: info",
+    ("        for: 30m\n        labels:\n          severity: info",
+     "        for: 29m\n        labels:\n          severity: info",
      "GpuAllocatedButIdle"),
 ])
-def test_the_unit_tests_fail_when_a_rule_changes(tmp_path: Path, old: str, new: str, broken_alert: str) -> None:
+def test_the_unit_tests_fail_when_a_rule_changes(
+    tmp_path: Path, old: str, new: str, broken_alert: str
+) -> None:
     copy = tmp_path / "rules"
     shutil.copytree(RULES_DIR, copy)
     alerts = copy / "gpu-pod-exporter-alerts.yaml"

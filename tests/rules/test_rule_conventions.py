@@ -100,14 +100,15 @@ def test_alerts_name_what_they_are_about(name: str) -> None:
 
 def test_every_rule_expression_reads_only_contract_names() -> None:
     known = set(load_metric_entries()) | recorded_names(RULE_FILES)
-    exprs = [(f"{path.name} {rule.get('alert') or rule.get('record')}", str(rule["expr"])) for path, rule in RULES]
+    exprs = [(f"{path.name} {rule.get('alert') or rule.get('record')}", str(rule["expr"]))
+             for path, rule in RULES]
     assert unknown_names(exprs, known, load_label_names()) == []
 
 
 def test_no_rule_reads_a_counter_as_a_running_total() -> None:
     counters = {e.name for e in load_metric_entries().values() if e.kind == "counter"}
-    offenders = {str(rule.get("alert") or rule.get("record")): counters_read_as_values(str(rule["expr"]), counters)
-                 for _, rule in RULES}
+    offenders = {str(rule.get("alert") or rule.get("record")):
+                 counters_read_as_values(str(rule["expr"]), counters) for _, rule in RULES}
     assert {name: found for name, found in offenders.items() if found} == {}
 
 
@@ -154,8 +155,8 @@ def test_every_recording_rule_has_expected_values_in_a_promtool_test() -> None:
 def test_promtool_tests_use_only_features_of_promtool_2_42() -> None:
     """Debian bookworm's promtool 2.42 rejects newer keys such as start_timestamp or fuzzy_compare."""
     allowed_top = {"rule_files", "evaluation_interval", "group_eval_order", "tests"}
-    allowed_group = {"name", "interval", "input_series", "alert_rule_test", "promql_expr_test", "external_labels",
-                     "external_url"}
+    allowed_group = {"name", "interval", "input_series", "alert_rule_test", "promql_expr_test",
+                     "external_labels", "external_url"}
     for path in RULE_TEST_FILES:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
         assert set(document) <= allowed_top, path
