@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import promql_parser
 import yaml
@@ -191,9 +192,9 @@ def load_label_names(path: Path = KNOWN_LABELS_FILE) -> set[str]:
     return {line.split("#", 1)[0].strip() for line in path.read_text(encoding="utf-8").splitlines()} - {""}
 
 
-def rule_groups(paths: Iterable[Path]) -> list[tuple[Path, dict[str, object]]]:
+def rule_groups(paths: Iterable[Path]) -> list[tuple[Path, dict[str, Any]]]:
     """(file, rule) for every rule of every group in plain Prometheus rule files."""
-    rules: list[tuple[Path, dict[str, object]]] = []
+    rules: list[tuple[Path, dict[str, Any]]] = []
     for path in paths:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
         for group in document.get("groups", []):

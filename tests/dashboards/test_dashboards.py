@@ -56,7 +56,7 @@ def dashboard_by_uid(uid: str) -> dict[str, Any]:
 
 
 def test_the_three_dashboards_exist_with_distinct_uids() -> None:
-    uids = [d.get("uid") for d in DASHBOARDS.values()]
+    uids = [str(d.get("uid")) for d in DASHBOARDS.values()]
     assert sorted(uids) == sorted(EXPECTED_UIDS)
 
 

@@ -144,7 +144,7 @@ def test_every_alert_has_promtool_cases_that_fire_and_stay_silent_just_before() 
 
 
 def test_every_recording_rule_has_expected_values_in_a_promtool_test() -> None:
-    tested = set()
+    tested: set[str] = set()
     for group in promtool_tests():
         for check in group.get("promql_expr_test", []):
             if check["exp_samples"]:
