@@ -15,8 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import promql_parser
 import yaml
+
+try:
+    import promql_parser
+except ImportError as error:  # a test dependency: say how to get it rather than only what is missing
+    raise ImportError("the rule and dashboard tests need promql-parser: pip install -e '.[test]'") from error
 
 HERE = Path(__file__).resolve().parent
 KNOWN_METRICS_FILE = HERE / "known_metrics.txt"
