@@ -1,0 +1,327 @@
+"""A real Prometheus for end-to-end tests: scrape a target every second, load rule files, query.
+
+Why: promtool proves rules against hand-written series, and the static tests prove names against
+the contract. Neither proves that the exporter's actual exposition, scraped by the Prometheus
+that users run, answers the dashboards' queries and fires the alerts. This harness starts
+Debian's `prometheus` (2.42) on a free port with a throw-away data directory and a generated
+configuration, waits until it is ready, and offers the HTTP API calls the e2e tests need.
+
+Usage::
+
+    with PrometheusHarness(["127.0.0.1:9400"], rule_files=RULE_FILES) as prom:
+        prom.wait_for_targets_up()
+        prom.wait_for('DCGM_FI_DEV_GPU_TEMP', lambda samples: len(samples) == 8)
+        for query in dashboard_panel_queries({"Hostname": "node-a", "gpu": "0", ...}):
+            prom.query(query.expr)          # raises PrometheusError on a bad query
+
+A missing `prometheus` binary skips the calling test, or fails it when CI=true
+(`require_prometheus`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from tests.dashboards.dashboard_queries import (
+    DASHBOARD_DIR,
+    DashboardQuery,
+    all_queries,
+    dcgm_exporter_queries,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RULE_FILES = tuple(sorted((REPO_ROOT / "deploy" / "rules").glob("*.yaml")))
+DEFAULT_JOB = "gpu-pod-exporter"
+T = TypeVar("T")
+
+
+class PrometheusError(RuntimeError):
+    """Prometheus answered an API call with an error (bad query, not ready, ...)."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One element of an instant-query result."""
+
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class RangeSeries:
+    """One series of a range-query result: its labels and (timestamp, value) points."""
+
+    labels: dict[str, str]
+    points: list[tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class ResolvedQuery:
+    """A dashboard query with its template variables replaced, ready to send to Prometheus."""
+
+    dashboard: str
+    source: str
+    expr: str
+    instant: bool
+
+
+def require_prometheus() -> str:
+    """The prometheus executable; skips the calling test, or fails it under CI=true, if absent."""
+    path = shutil.which("prometheus")
+    if path is None:
+        message = "prometheus is not installed (Debian: apt-get install prometheus)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message}; CI=true requires it")
+        pytest.skip(message)
+    return path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _poll(check: Callable[[], T | None], deadline_s: float, interval_s: float, what: str) -> T:
+    """Call ``check`` until it returns something other than None, or raise TimeoutError."""
+    end = time.monotonic() + deadline_s
+    while True:
+        result = check()
+        if result is not None:
+            return result
+        if time.monotonic() >= end:
+            raise TimeoutError(f"timed out after {deadline_s:.0f} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+class PrometheusHarness:
+    """A private Prometheus process scraping ``targets`` (host:port) every ``scrape_interval``.
+
+    ``rule_files`` are loaded as they are (absolute paths); ``honor_labels`` defaults to True as
+    in the chart's ServiceMonitor, so the exporter's pod/namespace labels win over target
+    labels; ``target_labels`` are added to every target (e.g. ``{"Hostname": "node-a"}``, the
+    relabelling docs/alerts.md recommends).
+    """
+
+    def __init__(
+        self,
+        targets: Sequence[str],
+        *,
+        rule_files: Sequence[Path] = (),
+        job: str = DEFAULT_JOB,
+        metrics_path: str = "/metrics",
+        scrape_interval: str = "1s",
+        evaluation_interval: str = "1s",
+        honor_labels: bool = True,
+        target_labels: Mapping[str, str] | None = None,
+        prometheus_binary: str | None = None,
+        startup_timeout_s: float = 60.0,
+    ) -> None:
+        self.targets = list(targets)
+        self.rule_files = [Path(p).resolve() for p in rule_files]
+        self.job = job
+        self.metrics_path = metrics_path
+        self.scrape_interval = scrape_interval
+        self.evaluation_interval = evaluation_interval
+        self.honor_labels = honor_labels
+        self.target_labels = dict(target_labels or {})
+        self.prometheus_binary = prometheus_binary
+        self.startup_timeout_s = startup_timeout_s
+        self.port = 0
+        self.workdir: Path | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+
+    # ------------------------------------------------------------------------------ lifecycle
+    @property
+    def url(self) -> str:
+        """Base URL of the running Prometheus, e.g. http://127.0.0.1:41234."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def config(self) -> dict[str, Any]:
+        """The prometheus.yml this harness writes."""
+        static: dict[str, Any] = {"targets": self.targets}
+        if self.target_labels:
+            static["labels"] = self.target_labels
+        return {
+            "global": {"scrape_interval": self.scrape_interval, "scrape_timeout": self.scrape_interval,
+                       "evaluation_interval": self.evaluation_interval},
+            "rule_files": [str(p) for p in self.rule_files],
+            "scrape_configs": [{"job_name": self.job, "metrics_path": self.metrics_path,
+                                "honor_labels": self.honor_labels, "static_configs": [static]}],
+        }
+
+    def start(self) -> PrometheusHarness:
+        """Write the configuration, start Prometheus and wait until /-/ready answers 200."""
+        binary = self.prometheus_binary or require_prometheus()
+        self.workdir = Path(tempfile.mkdtemp(prefix="prometheus-harness-"))
+        config_path = self.workdir / "prometheus.yml"
+        config_path.write_text(yaml.safe_dump(self.config(), sort_keys=False), encoding="utf-8")
+        self.port = free_port()
+        log = (self.workdir / "prometheus.log").open("wb")
+        self.process = subprocess.Popen(
+            [binary, f"--config.file={config_path}", f"--storage.tsdb.path={self.workdir / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
+             "--storage.tsdb.retention.time=1d"],
+            stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+        log.close()
+        try:
+            _poll(self._ready, self.startup_timeout_s, 0.1, f"Prometheus on port {self.port} to be ready")
+        except (TimeoutError, PrometheusError):
+            self.stop()
+            raise
+        return self
+
+    def _ready(self) -> bool | None:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise PrometheusError(f"prometheus exited with {self.process.returncode}:\n{self.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
+                return True if response.status == 200 else None
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return None
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines Prometheus logged (for failure messages)."""
+        if self.workdir is None or not (self.workdir / "prometheus.log").exists():
+            return ""
+        return "\n".join((self.workdir / "prometheus.log").read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """Stop Prometheus (SIGTERM, then SIGKILL after 10 s) and delete its data directory."""
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.terminate()
+                try:
+                    self.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait(timeout=10)
+            self.process = None
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def __enter__(self) -> PrometheusHarness:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------------------------ API
+    def api(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        """GET /api/v1/<path> and return its ``data``; PrometheusError on an error answer."""
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v1/{path}{query}", timeout=30) as response:
+                body = json.load(response)
+        except urllib.error.HTTPError as error:
+            body = json.loads(error.read() or b"{}")
+            detail = f"{body.get('errorType')}: {body.get('error')}"
+            raise PrometheusError(f"{path} {dict(params or {})}: {detail}") from error
+        if body.get("status") != "success":
+            raise PrometheusError(f"{path} {dict(params or {})}: {body}")
+        return body["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[Sample]:
+        """Instant query. A scalar result comes back as one Sample with no labels."""
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        data = self.api("query", params)
+        if data["resultType"] == "vector":
+            return [Sample(dict(item["metric"]), float(item["value"][1])) for item in data["result"]]
+        if data["resultType"] == "scalar":
+            return [Sample({}, float(data["result"][1]))]
+        raise PrometheusError(f"unexpected result type {data['resultType']} for {expr}")
+
+    def query_range(self, expr: str, start: float, end: float, step: float = 1.0) -> list[RangeSeries]:
+        """Range query between two Unix times with ``step`` seconds."""
+        data = self.api("query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                                        "step": f"{step}"})
+        return [RangeSeries(dict(item["metric"]), [(float(t), float(v)) for t, v in item["values"]])
+                for item in data["result"]]
+
+    def rules(self) -> list[dict[str, Any]]:
+        """The loaded rule groups (/api/v1/rules), with each rule's health and lastError."""
+        return list(self.api("rules")["groups"])
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Pending and firing alerts (/api/v1/alerts)."""
+        return list(self.api("alerts")["alerts"])
+
+    def targets_health(self) -> list[dict[str, Any]]:
+        """Active scrape targets with health and lastError (/api/v1/targets)."""
+        return list(self.api("targets")["activeTargets"])
+
+    def wait_for(self, expr: str, predicate: Callable[[list[Sample]], bool], deadline_s: float = 30.0,
+                 interval_s: float = 0.25) -> list[Sample]:
+        """Poll ``expr`` until ``predicate(result)`` holds; TimeoutError shows the last result."""
+        last: list[Sample] = []
+
+        def check() -> list[Sample] | None:
+            nonlocal last
+            last = self.query(expr)
+            return last if predicate(last) else None
+
+        try:
+            return _poll(check, deadline_s, interval_s, f"{expr!r} to satisfy the predicate")
+        except TimeoutError as error:
+            raise TimeoutError(f"{error}; last result: {last}") from None
+
+    def wait_for_targets_up(self, deadline_s: float = 30.0) -> None:
+        """Wait until every target of the job has been scraped successfully."""
+        self.wait_for(f'up{{job="{self.job}"}} == 1', lambda samples: len(samples) == len(self.targets),
+                      deadline_s)
+
+    def wait_for_rules_evaluated(self, deadline_s: float = 30.0) -> list[dict[str, Any]]:
+        """Wait until every loaded rule has been evaluated once; returns the rule groups."""
+
+        def check() -> list[dict[str, Any]] | None:
+            groups = self.rules()
+            evaluated = all(not rule.get("lastEvaluation", "0001").startswith("0001")
+                            for group in groups for rule in group["rules"])
+            return groups if groups and evaluated else None
+
+        return _poll(check, deadline_s, 0.25, "all rules to be evaluated")
+
+
+def dashboard_panel_queries(
+    variables: Mapping[str, str],
+    directory: Path = DASHBOARD_DIR,
+    include_dcgm_exporter: bool = True,
+) -> list[ResolvedQuery]:
+    """Every query of our dashboards (and of dcgm-exporter's), variables substituted.
+
+    ``variables`` gives a value for each template variable: at least ``Hostname``, ``gpu``,
+    ``modelName``, ``team``, ``namespace`` and, for dcgm-exporter's dashboard, ``instance``.
+    Grafana's built-ins ($__rate_interval, $__interval, $__range, ...) default to values that
+    suit a 1 s scrape interval and can be overridden in the same mapping. For multi-value
+    variables pass the regex Grafana would send, e.g. ``"(0|1)"``.
+    """
+    defaults = {"datasource": "prometheus", "__rate_interval": "15s", "__interval": "5s",
+                "__interval_ms": "5000", "__range": "5m", "__range_s": "300", "__range_ms": "300000"}
+    values = {**defaults, **variables}
+    queries: list[DashboardQuery] = all_queries(directory)
+    if include_dcgm_exporter:
+        queries += dcgm_exporter_queries()
+    return [ResolvedQuery(q.dashboard, q.source, q.resolved(values), q.instant) for q in queries]
