@@ -193,13 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.check:
-            problems = drift()
+            problems = drift(REPO, CHART)
             for line in problems:
                 print(line)
             if problems:
                 print("run: python scripts/sync-chart-files.py", file=sys.stderr)
             return 1 if problems else 0
-        for line in sync():
+        for line in sync(REPO, CHART):
             print(f"updated ({line})")
     except SyncError as exc:
         print(f"sync-chart-files: error: {exc}", file=sys.stderr)

@@ -35,7 +35,8 @@
 
 {{/* A name derived from a file name: <fullname>-<suffix>-<base>, DNS-1123, at most 63 characters. */}}
 {{- define "gpu-pod-exporter.fileObjectName" -}}
-{{- $base := .path | base | trimSuffix (ext .path) | lower | regexReplaceAll "[^a-z0-9-]+" "-" | trimAll "-" -}}
+{{- $base := .path | base | trimSuffix (ext .path) | lower -}}
+{{- $base = regexReplaceAll "[^a-z0-9-]+" $base "-" | trimAll "-" -}}
 {{- printf "%s-%s-%s" (include "gpu-pod-exporter.fullname" .root) .suffix $base | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
