@@ -1,17 +1,59 @@
-"""Command-line entry point (filled in by the core exporter work)."""
+"""Command-line entry point: configuration errors become one line and exit code 2, never a traceback."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Sequence
 
-from exporter.config import EXIT_CONFIG_ERROR, PROGRAM, ConfigError, load_config
+from exporter.app import App, Extensions
+from exporter.config import EXIT_CONFIG_ERROR, PROGRAM, Config, ConfigError, load_config
+from exporter.logs import configure, get_logger
+from exporter.metrics.counters import CounterFileError, CounterSet, load_counters
+
+log = get_logger("cli")
+
+EXIT_RUNTIME_ERROR = 1
+
+
+def _fail(message: str, code: int = EXIT_CONFIG_ERROR) -> int:
+    print(f"{PROGRAM}: error: {message}", file=sys.stderr)
+    return code
+
+
+def build_app(config: Config, counters: CounterSet) -> App:
+    """Assemble the app for this configuration (simulation included); raises user-facing errors."""
+    extensions = Extensions()
+    if config.simulate:
+        from exporter.simulate.scenario import load_scenario  # noqa: PLC0415 - only needed with --simulate
+        from exporter.simulate.wiring import simulation_extensions  # noqa: PLC0415
+
+        scenario = load_scenario(config.simulate)
+        simulation_extensions(config, scenario, extensions)
+    return App(config, counters, extensions=extensions)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        load_config(sys.argv[1:] if argv is None else argv)
+        config = load_config(sys.argv[1:] if argv is None else argv)
     except ConfigError as exc:
-        print(f"{PROGRAM}: error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG_ERROR
+        return _fail(str(exc))
+    configure(config.log_format, config.debug)
+    try:
+        counters = load_counters(config.collectors)
+    except CounterFileError as exc:
+        return _fail(f"{config.source_of('collectors')}: {exc}")
+    for warning in counters.warnings:
+        log.warning(warning)
+    try:
+        app = build_app(config, counters)
+    except OSError as exc:
+        return _fail(f"cannot listen on {config.address}: {exc.strerror or exc}", EXIT_RUNTIME_ERROR)
+    except Exception as exc:
+        # Scenario files are user input too: their loader raises errors whose text names file:line:key.
+        if type(exc).__name__ == "ScenarioError":
+            return _fail(f"{config.source_of('simulate')}: {exc}")
+        raise
+    app.run()
+    logging.shutdown()
     return 0

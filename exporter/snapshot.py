@@ -8,9 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
-
-EMPTY_VALUES: Mapping[str, float] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -52,7 +49,7 @@ class MigReading:
     """Readings of one MIG instance, in DCGM units keyed by DCGM field name."""
 
     identity: MigIdentity
-    values: Mapping[str, float] = EMPTY_VALUES
+    values: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -77,9 +74,18 @@ class DeviceReading:
     identity: DeviceIdentity
     up: bool = True
     error: str = ""
-    values: Mapping[str, float] = EMPTY_VALUES
+    values: Mapping[str, float] = field(default_factory=dict)
     mig: tuple[MigReading, ...] = ()
     processes: tuple[GpuProcess, ...] | None = None  # None: not read (process attribution off)
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """An NVML call in progress: which function, on which GPU, since when (time.monotonic())."""
+
+    function: str
+    gpu: int | None
+    started: float
 
 
 @dataclass(frozen=True)

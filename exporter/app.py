@@ -1,0 +1,159 @@
+"""Lifecycle: start the sources and the HTTP server, re-render on change, stop cleanly on SIGTERM.
+
+Wiring only; each concern lives in its own module. Sources publish immutable values and call
+``invalidate`` on the exposition cache; a watchdog thread turns "the sampler is stuck inside an
+NVML call" into a state change too, so the stall shows up in self-metrics even though no new
+snapshot arrives.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from prometheus_client.core import Metric
+
+from exporter.config import Config
+from exporter.logs import get_logger
+from exporter.metrics.counters import CounterSet
+from exporter.metrics.render import (
+    DEFAULT_BUILDERS,
+    FamilyBuilder,
+    RenderContext,
+    RenderOptions,
+    WorkloadLabeler,
+    no_workloads,
+    render,
+)
+from exporter.nvml.sampler import Sampler
+from exporter.snapshot import InFlight, Snapshot
+from exporter.web.cache import ExpositionCache
+from exporter.web.health import HealthReport, evaluate, stalled_call
+from exporter.web.server import ExporterHTTPServer, WebSecurity
+
+log = get_logger("app")
+
+WATCHDOG_PERIOD_S = 0.5
+
+
+@dataclass
+class Extensions:
+    """Optional components wired around the core (simulator, attribution, event watcher, ...)."""
+
+    builders: list[FamilyBuilder] = field(default_factory=list)
+    on_start: list[Callable[[], None]] = field(default_factory=list)
+    on_stop: list[Callable[[], None]] = field(default_factory=list)
+    on_snapshot: list[Callable[[Snapshot], None]] = field(default_factory=list)
+    workloads: WorkloadLabeler = no_workloads
+
+
+def node_hostname(config: Config) -> str | None:
+    if config.no_hostname:
+        return None
+    return config.node_name or socket.gethostname()
+
+
+class App:
+    def __init__(self, config: Config, counters: CounterSet, *, security: WebSecurity | None = None,
+                 extensions: Extensions | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.counters = counters
+        self.extensions = extensions or Extensions()
+        self._clock = clock
+        self.options = RenderOptions(hostname=node_hostname(config),
+                                     replace_blanks_in_model_name=config.replace_blanks_in_model_name)
+        self.sampler = Sampler(
+            counters.field_specs(),
+            config.collect_interval_s,
+            on_snapshot=self._on_snapshot,
+            process_interval_s=config.process_interval_ms / 1000 if config.process_attribution else None,
+            clock=clock,
+        )
+        self.cache = ExpositionCache(self._render)
+        self.server = ExporterHTTPServer(config.address, self.cache, self.health, config.web_max_requests, security)
+        self.builders: Sequence[FamilyBuilder] = (*DEFAULT_BUILDERS, *self.extensions.builders)
+        self._stall: InFlight | None = None
+        self._stop = threading.Event()
+        self._watchdog: threading.Thread | None = None
+
+    # -- wiring ----------------------------------------------------------------------------------
+
+    def _on_snapshot(self, snapshot: Snapshot) -> None:
+        for consumer in self.extensions.on_snapshot:
+            consumer(snapshot)
+        self.cache.invalidate()
+
+    def render_context(self) -> RenderContext:
+        now = self._clock()
+        stall = self._stall
+        return RenderContext(snapshot=self.sampler.snapshot, counters=self.counters, options=self.options,
+                             workloads=self.extensions.workloads, stall=stall,
+                             stall_seconds=now - stall.started if stall else 0.0)
+
+    def _render(self) -> list[Metric]:
+        return render(self.render_context(), self.builders)
+
+    def health(self) -> HealthReport:
+        return evaluate(self.sampler.snapshot, self._clock(), self.config.collect_interval_s,
+                        self.sampler.in_flight())
+
+    def _watch(self) -> None:
+        """Notice a stuck NVML call (no snapshot will arrive to say so) and re-render when it starts/ends."""
+        while not self._stop.wait(WATCHDOG_PERIOD_S):
+            stall = stalled_call(self.sampler.in_flight(), self._clock(), self.config.collect_interval_s)
+            if (stall is None) != (self._stall is None):
+                if stall is not None:
+                    log.error("sampler stalled inside NVML; serving the last snapshot",
+                              extra={"fields": {"function": stall.function, "gpu": stall.gpu}})
+                else:
+                    log.warning("sampler recovered from an NVML stall")
+                self._stall = stall
+                self.cache.invalidate()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for hook in self.extensions.on_start:
+            hook()
+        self.cache.start()
+        self.sampler.start()
+        self.server.start()
+        self._watchdog = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+        self._watchdog.start()
+        log.info("listening", extra={"fields": {"address": self.config.address, "port": self.server.port,
+                                                "collect_interval_ms": self.config.collect_interval_ms,
+                                                "counters": self.counters.source}})
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.server.stop()
+        self.sampler.stop(timeout=2.0)  # a thread stuck inside NVML is a daemon; do not wait for it
+        self.cache.stop()
+        for hook in reversed(self.extensions.on_stop):
+            try:
+                hook()
+            except Exception:
+                log.exception("shutdown hook failed")
+
+    def run(self) -> None:
+        """Start, block until SIGTERM/SIGINT, stop."""
+        stop = threading.Event()
+
+        def request_stop(signum: int, _frame: FrameType | None) -> None:
+            log.info("stopping", extra={"fields": {"signal": signal.Signals(signum).name}})
+            stop.set()
+
+        previous: dict[int, Any] = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.start()
+            stop.wait()
+        finally:
+            self.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

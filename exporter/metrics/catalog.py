@@ -1,0 +1,336 @@
+"""The DCGM field catalog: every field this exporter can produce, and how it gets each one from NVML.
+
+dcgm-exporter's counters CSV names DCGM fields; DCGM reads them from the driver. We read the same
+quantities through NVML, so for each DCGM field we record its DCGM unit, where the value comes from
+in NVML, and the conversion between the two (e.g. NVML reports power in mW, DCGM in W). The README's
+metric table is generated from this catalog, and the sampler only performs the NVML queries that the
+enabled fields need — fewer calls, less time on the driver's lock.
+
+Names are dcgm-exporter <= 4.8 ("legacy") names by default. DCGM 4.7 renamed many fields without
+changing ID or unit (``DCGM_FI_DEV_GPU_TEMP`` -> ``DCGM_FI_DEV_GPU_TEMP_CELSIUS``): those are accepted
+as aliases. Fields that changed unit in dcgm-exporter 4.9 get their own entries with the converted
+value, so a 4.9-style CSV also works.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+MIB = 1024 * 1024
+ALL_LINKS_SCOPE = 0xFFFFFFFF  # NVML field scopeId meaning "sum over all NVLink links"
+
+
+class Scope(Enum):
+    """Which entities a field is reported for."""
+
+    DEVICE = "device"  # the physical GPU only (temperatures, power, ECC: chip-wide)
+    INSTANCE = "instance"  # the physical GPU, and each MIG instance where NVML reads it per instance
+
+
+@dataclass(frozen=True)
+class FromQuery:
+    """A value taken from one named NVML device query; several fields may share one query.
+
+    ``query`` is a key of ``exporter.nvml.queries.QUERIES`` (e.g. ``"memory"`` -> nvmlDeviceGetMemoryInfo),
+    ``item`` the item of its result, ``scale`` the factor to DCGM units. ``integer`` truncates like
+    DCGM's INT64 fields (DCGM stores FB MiB as ``bytes / 1048576`` truncated).
+    """
+
+    query: str
+    item: str
+    scale: float = 1.0
+    integer: bool = True
+
+
+@dataclass(frozen=True)
+class FromFieldValue:
+    """A value read through the batched ``nvmlDeviceGetFieldValues`` call (one call per GPU per cycle)."""
+
+    field_id: int
+    scope_id: int = 0
+    scale: float = 1.0
+    integer: bool = True
+
+
+@dataclass(frozen=True)
+class FromFieldRate:
+    """The per-second rate of cumulative NVML field counters (summed), from two consecutive cycles."""
+
+    field_ids: tuple[int, ...]
+    scope_id: int
+    scale: float = 1.0
+    integer: bool = True
+
+
+@dataclass(frozen=True)
+class FromExporter:
+    """Produced by an exporter component other than the sampler (event watcher, GPM, ...)."""
+
+    component: str
+
+
+Read = FromQuery | FromFieldValue | FromFieldRate | FromExporter
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One DCGM field we can serve: its names, DCGM unit, NVML source and conversion."""
+
+    name: str
+    field_id: int
+    unit: str
+    help: str
+    prom_type: str  # the type dcgm-exporter's CSV gives it; a user's CSV may override
+    read: Read | None  # None: a real DCGM field that this exporter cannot serve (yet)
+    nvml_source: str
+    aliases: tuple[str, ...] = ()
+    scope: Scope = Scope.DEVICE
+    is_label: bool = False  # a string value used as a label (CSV 'label' rows)
+
+    @property
+    def served(self) -> bool:
+        return self.read is not None
+
+
+def _q(query: str, item: str, scale: float = 1.0, integer: bool = True) -> FromQuery:
+    return FromQuery(query, item, scale, integer)
+
+
+def _fv(field_id: int, scale: float = 1.0, integer: bool = True, scope_id: int = 0) -> FromFieldValue:
+    return FromFieldValue(field_id, scope_id, scale, integer)
+
+
+_NVLINK_RATE = FromFieldRate((138, 139), ALL_LINKS_SCOPE, scale=1 / 1000)  # KiB/s -> DCGM "MB/s"
+
+_FIELDS: tuple[FieldSpec, ...] = (
+    # --- clocks ---------------------------------------------------------------------------------
+    FieldSpec("DCGM_FI_DEV_SM_CLOCK", 100, "MHz", "SM clock frequency (in MHz).", "gauge",
+              _q("sm_clock", "mhz"), "nvmlDeviceGetClockInfo(NVML_CLOCK_SM)"),
+    FieldSpec("DCGM_FI_DEV_MEM_CLOCK", 101, "MHz", "Memory clock frequency (in MHz).", "gauge",
+              _q("mem_clock", "mhz"), "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)"),
+    FieldSpec("DCGM_FI_DEV_SM_CLOCK_HERTZ", 1603, "Hz", "SM clock frequency (in Hz).", "gauge",
+              _q("sm_clock", "mhz", 1e6), "nvmlDeviceGetClockInfo(NVML_CLOCK_SM) x 10^6"),
+    FieldSpec("DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", 1604, "Hz", "Memory clock frequency (in Hz).", "gauge",
+              _q("mem_clock", "mhz", 1e6), "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM) x 10^6"),
+    FieldSpec("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", 112, "bitmask",
+              "Current clock event (throttle) reasons bitmask.", "gauge",
+              _q("clock_event_reasons", "mask"), "nvmlDeviceGetCurrentClocksEventReasons",
+              aliases=("DCGM_FI_DEV_CLOCKS_EVENT_REASONS",)),
+    # --- temperatures ---------------------------------------------------------------------------
+    FieldSpec("DCGM_FI_DEV_MEMORY_TEMP", 140, "C", "Memory temperature (in C).", "gauge",
+              _fv(82), "nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)",
+              aliases=("DCGM_FI_DEV_MEMORY_TEMP_CELSIUS",)),
+    FieldSpec("DCGM_FI_DEV_GPU_TEMP", 150, "C", "GPU temperature (in C).", "gauge",
+              _q("gpu_temp", "celsius"), "nvmlDeviceGetTemperatureV(NVML_TEMPERATURE_GPU)",
+              aliases=("DCGM_FI_DEV_GPU_TEMP_CELSIUS",)),
+    FieldSpec("DCGM_FI_DEV_SLOWDOWN_TEMP", 158, "C", "Slowdown temperature threshold (in C).", "gauge",
+              _q("slowdown_temp", "celsius"),
+              "nvmlDeviceGetTemperatureThreshold(NVML_TEMPERATURE_THRESHOLD_SLOWDOWN), read once"),
+    FieldSpec("DCGM_FI_DEV_SHUTDOWN_TEMP", 159, "C", "Shutdown temperature threshold (in C).", "gauge",
+              _q("shutdown_temp", "celsius"),
+              "nvmlDeviceGetTemperatureThreshold(NVML_TEMPERATURE_THRESHOLD_SHUTDOWN), read once"),
+    # --- power and energy -----------------------------------------------------------------------
+    FieldSpec("DCGM_FI_DEV_POWER_USAGE", 155, "W", "Power draw (in W).", "gauge",
+              _q("power_usage", "milliwatts", 1 / 1000, integer=False), "nvmlDeviceGetPowerUsage (mW / 1000)",
+              aliases=("DCGM_FI_DEV_BOARD_POWER_WATTS",)),
+    FieldSpec("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 156, "mJ", "Total energy consumption since boot (in mJ).",
+              "counter", _fv(83), "nvmlDeviceGetFieldValues(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION)"),
+    FieldSpec("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", 1611, "J", "Total energy consumption since boot (in J).",
+              "counter", _fv(83, 1 / 1000, integer=False),
+              "nvmlDeviceGetFieldValues(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION) / 1000"),
+    FieldSpec("DCGM_FI_DEV_POWER_MGMT_LIMIT", 160, "W", "Power management limit (in W).", "gauge",
+              _q("power_limit", "milliwatts", 1 / 1000, integer=False),
+              "nvmlDeviceGetPowerManagementLimit (mW / 1000)"),
+    FieldSpec("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", 164, "W", "Effective power limit (in W).", "gauge",
+              _fv(190, 1 / 1000, integer=False), "nvmlDeviceGetFieldValues(NVML_FI_DEV_POWER_CURRENT_LIMIT) / 1000"),
+    # --- PCIe -----------------------------------------------------------------------------------
+    FieldSpec("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 202, "count", "Total number of PCIe retries.", "counter",
+              _fv(94), "nvmlDeviceGetFieldValues(NVML_FI_DEV_PCIE_REPLAY_COUNTER)",
+              aliases=("DCGM_FI_DEV_PCIE_REPLAY_TOTAL",)),
+    # --- utilization ----------------------------------------------------------------------------
+    FieldSpec("DCGM_FI_DEV_GPU_UTIL", 203, "%", "GPU utilization (in %).", "gauge",
+              _q("utilization", "gpu"), "nvmlDeviceGetUtilizationRates().gpu"),
+    FieldSpec("DCGM_FI_DEV_MEM_COPY_UTIL", 204, "%", "Memory utilization (in %).", "gauge",
+              _q("utilization", "memory"), "nvmlDeviceGetUtilizationRates().memory"),
+    FieldSpec("DCGM_FI_DEV_ENC_UTIL", 206, "%", "Encoder utilization (in %).", "gauge",
+              _q("encoder", "util"), "nvmlDeviceGetEncoderUtilization()[0]"),
+    FieldSpec("DCGM_FI_DEV_DEC_UTIL", 207, "%", "Decoder utilization (in %).", "gauge",
+              _q("decoder", "util"), "nvmlDeviceGetDecoderUtilization()[0]"),
+    FieldSpec("DCGM_FI_DEV_GPU_UTIL_RATIO", 1613, "ratio", "GPU utilization (0.0-1.0).", "gauge",
+              _q("utilization", "gpu", 1 / 100, integer=False), "nvmlDeviceGetUtilizationRates().gpu / 100"),
+    FieldSpec("DCGM_FI_DEV_MEMORY_UTIL_RATIO", 1614, "ratio", "Memory utilization (0.0-1.0).", "gauge",
+              _q("utilization", "memory", 1 / 100, integer=False),
+              "nvmlDeviceGetUtilizationRates().memory / 100"),
+    FieldSpec("DCGM_FI_DEV_ENC_UTIL_RATIO", 1615, "ratio", "Encoder utilization (0.0-1.0).", "gauge",
+              _q("encoder", "util", 1 / 100, integer=False), "nvmlDeviceGetEncoderUtilization()[0] / 100"),
+    FieldSpec("DCGM_FI_DEV_DEC_UTIL_RATIO", 1616, "ratio", "Decoder utilization (0.0-1.0).", "gauge",
+              _q("decoder", "util", 1 / 100, integer=False), "nvmlDeviceGetDecoderUtilization()[0] / 100"),
+    # --- framebuffer ----------------------------------------------------------------------------
+    FieldSpec("DCGM_FI_DEV_FB_TOTAL", 250, "MiB", "Framebuffer memory total (in MiB).", "gauge",
+              _q("memory", "total", 1 / MIB), "nvmlDeviceGetMemoryInfo(version=2).total / 2^20",
+              scope=Scope.INSTANCE),
+    FieldSpec("DCGM_FI_DEV_FB_FREE", 251, "MiB", "Framebuffer memory free (in MiB).", "gauge",
+              _q("memory", "free", 1 / MIB), "nvmlDeviceGetMemoryInfo(version=2).free / 2^20",
+              scope=Scope.INSTANCE),
+    FieldSpec("DCGM_FI_DEV_FB_USED", 252, "MiB", "Framebuffer memory used (in MiB).", "gauge",
+              _q("memory", "used", 1 / MIB), "nvmlDeviceGetMemoryInfo(version=2).used / 2^20 (v1: used incl. reserved)",
+              scope=Scope.INSTANCE),
+    FieldSpec("DCGM_FI_DEV_FB_RESERVED", 253, "MiB", "Framebuffer memory reserved (in MiB).", "gauge",
+              _q("memory", "reserved", 1 / MIB), "nvmlDeviceGetMemoryInfo(version=2).reserved / 2^20",
+              scope=Scope.INSTANCE),
+    FieldSpec("DCGM_FI_DEV_FB_USED_PERCENT", 254, "ratio", "Framebuffer memory used (0.0-1.0).", "gauge",
+              _q("memory", "used_ratio", integer=False), "nvmlDeviceGetMemoryInfo(version=2): used / total",
+              aliases=("DCGM_FI_DEV_FB_USED_RATIO",), scope=Scope.INSTANCE),
+    FieldSpec("DCGM_FI_DEV_FB_CAPACITY_BYTES", 1625, "bytes", "Framebuffer memory total (in bytes).", "gauge",
+              _q("memory", "total"), "nvmlDeviceGetMemoryInfo(version=2).total", scope=Scope.INSTANCE),
+    FieldSpec("DCGM_FI_DEV_FB_FREE_BYTES", 1626, "bytes", "Framebuffer memory free (in bytes).", "gauge",
+              _q("memory", "free"), "nvmlDeviceGetMemoryInfo(version=2).free", scope=Scope.INSTANCE),
+    FieldSpec("DCGM_FI_DEV_FB_USED_BYTES", 1627, "bytes", "Framebuffer memory used (in bytes).", "gauge",
+              _q("memory", "used"), "nvmlDeviceGetMemoryInfo(version=2).used", scope=Scope.INSTANCE),
+    FieldSpec("DCGM_FI_DEV_FB_RESERVED_BYTES", 1628, "bytes", "Framebuffer memory reserved (in bytes).", "gauge",
+              _q("memory", "reserved"), "nvmlDeviceGetMemoryInfo(version=2).reserved", scope=Scope.INSTANCE),
+    # --- fan, performance state -----------------------------------------------------------------
+    FieldSpec("DCGM_FI_DEV_FAN_SPEED", 191, "%", "Fan speed (in %).", "gauge",
+              _q("fan_speed", "percent"), "nvmlDeviceGetFanSpeed"),
+    FieldSpec("DCGM_FI_DEV_PSTATE", 190, "P-state", "Performance state (0 = maximum performance).", "gauge",
+              _q("pstate", "pstate"), "nvmlDeviceGetPerformanceState (omitted when unknown)"),
+    # --- NVLink ---------------------------------------------------------------------------------
+    FieldSpec("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 449, "MB/s",
+              "Total number of NVLink bandwidth counters for all lanes", "counter", _NVLINK_RATE,
+              "rate of nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX + _RX, all links): "
+              "KiB/s / 1000, as DCGM computes it",
+              aliases=("DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL",)),
+    # --- row remapping --------------------------------------------------------------------------
+    FieldSpec("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", 393, "rows",
+              "Number of remapped rows for uncorrectable errors", "counter",
+              _fv(143), "nvmlDeviceGetFieldValues(NVML_FI_DEV_REMAPPED_UNC)",
+              aliases=("DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL",)),
+    FieldSpec("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", 394, "rows",
+              "Number of remapped rows for correctable errors", "counter",
+              _fv(142), "nvmlDeviceGetFieldValues(NVML_FI_DEV_REMAPPED_COR)",
+              aliases=("DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL",)),
+    FieldSpec("DCGM_FI_DEV_ROW_REMAP_FAILURE", 395, "0/1", "Whether remapping of rows has failed", "gauge",
+              _fv(145), "nvmlDeviceGetFieldValues(NVML_FI_DEV_REMAPPED_FAILURE)",
+              aliases=("DCGM_FI_DEV_ROW_REMAP_FAILED",)),
+    FieldSpec("DCGM_FI_DEV_ROW_REMAP_PENDING", 396, "0/1", "Whether row remapping is pending a GPU reset", "gauge",
+              _fv(144), "nvmlDeviceGetFieldValues(NVML_FI_DEV_REMAPPED_PENDING)"),
+    # --- static label fields --------------------------------------------------------------------
+    FieldSpec("DCGM_FI_DRIVER_VERSION", 1, "", "Driver Version", "label", _q("system", "driver_version"),
+              "nvmlSystemGetDriverVersion, read once", aliases=("DCGM_FI_SYSTEM_DRIVER_VERSION",), is_label=True),
+    FieldSpec("DCGM_FI_NVML_VERSION", 2, "", "NVML Version", "label", _q("system", "nvml_version"),
+              "nvmlSystemGetNVMLVersion, read once", aliases=("DCGM_FI_SYSTEM_NVML_VERSION",), is_label=True),
+    FieldSpec("DCGM_FI_DEV_SERIAL", 53, "", "Device Serial Number", "label", _q("identity", "serial"),
+              "nvmlDeviceGetSerial, read once", aliases=("DCGM_FI_DEV_BOARD_SERIAL",), is_label=True),
+    FieldSpec("DCGM_FI_DEV_VBIOS_VERSION", 85, "", "VBIOS version of the device", "label",
+              _q("identity", "vbios_version"), "nvmlDeviceGetVbiosVersion, read once", is_label=True),
+    # --- produced by other components -----------------------------------------------------------
+    FieldSpec("DCGM_FI_DEV_XID_ERRORS", 230, "Xid", "Value of the last XID error encountered.", "gauge",
+              None, "NVML event set (nvmlEventTypeXidCriticalError), not yet implemented",
+              aliases=("DCGM_FI_DEV_XID_ERROR",)),
+    FieldSpec("DCGM_FI_DEV_VGPU_LICENSE_STATUS", 526, "0/1", "vGPU License status", "gauge", None,
+              "only meaningful inside a vGPU guest; not served"),
+)
+
+# Real DCGM field names (legacy and DCGM 4.7 canonical) that we know but cannot serve. A CSV naming one
+# loads with a warning; a name that is neither here nor in the catalog is an error (most likely a typo).
+_KNOWN_UNSERVED_NAMES = frozenset({
+    "DCGM_FI_CUDA_DRIVER_VERSION", "DCGM_FI_PROCESS_NAME", "DCGM_FI_DEV_COUNT", "DCGM_FI_DEV_NAME",
+    "DCGM_FI_DEV_BRAND", "DCGM_FI_DEV_GPU_BRAND", "DCGM_FI_DEV_NVML_INDEX", "DCGM_FI_DEV_UUID",
+    "DCGM_FI_DEV_MINOR_NUMBER", "DCGM_FI_DEV_OEM_INFOROM_VER", "DCGM_FI_DEV_INFOROM_OEM_VERSION",
+    "DCGM_FI_DEV_PCI_BUSID", "DCGM_FI_DEV_PCI_COMBINED_ID", "DCGM_FI_DEV_PCI_SUBSYS_ID",
+    "DCGM_FI_GPU_TOPOLOGY_PCI", "DCGM_FI_GPU_TOPOLOGY_NVLINK", "DCGM_FI_GPU_TOPOLOGY_AFFINITY",
+    "DCGM_FI_DEV_CUDA_COMPUTE_CAPABILITY", "DCGM_FI_DEV_COMPUTE_MODE", "DCGM_FI_DEV_PERSISTENCE_MODE",
+    "DCGM_FI_DEV_MIG_MODE", "DCGM_FI_DEV_CUDA_VISIBLE_DEVICES_STR", "DCGM_FI_DEV_MIG_MAX_SLICES",
+    "DCGM_FI_DEV_CC_MODE", "DCGM_FI_DEV_ECC_INFOROM_VER", "DCGM_FI_DEV_INFOROM_ECC_VERSION",
+    "DCGM_FI_DEV_POWER_INFOROM_VER", "DCGM_FI_DEV_INFOROM_POWER_VERSION", "DCGM_FI_DEV_INFOROM_IMAGE_VER",
+    "DCGM_FI_DEV_INFOROM_IMAGE_VERSION", "DCGM_FI_DEV_INFOROM_CONFIG_CHECK", "DCGM_FI_DEV_INFOROM_CONFIG_VALID",
+    "DCGM_FI_DEV_BAR1_TOTAL", "DCGM_FI_DEV_BAR1_USED", "DCGM_FI_DEV_BAR1_FREE", "DCGM_FI_DEV_BAR1_CAPACITY_BYTES",
+    "DCGM_FI_DEV_BAR1_USED_BYTES", "DCGM_FI_DEV_BAR1_FREE_BYTES", "DCGM_FI_SYNC_BOOST",
+    "DCGM_FI_DEV_VIDEO_CLOCK", "DCGM_FI_DEV_APP_SM_CLOCK", "DCGM_FI_DEV_APP_MEM_CLOCK", "DCGM_FI_DEV_MAX_SM_CLOCK",
+    "DCGM_FI_DEV_MAX_MEM_CLOCK", "DCGM_FI_DEV_MAX_VIDEO_CLOCK", "DCGM_FI_DEV_AUTOBOOST",
+    "DCGM_FI_DEV_SUPPORTED_CLOCKS", "DCGM_FI_DEV_VIDEO_CLOCK_HERTZ", "DCGM_FI_DEV_SM_APP_CLOCK_HERTZ",
+    "DCGM_FI_DEV_MEMORY_APP_CLOCK_HERTZ", "DCGM_FI_DEV_SM_MAX_CLOCK_HERTZ", "DCGM_FI_DEV_MEMORY_MAX_CLOCK_HERTZ",
+    "DCGM_FI_DEV_VIDEO_MAX_CLOCK_HERTZ", "DCGM_FI_DEV_MEM_MAX_OP_TEMP", "DCGM_FI_DEV_GPU_MAX_OP_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE_INSTANT", "DCGM_FI_DEV_BOARD_POWER_RAW_WATTS", "DCGM_FI_DEV_POWER_MGMT_LIMIT_MIN",
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX", "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF", "DCGM_FI_DEV_FAN_SPEED_RATIO",
+    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "DCGM_FI_DEV_ACCOUNTING_DATA",
+    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "DCGM_FI_DEV_PCIE_LINK_GEN",
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH", "DCGM_FI_DEV_POWER_VIOLATION", "DCGM_FI_DEV_THERMAL_VIOLATION",
+    "DCGM_FI_DEV_SYNC_BOOST_VIOLATION", "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION", "DCGM_FI_DEV_LOW_UTIL_VIOLATION",
+    "DCGM_FI_DEV_RELIABILITY_VIOLATION", "DCGM_FI_DEV_TOTAL_APP_CLOCKS_VIOLATION",
+    "DCGM_FI_DEV_TOTAL_BASE_CLOCKS_VIOLATION", "DCGM_FI_DEV_GPU_POWER_THROTTLE_SECONDS_TOTAL",
+    "DCGM_FI_DEV_GPU_THERMAL_THROTTLE_SECONDS_TOTAL", "DCGM_FI_DEV_GPU_SYNC_BOOST_THROTTLE_SECONDS_TOTAL",
+    "DCGM_FI_DEV_GPU_LIMIT_THROTTLE_SECONDS_TOTAL", "DCGM_FI_DEV_GPU_LOW_UTIL_THROTTLE_SECONDS_TOTAL",
+    "DCGM_FI_DEV_GPU_RELIABILITY_THROTTLE_SECONDS_TOTAL", "DCGM_FI_DEV_ECC_CURRENT", "DCGM_FI_DEV_ECC_PENDING",
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_RETIRED_DBE",
+    "DCGM_FI_DEV_RETIRED_PENDING", "DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL", "DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL",
+    "DCGM_FI_DEV_PAGE_RETIRED_PENDING", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_TOTAL",
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_TOTAL", "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_TOTAL",
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_TOTAL", "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND",
+    "DCGM_FI_DEV_NVLINK_TX_BANDWIDTH_TOTAL", "DCGM_FI_DEV_NVLINK_RX_BANDWIDTH_TOTAL", "DCGM_FI_DEV_VIRTUAL_MODE",
+    "DCGM_FI_DEV_VGPU_MEMORY_USAGE", "DCGM_FI_DEV_VGPU_FB_USED_BYTES", "DCGM_FI_DEV_C2C_MAX_BANDWIDTH",
+    "DCGM_FI_DEV_GPU_NVLINK_ERRORS", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE", "DCGM_FI_PROF_PIPE_FP32_ACTIVE", "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+    "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_PROF_NVLINK_TX_BYTES",
+    "DCGM_FI_PROF_NVLINK_RX_BYTES", "DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE", "DCGM_FI_PROF_PIPE_INT_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO",
+    "DCGM_FI_PROF_SM_UTIL_RATIO", "DCGM_FI_PROF_SM_OCCUPANCY_RATIO", "DCGM_FI_PROF_TENSOR_UTIL_RATIO",
+    "DCGM_FI_PROF_DRAM_UTIL_RATIO", "DCGM_FI_PROF_FP64_UTIL_RATIO", "DCGM_FI_PROF_FP32_UTIL_RATIO",
+    "DCGM_FI_PROF_FP16_UTIL_RATIO", "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND",
+    "DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND", "DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND",
+    "DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND", "DCGM_EXP_XID_ERRORS_COUNT", "DCGM_EXP_XID_ERRORS_TOTAL",
+    "DCGM_EXP_CLOCK_EVENTS_COUNT", "DCGM_EXP_CLOCK_EVENTS_TOTAL", "DCGM_EXP_GPU_HEALTH_STATUS",
+    "DCGM_EXP_P2P_STATUS",
+})
+
+# Numbered families (per link, per engine, per location) that are real DCGM fields we do not serve.
+_KNOWN_UNSERVED_PATTERNS = (
+    re.compile(r"^DCGM_FI_DEV_NVLINK_(BANDWIDTH|THROUGHPUT)_L\d{1,2}(_BYTES_PER_SECOND)?$"),
+    re.compile(r"^DCGM_FI_DEV_NVLINK_(CRC_FLIT|CRC_DATA|REPLAY|RECOVERY)_ERROR(_COUNT)?_L\d{1,2}(_TOTAL)?$"),
+    re.compile(r"^DCGM_FI_DEV_ECC_(SBE|DBE)_(VOL|AGG)_(L1|L2|DEV|REG|TEX|SHM|CBU|SRM)$"),
+    re.compile(r"^DCGM_FI_DEV_(CPU|MEM)_AFFINITY_\d$"),
+    re.compile(r"^DCGM_FI_PROF_(NVDEC|NVJPG|NVOFA)\d_ACTIVE$"),
+    re.compile(r"^DCGM_FI_PROF_NVLINK_L\d{1,2}_(TX|RX)_BYTES$"),
+    re.compile(r"^DCGM_FI_DEV_VGPU_[A-Z0-9_]+$"),
+)
+
+
+class Catalog:
+    """Lookup of field specs by any of their names (legacy name or alias)."""
+
+    def __init__(self, fields: tuple[FieldSpec, ...]) -> None:
+        self._fields = fields
+        self._by_name: dict[str, FieldSpec] = {}
+        for spec in fields:
+            for name in (spec.name, *spec.aliases):
+                if name in self._by_name:  # pragma: no cover - guarded by tests
+                    raise ValueError(f"duplicate catalog name {name}")
+                self._by_name[name] = spec
+
+    @property
+    def fields(self) -> tuple[FieldSpec, ...]:
+        return self._fields
+
+    def lookup(self, name: str) -> FieldSpec | None:
+        return self._by_name.get(name)
+
+    def is_known_dcgm_name(self, name: str) -> bool:
+        """A real DCGM field or dcgm-exporter metric name, served by us or not."""
+        return (name in self._by_name or name in _KNOWN_UNSERVED_NAMES
+                or any(pattern.match(name) for pattern in _KNOWN_UNSERVED_PATTERNS))
+
+    def all_names(self) -> list[str]:
+        return sorted(self._by_name)
+
+    def replace(self, spec: FieldSpec) -> Catalog:
+        """A catalog where the entry with ``spec.name`` is replaced (used when a component starts serving it)."""
+        return Catalog(tuple(spec if existing.name == spec.name else existing for existing in self._fields))
+
+
+CATALOG = Catalog(_FIELDS)

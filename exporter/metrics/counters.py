@@ -1,0 +1,142 @@
+"""Loading dcgm-exporter's counters CSV: which DCGM fields to export, with which type and help text.
+
+The format is dcgm-exporter's, so a platform team's existing file keeps working: lines starting
+with ``#`` are comments (dcgm-exporter's own file writes them as ``# Clocks,,``), blank lines are
+ignored, and every other record has exactly three columns ``DCGM field, Prometheus type, help``
+with surrounding spaces trimmed (quoted help text may contain commas). Type ``label`` turns the
+field's string value into a label on every GPU series instead of a metric.
+
+A field we know but cannot serve (profiling fields before GPM support, vGPU licensing) is skipped
+with one warning naming the line, exactly like dcgm-exporter skips profiling rows the GPU lacks.
+An unknown name or a malformed row is an error naming file and line: a typo must not silently
+drop a metric that alerts depend on.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from exporter.metrics.catalog import CATALOG, Catalog, FieldSpec
+
+PROMETHEUS_TYPES = ("gauge", "counter", "histogram", "summary", "label")
+BUILTIN_NAME = "(built-in default-counters.csv)"
+
+
+class CounterFileError(Exception):
+    """A malformed counters file; ``str(self)`` is one line naming file, line and key."""
+
+    def __init__(self, path: str, line: int, key: str, message: str) -> None:
+        self.path = path
+        self.line = line
+        self.key = key
+        self.message = message
+        where = f"{path}:{line}" if line else path
+        super().__init__(f"{where}: {key}: {message}")
+
+
+@dataclass(frozen=True)
+class CounterRow:
+    """One active row: the metric name exactly as written (it becomes the Prometheus name)."""
+
+    name: str
+    prom_type: str
+    help: str
+    spec: FieldSpec
+    line: int
+
+
+@dataclass(frozen=True)
+class CounterSet:
+    """The rows that will be exported, the label rows, and warnings about rows that were skipped."""
+
+    source: str
+    metrics: tuple[CounterRow, ...]
+    labels: tuple[CounterRow, ...]
+    warnings: tuple[str, ...] = ()
+
+    def field_specs(self) -> tuple[FieldSpec, ...]:
+        return tuple(row.spec for row in (*self.metrics, *self.labels))
+
+    def has(self, name: str) -> bool:
+        return any(row.name == name for row in self.metrics)
+
+
+def default_counters_text() -> str:
+    return resources.files("exporter.metrics").joinpath("data/default-counters.csv").read_text(encoding="utf-8")
+
+
+def load_counters(path: str | None, catalog: Catalog = CATALOG) -> CounterSet:
+    """Load ``path`` (or the built-in default when empty/None)."""
+    if not path:
+        return parse_counters(default_counters_text(), BUILTIN_NAME, catalog)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CounterFileError(path, 0, "collectors", f"cannot read counters file: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise CounterFileError(path, 0, "collectors", "not a UTF-8 text file") from None
+    return parse_counters(text, path, catalog)
+
+
+def parse_counters(text: str, source: str, catalog: Catalog = CATALOG) -> CounterSet:
+    metrics: list[CounterRow] = []
+    labels: list[CounterRow] = []
+    warnings: list[str] = []
+    seen: dict[str, int] = {}
+
+    for line_number, raw_line in enumerate(text.splitlines(), start=1):
+        stripped = raw_line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        record = _parse_record(raw_line, source, line_number)
+        if len(record) != 3:
+            raise CounterFileError(
+                source, line_number, record[0] if record else "row",
+                f"expected 3 columns (DCGM field, Prometheus type, help), found {len(record)}"
+                + (" — quote help text that contains commas" if len(record) > 3 else ""))
+        name, prom_type, help_text = record
+        if not name:
+            raise CounterFileError(source, line_number, "field", "empty DCGM field name")
+        prom_type = prom_type.lower()
+        if prom_type not in PROMETHEUS_TYPES:
+            expected = ", ".join(PROMETHEUS_TYPES)
+            raise CounterFileError(source, line_number, name,
+                                   f"unknown Prometheus type {record[1]!r} (expected one of {expected})")
+        spec = catalog.lookup(name)
+        if spec is None:
+            if catalog.is_known_dcgm_name(name):
+                warnings.append(f"{source}:{line_number}: {name}: this DCGM field cannot be read through NVML "
+                                "by this exporter; the row is skipped")
+                continue
+            hint = difflib.get_close_matches(name, catalog.all_names(), n=1)
+            raise CounterFileError(source, line_number, name, "unknown DCGM field name"
+                                   + (f" (did you mean {hint[0]}?)" if hint else ""))
+        if not spec.served:
+            warnings.append(f"{source}:{line_number}: {name}: not served by this exporter ({spec.nvml_source}); "
+                            "the row is skipped")
+            continue
+        if (prom_type == "label") != spec.is_label:
+            expected = "label" if spec.is_label else "a metric type (gauge, counter, ...)"
+            raise CounterFileError(source, line_number, name, f"type {prom_type!r} does not fit this field: "
+                                   f"expected {expected}")
+        if name in seen:
+            warnings.append(f"{source}:{line_number}: {name}: duplicate of line {seen[name]}; the row is skipped")
+            continue
+        seen[name] = line_number
+        row = CounterRow(name=name, prom_type=prom_type, help=help_text or spec.help, spec=spec, line=line_number)
+        (labels if prom_type == "label" else metrics).append(row)
+
+    return CounterSet(source=source, metrics=tuple(metrics), labels=tuple(labels), warnings=tuple(warnings))
+
+
+def _parse_record(raw_line: str, source: str, line_number: int) -> list[str]:
+    try:
+        rows = list(csv.reader(io.StringIO(raw_line), skipinitialspace=True, strict=True))
+    except csv.Error as exc:
+        raise CounterFileError(source, line_number, "row", f"malformed CSV: {exc}") from None
+    return [cell.strip() for cell in rows[0]] if rows else []

@@ -1,0 +1,92 @@
+"""Encoding metric families into the Prometheus text format (0.0.4) and OpenMetrics 1.0.
+
+Families are prometheus-client ``Metric`` objects, so everything that builds them uses the
+library's data model. The byte encoding is ours for two reasons the compatibility contract forces:
+
+* dcgm-exporter's counters do not end in ``_total`` (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``).
+  prometheus-client's text writer renames a counter family's ``# TYPE`` line to ``<name>_total``,
+  which would detach the type from the samples. We keep the name exactly as the CSV gives it.
+* dcgm-exporter orders labels ``gpu, UUID, pci_bus_id, device, modelName, ...``; the library sorts
+  them alphabetically. We keep insertion order, so our lines diff cleanly against dcgm-exporter's.
+
+Escaping follows the exposition format specification exactly (label values: backslash, double
+quote and newline; help text: backslash and newline), and the tests parse every output back with
+prometheus-client's own parsers and lint it with promtool.
+
+In OpenMetrics a counter's samples must end in ``_total``; renaming dcgm-exporter's counters would
+rename the stored series, so those families are declared ``unknown`` there (same samples, same
+names). Counters that follow the convention (our ``*_total`` self-metrics) stay counters.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterable, Mapping
+
+from prometheus_client.core import Metric
+from prometheus_client.utils import floatToGoString
+
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+def escape_label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_value(value: float) -> str:
+    """Integers as integers (DCGM's INT64 fields print like dcgm-exporter's ``%d``), floats as Go does."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    return str(floatToGoString(value))  # type: ignore[no-untyped-call]
+
+
+def _labels(labels: Mapping[str, str]) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{key}="{escape_label_value(value)}"' for key, value in labels.items()) + "}"
+
+
+def encode_text(families: Iterable[Metric]) -> bytes:
+    """Prometheus text format 0.0.4."""
+    out: list[str] = []
+    for family in families:
+        if not family.samples:
+            continue
+        type_name = "untyped" if family.type == "unknown" else family.type
+        out.append(f"# HELP {family.name} {escape_help(family.documentation)}\n")
+        out.append(f"# TYPE {family.name} {type_name}\n")
+        out.extend(f"{sample.name}{_labels(sample.labels)} {format_value(sample.value)}\n"
+                   for sample in family.samples)
+    return "".join(out).encode("utf-8")
+
+
+def encode_openmetrics(families: Iterable[Metric]) -> bytes:
+    """OpenMetrics 1.0 text, terminated by ``# EOF``."""
+    out: list[str] = []
+    for family in families:
+        if not family.samples:
+            continue
+        name, type_name = family.name, family.type
+        if type_name == "counter":
+            if all(sample.name.endswith("_total") for sample in family.samples):
+                name = name.removesuffix("_total")
+            else:
+                type_name = "unknown"
+        out.append(f"# HELP {name} {escape_help(family.documentation)}\n")
+        out.append(f"# TYPE {name} {type_name}\n")
+        out.extend(f"{sample.name}{_labels(sample.labels)} {format_value(sample.value)}\n"
+                   for sample in family.samples)
+    out.append("# EOF\n")
+    return "".join(out).encode("utf-8")
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    # Level 6 is zlib's default balance; mtime=0 keeps the output deterministic for caching and tests.
+    return gzip.compress(data, compresslevel=6, mtime=0)

@@ -1,0 +1,190 @@
+"""Rendering: a pure function from the sources' immutable values to Prometheus metric families.
+
+Nothing here performs I/O or reads a clock; the exposition cache calls ``render`` once per new
+snapshot (not per scrape) and tests call it with hand-built values.
+
+Label names and order are dcgm-exporter's (reference dcgm-exporter.md §3.1): ``gpu, UUID,
+pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID], Hostname, <CSV label rows>``, then the
+workload labels ``container, namespace, pod, ...`` added by the attribution component. A GPU that
+no single pod holds carries no workload labels at all (never empty strings).
+
+Other components (attribution, Xid watcher, health, GPM) contribute families through
+``FamilyBuilder`` callables that receive the same ``RenderContext``, so identity labels are built in
+exactly one place.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client.core import Metric
+
+from exporter import __version__
+from exporter.metrics.catalog import FromQuery
+from exporter.metrics.counters import CounterRow, CounterSet
+from exporter.snapshot import DeviceIdentity, DeviceReading, InFlight, MigIdentity, Snapshot
+
+SELF_PREFIX = "gpu_pod_exporter_"
+
+WorkloadLabeler = Callable[[DeviceIdentity, int | None], Sequence[Mapping[str, str]]]
+
+
+def no_workloads(_identity: DeviceIdentity, _gpu_instance_id: int | None) -> Sequence[Mapping[str, str]]:
+    return ({},)
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    hostname: str | None  # None: --no-hostname
+    replace_blanks_in_model_name: bool = False
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """Everything a family builder may look at. Immutable; built once per render."""
+
+    snapshot: Snapshot
+    counters: CounterSet
+    options: RenderOptions
+    workloads: WorkloadLabeler = no_workloads
+    stall: InFlight | None = None  # an NVML call in flight longer than the staleness limit
+    stall_seconds: float = 0.0
+    extras: Mapping[str, object] = field(default_factory=dict)
+
+    def identity_labels(self, identity: DeviceIdentity, mig: MigIdentity | None = None) -> dict[str, str]:
+        """gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID], Hostname."""
+        model = identity.model.replace(" ", "-") if self.options.replace_blanks_in_model_name else identity.model
+        labels = {
+            "gpu": str(identity.index),
+            "UUID": identity.uuid,
+            "pci_bus_id": identity.pci_bus_id,
+            "device": identity.device_name,
+            "modelName": model,
+        }
+        if mig is not None:
+            labels["GPU_I_PROFILE"] = mig.profile
+            labels["GPU_I_ID"] = str(mig.gpu_instance_id)
+        if self.options.hostname is not None:
+            labels["Hostname"] = self.options.hostname
+        return labels
+
+    def base_labels(self, identity: DeviceIdentity, mig: MigIdentity | None = None) -> dict[str, str]:
+        """Identity labels plus the CSV's label rows (e.g. DCGM_FI_DRIVER_VERSION)."""
+        labels = self.identity_labels(identity, mig)
+        for row in self.counters.labels:
+            value = _label_row_value(row, identity, self.snapshot)
+            if value:
+                labels[row.name] = value
+        return labels
+
+    def series_label_sets(self, identity: DeviceIdentity, mig: MigIdentity | None = None) -> list[dict[str, str]]:
+        """Base labels extended by each workload label set (one set, or one per pod in virtual-GPU mode)."""
+        base = self.base_labels(identity, mig)
+        gpu_instance_id = mig.gpu_instance_id if mig is not None else None
+        return [{**base, **extension} for extension in self.workloads(identity, gpu_instance_id)]
+
+
+FamilyBuilder = Callable[[RenderContext], Iterable[Metric]]
+
+
+def _label_row_value(row: CounterRow, identity: DeviceIdentity, snapshot: Snapshot) -> str:
+    read = row.spec.read
+    if not isinstance(read, FromQuery):
+        return ""
+    if read.query == "system":
+        return str(getattr(snapshot.status, read.item, ""))
+    if read.query == "identity":
+        return str(getattr(identity, read.item, ""))
+    return ""
+
+
+def dcgm_families(ctx: RenderContext) -> list[Metric]:
+    """One family per active CSV row, one sample per GPU (and MIG instance, and workload) that has it."""
+    families: list[Metric] = []
+    readings = [reading for reading in ctx.snapshot.devices if reading.up]
+    label_sets = {reading.identity.uuid: ctx.series_label_sets(reading.identity) for reading in readings}
+    mig_label_sets = {
+        (reading.identity.uuid, mig.identity.uuid): ctx.series_label_sets(reading.identity, mig.identity)
+        for reading in readings for mig in reading.mig
+    }
+    for row in ctx.counters.metrics:
+        family = Metric(row.name, row.help, row.prom_type)
+        for reading in readings:
+            _add_samples(family, row.name, reading.values.get(row.spec.name), label_sets[reading.identity.uuid])
+            for mig in reading.mig:
+                _add_samples(family, row.name, mig.values.get(row.spec.name),
+                             mig_label_sets[(reading.identity.uuid, mig.identity.uuid)])
+        families.append(family)
+    return families
+
+
+def _add_samples(family: Metric, name: str, value: float | None, label_sets: Iterable[Mapping[str, str]]) -> None:
+    if value is None:
+        return
+    for labels in label_sets:
+        family.add_sample(name, dict(labels), value)
+
+
+def self_families(ctx: RenderContext) -> list[Metric]:
+    """The exporter's own health, under ``gpu_pod_exporter_`` with Prometheus naming."""
+    status = ctx.snapshot.status
+    families: list[Metric] = []
+
+    def gauge(name: str, help_text: str, value: float, labels: Mapping[str, str] | None = None) -> Metric:
+        family = Metric(SELF_PREFIX + name, help_text, "gauge")
+        family.add_sample(SELF_PREFIX + name, dict(labels or {}), value)
+        families.append(family)
+        return family
+
+    def counter(name: str, help_text: str, value: float) -> None:
+        family = Metric(SELF_PREFIX + name, help_text, "counter")
+        family.add_sample(SELF_PREFIX + name + "_total", {}, value)
+        families.append(family)
+
+    gauge("build_info", "Build information of gpu-pod-exporter; the value is always 1.", 1,
+          {"version": __version__, "python_version": platform.python_version()})
+    gauge("nvml_up", "1 when NVML is initialised and answering, 0 otherwise.", 1 if status.nvml_up else 0)
+    gauge("devices", "Number of GPUs found by NVML.", status.device_count)
+    up_family = Metric(SELF_PREFIX + "device_up", "1 when the GPU answers NVML, 0 when it is lost.", "gauge")
+    for reading in ctx.snapshot.devices:
+        up_family.add_sample(SELF_PREFIX + "device_up", ctx.identity_labels(reading.identity),
+                             1 if reading.up else 0)
+    families.append(up_family)
+    gauge("sampling_duration_seconds", "Duration of the last complete NVML sampling cycle.",
+          status.last_cycle_duration_s)
+    if status.last_sample_wall_time:
+        gauge("last_sample_timestamp_seconds", "Unix time at which the last complete sampling cycle ended.",
+              status.last_sample_wall_time)
+    gauge("nvml_calls_per_cycle", "NVML calls made in the last complete sampling cycle (fewer is cheaper).",
+          status.last_cycle_nvml_calls)
+    counter("nvml_calls", "NVML calls made by the sampler since start.", status.nvml_calls_total)
+    counter("sampling_cycles", "Complete sampling cycles since start.", status.cycles)
+    gauge("sampler_stalled", "1 when an NVML call has been in flight longer than three collect intervals.",
+          1 if ctx.stall is not None else 0)
+    unsupported = Metric(SELF_PREFIX + "field_unsupported",
+                         "1 for each (GPU, field) that NVML reported as not supported; the field is omitted.",
+                         "gauge")
+    identities = {reading.identity.index: reading.identity for reading in ctx.snapshot.devices}
+    for index, field_name in status.unsupported_fields:
+        identity = identities.get(index)
+        if identity is not None:
+            unsupported.add_sample(SELF_PREFIX + "field_unsupported",
+                                   {"gpu": str(index), "UUID": identity.uuid, "field": field_name}, 1)
+    families.append(unsupported)
+    return families
+
+
+DEFAULT_BUILDERS: tuple[FamilyBuilder, ...] = (dcgm_families, self_families)
+
+
+def render(ctx: RenderContext, builders: Sequence[FamilyBuilder] = DEFAULT_BUILDERS) -> list[Metric]:
+    families: list[Metric] = []
+    for builder in builders:
+        families.extend(builder(ctx))
+    return families
+
+
+def reading_by_uuid(snapshot: Snapshot) -> dict[str, DeviceReading]:
+    return {reading.identity.uuid: reading for reading in snapshot.devices}

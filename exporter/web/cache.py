@@ -1,0 +1,112 @@
+"""The exposition cache: render once per change, let every scrape copy bytes.
+
+Sources (sampler, attribution, event watcher, watchdog) call ``invalidate()`` when their published
+value changes. A background renderer coalesces bursts of invalidations into one render; scrapes
+never render, never call NVML and never wait on a source. The text format is encoded right after
+rendering; OpenMetrics and gzip variants are encoded on first request and memoised beside it,
+because Prometheus asks for OpenMetrics+gzip by default while curl asks for plain text.
+
+If a render fails (a bug, never a user mistake), the previous exposition keeps being served and
+the failure is logged: a scrape still answers with the last good data instead of a 500.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from prometheus_client.core import Metric
+
+from exporter.logs import get_logger
+from exporter.metrics.exposition import (
+    OPENMETRICS_CONTENT_TYPE,
+    TEXT_CONTENT_TYPE,
+    encode_openmetrics,
+    encode_text,
+    gzip_bytes,
+)
+
+log = get_logger("exposition")
+
+
+class RenderedExposition:
+    """One rendered generation; variants are encoded lazily and memoised (thread-safe)."""
+
+    def __init__(self, generation: int, families: list[Metric]) -> None:
+        self.generation = generation
+        self._families = families
+        self._variants: dict[tuple[bool, bool], bytes] = {(False, False): encode_text(families)}
+        self._lock = threading.Lock()
+        self.series = sum(len(family.samples) for family in families)
+
+    def body(self, openmetrics: bool, compressed: bool) -> bytes:
+        key = (openmetrics, compressed)
+        variant = self._variants.get(key)
+        if variant is not None:
+            return variant
+        with self._lock:
+            variant = self._variants.get(key)
+            if variant is None:
+                plain = self._variants.get((openmetrics, False))
+                if plain is None:
+                    plain = encode_openmetrics(self._families)
+                    self._variants[(openmetrics, False)] = plain
+                variant = gzip_bytes(plain) if compressed else plain
+                self._variants[key] = variant
+        return variant
+
+    @staticmethod
+    def content_type(openmetrics: bool) -> str:
+        return OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
+
+
+class ExpositionCache:
+    def __init__(self, render: Callable[[], list[Metric]]) -> None:
+        self._render = render
+        self._dirty = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._generation = 0
+        self._current = RenderedExposition(0, [])
+        self._render_lock = threading.Lock()
+        self.render_failures = 0
+
+    @property
+    def current(self) -> RenderedExposition:
+        return self._current
+
+    def invalidate(self) -> None:
+        """Mark the exposition stale; cheap and safe from any thread."""
+        self._dirty.set()
+
+    def refresh(self) -> RenderedExposition:
+        """Render now (synchronously) and publish the result."""
+        with self._render_lock:
+            self._dirty.clear()
+            try:
+                families = self._render()
+            except Exception:
+                self.render_failures += 1
+                log.exception("rendering failed; the previous exposition is still served")
+                return self._current
+            self._generation += 1
+            self._current = RenderedExposition(self._generation, families)
+            return self._current
+
+    def start(self) -> None:
+        self.refresh()
+        self._thread = threading.Thread(target=self._run, name="renderer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._dirty.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        while True:
+            self._dirty.wait()
+            if self._stop.is_set():
+                return
+            self.refresh()

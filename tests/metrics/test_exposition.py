@@ -1,0 +1,62 @@
+"""The byte encoding: dcgm-exporter's names and label order, correct escaping, parseable by Prometheus."""
+
+from __future__ import annotations
+
+import gzip
+
+from prometheus_client.core import Metric
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from exporter.metrics.exposition import encode_openmetrics, encode_text, gzip_bytes
+
+NASTY = 'quote " backslash \\ newline \n unicode ☃ ' + "x" * 10_000
+
+
+def families() -> list[Metric]:
+    energy = Metric("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).", "counter")
+    energy.add_sample("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                      {"gpu": "0", "UUID": "GPU-1", "pci_bus_id": "00000000:8D:00.0", "device": "nvidia0",
+                       "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "node-1"}, 123456789)
+    power = Metric("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).\nsecond line \\ backslash", "gauge")
+    power.add_sample("DCGM_FI_DEV_POWER_USAGE", {"gpu": "0", "pod": NASTY}, 301.25)
+    calls = Metric("gpu_pod_exporter_nvml_calls", "NVML calls.", "counter")
+    calls.add_sample("gpu_pod_exporter_nvml_calls_total", {}, 42)
+    empty = Metric("DCGM_FI_DEV_FAN_SPEED", "Fan speed (in %).", "gauge")
+    return [energy, power, calls, empty]
+
+
+def test_text_keeps_dcgm_names_types_and_label_order() -> None:
+    text = encode_text(families()).decode()
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in text
+    assert ('DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-1",pci_bus_id="00000000:8D:00.0",'
+            'device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="node-1"} 123456789\n') in text
+    assert "DCGM_FI_DEV_POWER_USAGE{" in text and "} 301.25\n" in text
+    assert "gpu_pod_exporter_nvml_calls_total 42\n" in text
+    assert "FAN_SPEED" not in text  # a family without samples is not written at all
+
+
+def test_text_round_trips_through_prometheus_clients_parser() -> None:
+    parsed = {family.name: family for family in parse_text(encode_text(families()).decode())}
+    power = parsed["DCGM_FI_DEV_POWER_USAGE"]
+    assert power.documentation == "Power draw (in W).\nsecond line \\ backslash"
+    assert power.samples[0].labels["pod"] == NASTY
+    assert power.samples[0].value == 301.25
+
+
+def test_openmetrics_is_valid_and_keeps_the_series_names() -> None:
+    text = encode_openmetrics(families()).decode()
+    assert text.endswith("# EOF\n")
+    parsed = {family.name: family for family in parse_openmetrics(text)}
+    energy = parsed["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]
+    assert energy.type == "unknown"  # a counter without _total cannot be an OpenMetrics counter
+    assert energy.samples[0].name == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+    assert parsed["gpu_pod_exporter_nvml_calls"].type == "counter"
+    assert parsed["gpu_pod_exporter_nvml_calls"].samples[0].name == "gpu_pod_exporter_nvml_calls_total"
+    assert parsed["DCGM_FI_DEV_POWER_USAGE"].samples[0].labels["pod"] == NASTY
+
+
+def test_gzip_is_deterministic_and_decompresses_to_the_same_bytes() -> None:
+    body = encode_text(families())
+    assert gzip.decompress(gzip_bytes(body)) == body
+    assert gzip_bytes(body) == gzip_bytes(body)

@@ -1,0 +1,109 @@
+"""Configuration precedence and the one-line errors users see for bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exporter.cli import main
+from exporter.config import OPTIONS, Config, ConfigError, load_config
+
+
+def test_defaults_match_dcgm_exporter_where_the_concept_matches() -> None:
+    config = load_config([], {})
+    assert config.address == ":9400"
+    assert config.kubernetes is False
+    assert config.kubernetes_gpu_id_type == "uid"
+    assert config.pod_resources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert config.xid_count_window_ms == 300000
+    assert config.collect_interval_ms == 1000
+
+
+def test_flags_win_over_environment_which_wins_over_the_file(tmp_path: Path) -> None:
+    config_file = tmp_path / "exporter.yaml"
+    config_file.write_text("collect-interval: 3000\naddress: ':9500'\nkubernetes: true\nlog-format: json\n")
+    env = {"DCGM_EXPORTER_INTERVAL": "2000", "DCGM_EXPORTER_LISTEN": ":9600",
+           "DCGM_EXPORTER_CONFIG_FILE": str(config_file)}
+    config = load_config(["-c", "1500"], env)
+    assert config.collect_interval_ms == 1500  # flag
+    assert config.address == ":9600"  # environment over file
+    assert config.kubernetes is True  # file over default
+    assert config.log_format == "json"
+    assert config.sources["collect_interval_ms"] == "flag --collect-interval"
+    assert config.sources["address"] == "environment variable DCGM_EXPORTER_LISTEN"
+    assert config.sources["kubernetes"] == f"{config_file}:3"
+
+
+def test_switch_flags_take_no_value_but_accept_one() -> None:
+    assert load_config(["-k"], {}).kubernetes is True
+    assert load_config(["--kubernetes", "false"], {}).kubernetes is False
+    assert load_config([], {"DCGM_EXPORTER_KUBERNETES": "true"}).kubernetes is True
+
+
+def test_lists_and_regexes_parse_from_comma_separated_text_and_yaml_lists(tmp_path: Path) -> None:
+    config = load_config(["--nvidia-resource-names", "nvidia.com/gpu.shared, nvidia.com/a100"], {})
+    assert config.nvidia_resource_names == ("nvidia.com/gpu.shared", "nvidia.com/a100")
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text("kubernetes-pod-label-allowlist-regex: ['^app$', 'team']\n")
+    assert load_config(["--config-file", str(config_file)], {}).kubernetes_pod_label_allowlist_regex == (
+        "^app$", "team")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        (["-c", "abc"], {}, "flag --collect-interval: collect-interval: invalid value 'abc'"),
+        ([], {"DCGM_EXPORTER_INTERVAL": "50"}, "environment variable DCGM_EXPORTER_INTERVAL: collect-interval:"),
+        (["--kubernetes-gpu-id-type", "serial"], {}, "kubernetes-gpu-id-type: invalid value 'serial'"),
+        (["-a", "9400"], {}, "flag --address: address: invalid listen address '9400'"),
+        (["--log-format", "xml"], {}, "flag --log-format: log-format: invalid value 'xml'"),
+        (["--kubernetes-pod-label-allowlist-regex", "a(b"], {}, "invalid regular expression 'a(b'"),
+        (["--no-such-flag"], {}, "command line: arguments: unrecognized arguments: --no-such-flag"),
+    ],
+)
+def test_bad_values_name_their_source_and_key(argv: list[str], env: dict[str, str], expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(argv, env)
+    assert expected in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_yaml_errors_name_the_file_line_and_key(tmp_path: Path) -> None:
+    config_file = tmp_path / "bad.yaml"
+    config_file.write_text("address: ':9400'\n\ncolect-interval: 1000\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(["--config-file", str(config_file)], {})
+    assert str(caught.value).startswith(f"{config_file}:3: colect-interval: unknown key")
+
+    config_file.write_text("collect-interval: fast\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(["--config-file", str(config_file)], {})
+    assert str(caught.value).startswith(f"{config_file}:1: collect-interval: invalid value 'fast'")
+
+    config_file.write_text("address: [unclosed\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(["--config-file", str(config_file)], {})
+    assert f"{config_file}:2: yaml: not valid YAML" in str(caught.value)
+
+
+def test_the_command_line_prints_one_line_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--collect-interval", "soon"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("gpu-pod-exporter: error: flag --collect-interval: collect-interval:")
+    assert "Traceback" not in err
+
+
+def test_a_missing_counters_file_is_a_one_line_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["-f", str(tmp_path / "missing.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "flag --collectors:" in err and "cannot read counters file" in err
+
+
+def test_every_option_has_an_environment_variable_and_help() -> None:
+    for option in OPTIONS:
+        assert option.env, option.attr
+        assert option.help.endswith("."), option.attr
+        assert getattr(Config(), option.attr) == option.default
