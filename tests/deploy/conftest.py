@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from chart_support import (
+
+from tests.deploy.chart_support import (
     CHART_DIR,
     PROMTOOL_TEST,
     REPO,

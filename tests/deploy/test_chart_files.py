@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from chart_support import (
+from helm_python import HelmRenderError
+
+from tests.deploy.chart_support import (
     CHART_DIR,
     MONITORING_APIS,
     REPO,
@@ -17,7 +19,6 @@ from chart_support import (
     load_script,
     render,
 )
-from helm_python import HelmRenderError
 
 sync_chart_files = load_script("sync-chart-files")
 
@@ -69,7 +70,8 @@ def test_readme_values_table_follows_the_schema(repo_copy: Path) -> None:
     schema = json.loads(schema_path.read_text(encoding="utf-8"))
     schema["properties"]["hostNetwork"]["description"] = "Changed description."
     schema_path.write_text(json.dumps(schema), encoding="utf-8")
-    assert sync_chart_files.drift(repo_copy, chart) == ["out of date: README.md (from values.schema.json + values.yaml)"]
+    expected = "out of date: README.md (from values.schema.json + values.yaml)"
+    assert sync_chart_files.drift(repo_copy, chart) == [expected]
     sync_chart_files.sync(repo_copy, chart)
     assert "| `hostNetwork` | boolean | `false` | Changed description. |" in (chart / "README.md").read_text()
 

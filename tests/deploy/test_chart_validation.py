@@ -9,8 +9,9 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from chart_support import CHART_DIR, CI_VALUES, MONITORING_APIS, load_ci_values, render
 from helm_python import Chart, HelmRenderError, HelmValuesError, lint
+
+from tests.deploy.chart_support import CHART_DIR, CI_VALUES, MONITORING_APIS, load_ci_values, render
 
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and a current one.
 KUBERNETES_VERSIONS = ("1.27.0", "1.35.0")

@@ -8,9 +8,9 @@ from typing import Any
 import bcrypt
 import pytest
 import yaml
-from chart_support import CI_VALUES, MONITORING_APIS, NAMESPACE, Rendered, load_ci_values, render
 
 from exporter.config import OPTIONS, Config
+from tests.deploy.chart_support import CI_VALUES, MONITORING_APIS, NAMESPACE, Rendered, load_ci_values, render
 
 # Variables the NVIDIA container runtime reads (not the exporter).
 RUNTIME_ENV = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
@@ -176,7 +176,9 @@ def test_rbac_grants_exactly_get_list_watch_on_pods_and_namespaces(default: Rend
     assert sorted(rules[0]["resources"]) == ["namespaces", "pods"]
     assert sorted(rules[0]["verbs"]) == ["get", "list", "watch"]
     binding = default.one("ClusterRoleBinding")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpu-pod-exporter"}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpu-pod-exporter"
+    }
     account = default.one("ServiceAccount")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
@@ -436,7 +438,8 @@ def test_affinity_override_and_extra_tolerations() -> None:
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "cloud.google.com/gke-accelerator", "operator": "Exists"}]}]}}}
     toleration = {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}
-    rendered = render({"affinity": affinity, "tolerations": [toleration], "nodeSelector": {"kubernetes.io/os": "linux"}})
+    node_selector = {"kubernetes.io/os": "linux"}
+    rendered = render({"affinity": affinity, "tolerations": [toleration], "nodeSelector": node_selector})
     assert rendered.pod_spec["affinity"] == affinity
     assert rendered.pod_spec["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, toleration

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import kubernetes_validate
 import yaml
-from chart_support import REPO, load_script
+
+from tests.deploy.chart_support import REPO, load_script
 
 render_manifests = load_script("render-manifests")
 MANIFESTS = REPO / "deploy" / "manifests"
