@@ -11,7 +11,7 @@ import pytest
 import yaml
 from helm_python import Chart, HelmRenderError, HelmValuesError, lint
 
-from tests.deploy.chart_support import CHART_DIR, CI_VALUES, MONITORING_APIS, load_ci_values, render
+from tests.deploy.chart_support import CHART_DIR, CI_VALUES, MONITORING_APIS, load_ci_values, load_script, render
 
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and a current one.
 KUBERNETES_VERSIONS = ("1.27.0", "1.35.0")
@@ -160,3 +160,25 @@ def test_notes_warn_about_risky_settings() -> None:
     assert "WARNING" not in quiet.notes
     assert "kubectl -n gpu-monitoring port-forward daemonset/gpu-pod-exporter 9400:9400" in quiet.notes
     assert 'DCGM_FI_DEV_GPU_UTIL{pod!=""}' in quiet.notes
+
+
+def test_prometheusrules_have_the_structure_the_operator_accepts(repo_copy: Path) -> None:
+    """Checked on sample rule files: each group has a name and rules, each rule an expr and alert or record."""
+    chart = repo_copy / "deploy" / "helm" / "gpu-pod-exporter"
+    load_script("sync-chart-files").sync(repo_copy, chart)
+    group = {"name": "site", "rules": [{"record": "site:gpu_util:avg", "expr": "avg(DCGM_FI_DEV_GPU_UTIL)"}]}
+    rendered = render({"prometheusRule": {"additionalGroups": [group]}}, chart_dir=chart, api_versions=MONITORING_APIS)
+    rules = rendered.all("PrometheusRule")
+    assert len(rules) == 3
+    for rule in rules:
+        assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+        assert set(rule["spec"]) == {"groups"}
+        names = [group["name"] for group in rule["spec"]["groups"]]
+        assert len(names) == len(set(names)), "group names must be unique within one PrometheusRule"
+        for each in rule["spec"]["groups"]:
+            assert set(each) <= {"name", "interval", "rules", "limit", "query_offset", "labels",
+                                 "partial_response_strategy"}
+            for item in each["rules"]:
+                assert isinstance(item["expr"], str) and item["expr"]
+                assert ("alert" in item) != ("record" in item)
+                assert set(item) <= {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
