@@ -140,6 +140,8 @@ TEMPLATE_FAILURES = [
                  "networkPolicy.namespaceSelector", id="network-policy-without-peers"),
     pytest.param({"serviceMonitor": {"force": True}, "service": {"enabled": False}}, "service.enabled",
                  id="monitor-without-service"),
+    pytest.param({"serviceMonitor": {"force": True}, "web": {"existingConfigSecret": "cfg", "tls": {"enabled": True}}},
+                 "set serviceMonitor.tlsConfig", id="https-monitor-without-ca"),
 ]
 
 
