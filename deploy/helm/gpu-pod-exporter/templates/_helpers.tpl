@@ -1,0 +1,205 @@
+{{/* Names ------------------------------------------------------------------------------------ */}}
+
+{{- define "gpu-pod-exporter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpu-pod-exporter.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpu-pod-exporter.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride -}}
+{{- end -}}
+
+{{- define "gpu-pod-exporter.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpu-pod-exporter.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "gpu-pod-exporter.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A name derived from a file name: <fullname>-<suffix>-<base>, DNS-1123, at most 63 characters. */}}
+{{- define "gpu-pod-exporter.fileObjectName" -}}
+{{- $base := .path | base | trimSuffix (ext .path) | lower -}}
+{{- $base = regexReplaceAll "[^a-z0-9-]+" $base "-" | trimAll "-" -}}
+{{- printf "%s-%s-%s" (include "gpu-pod-exporter.fullname" .root) .suffix $base | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels ----------------------------------------------------------------------------------- */}}
+
+{{- define "gpu-pod-exporter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpu-pod-exporter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "gpu-pod-exporter.labels" -}}
+helm.sh/chart: {{ include "gpu-pod-exporter.chart" . }}
+{{ include "gpu-pod-exporter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: exporter
+app.kubernetes.io/part-of: gpu-pod-exporter
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Image ------------------------------------------------------------------------------------ */}}
+
+{{- define "gpu-pod-exporter.image" -}}
+{{- $repository := .Values.image.repository -}}
+{{- if .Values.image.registry -}}
+{{- $repository = printf "%s/%s" .Values.image.registry .Values.image.repository -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Prometheus Operator CRDs: rendered when the API is served, or when forced. ----------------- */}}
+
+{{- define "gpu-pod-exporter.serviceMonitorEnabled" -}}
+{{- if and .Values.serviceMonitor.enabled (or .Values.serviceMonitor.force (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "gpu-pod-exporter.prometheusRuleEnabled" -}}
+{{- if and .Values.prometheusRule.enabled (or .Values.prometheusRule.force (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PrometheusRule")) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Web security ----------------------------------------------------------------------------- */}}
+
+{{/* "true" when the chart generates the web config Secret (TLS, users or headers configured). */}}
+{{- define "gpu-pod-exporter.webConfigGenerated" -}}
+{{- if and (not .Values.web.existingConfigSecret) (or .Values.web.tls.enabled .Values.web.basicAuth.users .Values.web.basicAuth.passwords .Values.web.headers) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "gpu-pod-exporter.webConfigSecretName" -}}
+{{- default (printf "%s-web-config" (include "gpu-pod-exporter.fullname" .)) .Values.web.existingConfigSecret -}}
+{{- end -}}
+
+{{- define "gpu-pod-exporter.webConfigUsed" -}}
+{{- if or .Values.web.existingConfigSecret (include "gpu-pod-exporter.webConfigGenerated" .) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "gpu-pod-exporter.basicAuthOn" -}}
+{{- if or .Values.web.basicAuth.users .Values.web.basicAuth.passwords -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "gpu-pod-exporter.clientCertRequired" -}}
+{{- if has .Values.web.tls.clientAuthType (list "RequireAnyClientCert" "RequireAndVerifyClientCert") -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "gpu-pod-exporter.clientCAUsed" -}}
+{{- if and .Values.web.tls.enabled (has .Values.web.tls.clientAuthType (list "VerifyClientCertIfGiven" "RequireAndVerifyClientCert")) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "gpu-pod-exporter.clientCASecret" -}}
+{{- default .Values.web.tls.existingSecret .Values.web.tls.clientCASecret -}}
+{{- end -}}
+
+{{/* The scheme Prometheus and the probes use. */}}
+{{- define "gpu-pod-exporter.scheme" -}}
+{{- if or .Values.web.tls.enabled (eq .Values.web.probeMode "https") -}}
+https
+{{- else -}}
+http
+{{- end -}}
+{{- end -}}
+
+{{/* Probe mode after resolving "auto": http, https or tcp. */}}
+{{- define "gpu-pod-exporter.probeMode" -}}
+{{- if ne .Values.web.probeMode "auto" -}}
+{{- .Values.web.probeMode -}}
+{{- else if and (not .Values.web.existingConfigSecret) (or (include "gpu-pod-exporter.basicAuthOn" .) (and .Values.web.tls.enabled (include "gpu-pod-exporter.clientCertRequired" .))) -}}
+tcp
+{{- else if .Values.web.tls.enabled -}}
+https
+{{- else -}}
+http
+{{- end -}}
+{{- end -}}
+
+{{/* One probe: dict "probe" <values> "mode" <http|https|tcp> "port" <name>. */}}
+{{- define "gpu-pod-exporter.probe" -}}
+{{- if eq .mode "tcp" -}}
+tcpSocket:
+  port: {{ .port }}
+{{- else -}}
+httpGet:
+  path: {{ .probe.path }}
+  port: {{ .port }}
+  scheme: {{ upper .mode }}
+{{- end }}
+{{- with .probe.initialDelaySeconds }}
+initialDelaySeconds: {{ . | int64 }}
+{{- end }}
+periodSeconds: {{ .probe.periodSeconds | int64 }}
+timeoutSeconds: {{ .probe.timeoutSeconds | int64 }}
+failureThreshold: {{ .probe.failureThreshold | int64 }}
+{{- with .probe.successThreshold }}
+successThreshold: {{ . | int64 }}
+{{- end }}
+{{- end -}}
+
+{{/* Security context ------------------------------------------------------------------------- */}}
+
+{{- define "gpu-pod-exporter.runsAsRoot" -}}
+{{- if or (eq .Values.runAs "root") (and (eq .Values.runAs "auto") .Values.kubernetes.enabled) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "gpu-pod-exporter.podSecurityContext" -}}
+{{- $identity := dict "runAsUser" 0 "runAsGroup" 0 "runAsNonRoot" false -}}
+{{- if not (include "gpu-pod-exporter.runsAsRoot" .) -}}
+{{- $uid := .Values.nonRootUID | int64 -}}
+{{- $identity = dict "runAsUser" $uid "runAsGroup" $uid "runAsNonRoot" true -}}
+{{- end -}}
+{{- toYaml (mergeOverwrite $identity (deepCopy .Values.podSecurityContext)) -}}
+{{- end -}}
+
+{{/* The counters CSV text the chart ships in its ConfigMap. */}}
+{{- define "gpu-pod-exporter.countersCSV" -}}
+{{- if .Values.counters.custom -}}
+{{- .Values.counters.custom -}}
+{{- else -}}
+{{- $csv := .Files.Get "files/default-counters.csv" -}}
+{{- if not $csv -}}
+{{- fail "files/default-counters.csv is missing from the chart: run scripts/sync-chart-files.py" -}}
+{{- end -}}
+{{- $csv -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Comma-joined list value for an environment variable. */}}
+{{- define "gpu-pod-exporter.csvList" -}}
+{{- join "," . -}}
+{{- end -}}
