@@ -40,7 +40,7 @@ REQUEST_TIMEOUT_S = 10.0
 class RequestAuthenticator(Protocol):
     """Decides whether a request may proceed (basic auth); returns None to allow, else a 401 realm."""
 
-    def __call__(self, headers: Mapping[str, str]) -> str | None: ...
+    def __call__(self, headers: Any) -> str | None: ...  # an http.client.HTTPMessage (case-insensitive)
 
 
 @dataclass

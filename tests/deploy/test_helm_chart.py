@@ -377,7 +377,8 @@ def test_custom_counters_replace_the_default_csv(default: Rendered) -> None:
 
 def test_existing_counters_configmap_is_mounted_instead() -> None:
     rendered = render({"counters": {"existingConfigMap": "site-counters", "existingConfigMapKey": "gpu.csv"}})
-    assert not rendered.all("ConfigMap")
+    # No counters ConfigMap of our own (dashboard ConfigMaps are unrelated).
+    assert not [cm for cm in rendered.all("ConfigMap") if "counters" in cm["metadata"]["name"]]
     assert rendered.volumes["counters"]["configMap"]["name"] == "site-counters"
     assert rendered.env["DCGM_EXPORTER_COLLECTORS"].endswith("/counters/gpu.csv")
 
