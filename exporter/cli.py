@@ -47,13 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning(warning)
     try:
         app = build_app(config, counters)
+    except ConfigError as exc:  # e.g. a scenario file (ScenarioError names file:line: key itself)
+        return _fail(f"{config.source_of('simulate')}: {exc}")
     except OSError as exc:
         return _fail(f"cannot listen on {config.address}: {exc.strerror or exc}", EXIT_RUNTIME_ERROR)
-    except Exception as exc:
-        # Scenario files are user input too: their loader raises errors whose text names file:line:key.
-        if type(exc).__name__ == "ScenarioError":
-            return _fail(f"{config.source_of('simulate')}: {exc}")
-        raise
     app.run()
     logging.shutdown()
     return 0

@@ -149,8 +149,10 @@ def self_families(ctx: RenderContext) -> list[Metric]:
     gauge("devices", "Number of GPUs found by NVML.", status.device_count)
     up_family = Metric(SELF_PREFIX + "device_up", "1 when the GPU answers NVML, 0 when it is lost.", "gauge")
     for reading in ctx.snapshot.devices:
-        up_family.add_sample(SELF_PREFIX + "device_up", ctx.identity_labels(reading.identity),
-                             1 if reading.up else 0)
+        # The identity labels minus modelName: self-metrics follow Prometheus naming (snake_case labels)
+        # and still join with the DCGM series on gpu/UUID/Hostname.
+        labels = {key: value for key, value in ctx.identity_labels(reading.identity).items() if key != "modelName"}
+        up_family.add_sample(SELF_PREFIX + "device_up", labels, 1 if reading.up else 0)
     families.append(up_family)
     gauge("sampling_duration_seconds", "Duration of the last complete NVML sampling cycle.",
           status.last_cycle_duration_s)

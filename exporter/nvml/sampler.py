@@ -333,7 +333,9 @@ class Sampler:
             else:
                 continue
             if value is not None:
-                values[spec.name] = int(value) if integer else float(value)
+                # DCGM stores INT64 fields truncated and prints doubles with six decimals; rounding to six
+                # decimals also hides binary artefacts of unit scaling (632584 mW -> 632.584 W, not ...0001).
+                values[spec.name] = int(value) if integer else round(float(value), 6)
         return values
 
     def _read_fields(self, state: _DeviceState) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], float]]:
