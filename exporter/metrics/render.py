@@ -24,9 +24,8 @@ from prometheus_client.core import Metric
 from exporter import __version__
 from exporter.metrics.catalog import FromQuery
 from exporter.metrics.counters import CounterRow, CounterSet
+from exporter.metrics.owned import family_name, owned
 from exporter.snapshot import DeviceIdentity, DeviceReading, InFlight, MigIdentity, Snapshot
-
-SELF_PREFIX = "gpu_pod_exporter_"
 
 WorkloadLabeler = Callable[[DeviceIdentity, int | None], Sequence[Mapping[str, str]]]
 
@@ -127,52 +126,45 @@ def _add_samples(family: Metric, name: str, value: float | None, label_sets: Ite
         family.add_sample(name, dict(labels), value)
 
 
+def owned_family(name: str) -> Metric:
+    """An empty family for an exporter-owned metric, with the documented help text and type."""
+    spec = owned(name)
+    return Metric(family_name(spec), spec.help, spec.type)
+
+
 def self_families(ctx: RenderContext) -> list[Metric]:
     """The exporter's own health, under ``gpu_pod_exporter_`` with Prometheus naming."""
     status = ctx.snapshot.status
     families: list[Metric] = []
 
-    def gauge(name: str, help_text: str, value: float, labels: Mapping[str, str] | None = None) -> Metric:
-        family = Metric(SELF_PREFIX + name, help_text, "gauge")
-        family.add_sample(SELF_PREFIX + name, dict(labels or {}), value)
-        families.append(family)
-        return family
-
-    def counter(name: str, help_text: str, value: float) -> None:
-        family = Metric(SELF_PREFIX + name, help_text, "counter")
-        family.add_sample(SELF_PREFIX + name + "_total", {}, value)
+    def single(name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
+        family = owned_family(name)
+        family.add_sample(name, dict(labels or {}), value)
         families.append(family)
 
-    gauge("build_info", "Build information of gpu-pod-exporter; the value is always 1.", 1,
-          {"version": __version__, "python_version": platform.python_version()})
-    gauge("nvml_up", "1 when NVML is initialised and answering, 0 otherwise.", 1 if status.nvml_up else 0)
-    gauge("devices", "Number of GPUs found by NVML.", status.device_count)
-    up_family = Metric(SELF_PREFIX + "device_up", "1 when the GPU answers NVML, 0 when it is lost.", "gauge")
+    single("gpu_pod_exporter_build_info", 1, {"version": __version__, "python_version": platform.python_version()})
+    single("gpu_pod_exporter_nvml_up", 1 if status.nvml_up else 0)
+    single("gpu_pod_exporter_devices", status.device_count)
+    up_family = owned_family("gpu_pod_exporter_device_up")
     for reading in ctx.snapshot.devices:
         # The identity labels minus modelName: self-metrics follow Prometheus naming (snake_case labels)
         # and still join with the DCGM series on gpu/UUID/Hostname.
         labels = {key: value for key, value in ctx.identity_labels(reading.identity).items() if key != "modelName"}
-        up_family.add_sample(SELF_PREFIX + "device_up", labels, 1 if reading.up else 0)
+        up_family.add_sample("gpu_pod_exporter_device_up", labels, 1 if reading.up else 0)
     families.append(up_family)
-    gauge("sampling_duration_seconds", "Duration of the last complete NVML sampling cycle.",
-          status.last_cycle_duration_s)
+    single("gpu_pod_exporter_sampling_duration_seconds", status.last_cycle_duration_s)
     if status.last_sample_wall_time:
-        gauge("last_sample_timestamp_seconds", "Unix time at which the last complete sampling cycle ended.",
-              status.last_sample_wall_time)
-    gauge("nvml_calls_per_cycle", "NVML calls made in the last complete sampling cycle (fewer is cheaper).",
-          status.last_cycle_nvml_calls)
-    counter("nvml_calls", "NVML calls made by the sampler since start.", status.nvml_calls_total)
-    counter("sampling_cycles", "Complete sampling cycles since start.", status.cycles)
-    gauge("sampler_stalled", "1 when an NVML call has been in flight longer than three collect intervals.",
-          1 if ctx.stall is not None else 0)
-    unsupported = Metric(SELF_PREFIX + "field_unsupported",
-                         "1 for each (GPU, field) that NVML reported as not supported; the field is omitted.",
-                         "gauge")
+        single("gpu_pod_exporter_last_sample_timestamp_seconds", status.last_sample_wall_time)
+    single("gpu_pod_exporter_nvml_calls_per_cycle", status.last_cycle_nvml_calls)
+    single("gpu_pod_exporter_nvml_calls_total", status.nvml_calls_total)
+    single("gpu_pod_exporter_sampling_cycles_total", status.cycles)
+    single("gpu_pod_exporter_sampler_stalled", 1 if ctx.stall is not None else 0)
+    unsupported = owned_family("gpu_pod_exporter_field_unsupported")
     identities = {reading.identity.index: reading.identity for reading in ctx.snapshot.devices}
     for index, field_name in status.unsupported_fields:
         identity = identities.get(index)
         if identity is not None:
-            unsupported.add_sample(SELF_PREFIX + "field_unsupported",
+            unsupported.add_sample("gpu_pod_exporter_field_unsupported",
                                    {"gpu": str(index), "UUID": identity.uuid, "field": field_name}, 1)
     families.append(unsupported)
     return families

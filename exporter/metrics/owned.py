@@ -1,0 +1,66 @@
+"""Metrics the exporter defines itself (not DCGM fields): their names, types, units, labels and meaning.
+
+Builders take help texts from here and the README's metric table is generated from here and from
+the DCGM catalog, so documentation and output cannot drift apart. Two groups:
+
+* exporter-owned payload under dcgm-exporter's ``DCGM_EXP_`` convention (allocation, health, ...),
+* self-metrics under ``gpu_pod_exporter_`` with Prometheus naming (base units, ``_total`` counters).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+IDENTITY_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+
+
+@dataclass(frozen=True)
+class OwnedMetric:
+    name: str
+    type: str  # gauge | counter (a counter's samples carry the _total suffix in `name`)
+    unit: str
+    labels: tuple[str, ...]
+    help: str
+    source: str  # where the value comes from, for the documentation table
+    component: str  # core | kubernetes | health | gpm | ...
+
+
+SELF_METRICS: tuple[OwnedMetric, ...] = (
+    OwnedMetric("gpu_pod_exporter_build_info", "gauge", "", ("version", "python_version"),
+                "Build information of gpu-pod-exporter; the value is always 1.", "constant", "core"),
+    OwnedMetric("gpu_pod_exporter_nvml_up", "gauge", "0/1", (),
+                "1 when NVML is initialised and answering, 0 otherwise.", "sampler", "core"),
+    OwnedMetric("gpu_pod_exporter_devices", "gauge", "GPUs", (), "Number of GPUs found by NVML.",
+                "nvmlDeviceGetCount at start", "core"),
+    OwnedMetric("gpu_pod_exporter_device_up", "gauge", "0/1", ("gpu", "UUID", "pci_bus_id", "device", "Hostname"),
+                "1 when the GPU answers NVML, 0 when it is lost.", "sampler", "core"),
+    OwnedMetric("gpu_pod_exporter_sampling_duration_seconds", "gauge", "s", (),
+                "Duration of the last complete NVML sampling cycle.", "sampler", "core"),
+    OwnedMetric("gpu_pod_exporter_last_sample_timestamp_seconds", "gauge", "s", (),
+                "Unix time at which the last complete sampling cycle ended.", "sampler", "core"),
+    OwnedMetric("gpu_pod_exporter_nvml_calls_per_cycle", "gauge", "calls", (),
+                "NVML calls made in the last complete sampling cycle (fewer is cheaper).", "sampler", "core"),
+    OwnedMetric("gpu_pod_exporter_nvml_calls_total", "counter", "calls", (),
+                "NVML calls made by the sampler since start.", "sampler", "core"),
+    OwnedMetric("gpu_pod_exporter_sampling_cycles_total", "counter", "cycles", (),
+                "Complete sampling cycles since start.", "sampler", "core"),
+    OwnedMetric("gpu_pod_exporter_sampler_stalled", "gauge", "0/1", (),
+                "1 when an NVML call has been in flight longer than three collect intervals.", "watchdog", "core"),
+    OwnedMetric("gpu_pod_exporter_field_unsupported", "gauge", "1", ("gpu", "UUID", "field"),
+                "1 for each (GPU, field) that NVML reported as not supported; the field is omitted.",
+                "sampler", "core"),
+)
+
+PAYLOAD_METRICS: tuple[OwnedMetric, ...] = ()
+
+OWNED: tuple[OwnedMetric, ...] = (*PAYLOAD_METRICS, *SELF_METRICS)
+OWNED_BY_NAME = {metric.name: metric for metric in OWNED}
+
+
+def family_name(metric: OwnedMetric) -> str:
+    """The family name a builder creates: counters drop the ``_total`` their samples carry."""
+    return metric.name.removesuffix("_total") if metric.type == "counter" else metric.name
+
+
+def owned(name: str) -> OwnedMetric:
+    return OWNED_BY_NAME[name]
