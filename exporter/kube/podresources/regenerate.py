@@ -48,7 +48,7 @@ def main() -> int:
     """Regenerate the stubs in place, next to ``api.proto``."""
     written = regenerate(REPOSITORY_ROOT)
     for path in written:
-        print(f"wrote {path.relative_to(REPOSITORY_ROOT)}")  # noqa: T201 - a command-line tool
+        print(f"wrote {path.relative_to(REPOSITORY_ROOT)}")
     return 0
 
 
