@@ -138,7 +138,8 @@ def attribution_families(attribution: AttributionSnapshot, devices: Sequence[Lab
 
 def _allocation_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
                          config: Config) -> list[Metric]:
-    allocated = _gauge("DCGM_EXP_GPU_ALLOCATED", "1 if a Kubernetes container holds this GPU or MIG instance, else 0.")
+    allocated = _gauge("DCGM_EXP_GPU_ALLOCATED",
+                       "1 if a Kubernetes container holds this GPU or MIG instance, else 0.")
     info = _gauge("DCGM_EXP_GPU_ALLOCATION_INFO",
                   "Containers holding this GPU or MIG instance (always 1; one series per container, "
                   "vgpu is the replica id on shared devices).")
@@ -157,8 +158,9 @@ def _allocation_families(attribution: AttributionSnapshot, devices: Sequence[Lab
 
 def _memory_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
                      config: Config) -> list[Metric]:
-    container_fb = _gauge("DCGM_EXP_CONTAINER_FB_USED", "Framebuffer memory used by the container's processes "
-                          "on this GPU or MIG instance (in MiB).")
+    container_fb = _gauge("DCGM_EXP_CONTAINER_FB_USED",
+                          "Framebuffer memory used by the container's processes on this GPU or MIG instance "
+                          "(in MiB).")
     unattributed = _gauge("DCGM_EXP_UNATTRIBUTED_FB_USED", "Framebuffer memory used by GPU processes that "
                           "belong to no known pod (in MiB).")
     process_fb = _gauge("DCGM_EXP_PROCESS_FB_USED", "Framebuffer memory used by one GPU process (in MiB).")
@@ -180,7 +182,8 @@ def _memory_families(attribution: AttributionSnapshot, devices: Sequence[Labeled
             if process.workload is not None:
                 labels.update(workload_labels(process.workload, config, labels))
             process_fb.add_sample(process_fb.name, labels, process.used_bytes / MIB)
-    return [container_fb, unattributed, process_fb] if config.process_metrics else [container_fb, unattributed]
+    families = [container_fb, unattributed]
+    return [*families, process_fb] if config.process_metrics else families
 
 
 def _self_metrics(attribution: AttributionSnapshot) -> list[Metric]:
@@ -188,8 +191,8 @@ def _self_metrics(attribution: AttributionSnapshot) -> list[Metric]:
     values = (
         ("gpu_pod_exporter_kubelet_up", "1 if the last kubelet PodResources List succeeded, else 0.",
          1.0 if status.kubelet_up else 0.0),
-        ("gpu_pod_exporter_kube_api_up", "1 if the Kubernetes API pod and namespace watches are healthy, else 0.",
-         1.0 if status.api_up else 0.0),
+        ("gpu_pod_exporter_kube_api_up",
+         "1 if the Kubernetes API pod and namespace watches are healthy, else 0.", 1.0 if status.api_up else 0.0),
         ("gpu_pod_exporter_kubelet_last_success_timestamp_seconds",
          "Unix time of the last successful kubelet PodResources List (0: never).",
          status.kubelet_last_success),
