@@ -52,7 +52,7 @@ class MigReading:
     """Readings of one MIG instance, in DCGM units keyed by DCGM field name."""
 
     identity: MigIdentity
-    values: Mapping[str, float] = EMPTY_VALUES
+    values: Mapping[str, float] = field(default_factory=lambda: EMPTY_VALUES)
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class DeviceReading:
     identity: DeviceIdentity
     up: bool = True
     error: str = ""
-    values: Mapping[str, float] = EMPTY_VALUES
+    values: Mapping[str, float] = field(default_factory=lambda: EMPTY_VALUES)
     mig: tuple[MigReading, ...] = ()
     processes: tuple[GpuProcess, ...] | None = None  # None: not read (process attribution off)
 
