@@ -281,6 +281,13 @@ class _Malformed(Exception):  # noqa: N818
     """The server sent something that is not the JSON we expect: relist after a pause."""
 
 
+class _StreamBroken(Exception):  # noqa: N818
+    """An established watch stream was cut (API server restart, load-balancer idle timeout).
+
+    Routine on real clusters: resumed at once, and only reported if resuming fails as well.
+    """
+
+
 Lister = Callable[..., Any]  # a kubernetes CoreV1Api list_* method
 
 
@@ -320,15 +327,24 @@ class _ListWatch:
     def _run(self) -> None:
         resource_version: str | None = None
         failures = 0
+        broken = 0
         while not self._stop.is_set():
             try:
                 if resource_version is None:
                     resource_version = self._list()
                 resource_version = self._watch(resource_version)
-                failures = 0
+                failures = broken = 0
             except _Gone:
                 LOG.info("%s watch: resourceVersion expired (410 Gone); relisting", self.resource)
                 resource_version = None
+            except _StreamBroken as exc:
+                broken += 1
+                if broken == 1:
+                    LOG.debug("%s watch stream cut (%s); resuming", self.resource, exc)
+                    continue
+                failures += 1
+                self._owner.report_failure(self.resource, exc.__cause__ or exc)
+                self._backoff(failures)
             except Exception as exc:  # noqa: BLE001 - any failure of the stream is reported and retried
                 if self._stop.is_set():
                     return
@@ -336,9 +352,11 @@ class _ListWatch:
                     resource_version = None
                 failures += 1
                 self._owner.report_failure(self.resource, exc)
-                delay = min(self._timeouts.backoff_max_s,
-                            self._timeouts.backoff_initial_s * 2 ** (failures - 1))
-                self._stop.wait(delay * (0.5 + 0.5 * random.random()))  # noqa: S311 - jitter
+                self._backoff(failures)
+
+    def _backoff(self, failures: int) -> None:
+        delay = min(self._timeouts.backoff_max_s, self._timeouts.backoff_initial_s * 2 ** (failures - 1))
+        self._stop.wait(delay * (0.5 + 0.5 * random.random()))  # noqa: S311 - jitter, not security
 
     def _list(self) -> str:
         response = self._lister(**self._kwargs, _preload_content=False,
@@ -379,9 +397,16 @@ class _ListWatch:
         self._response = response
         try:
             self._owner.report_success(self.resource)
-            for line in _lines(response):
-                if self._stop.is_set():
+            lines = _lines(response)
+            while not self._stop.is_set():
+                try:
+                    line = next(lines)
+                except StopIteration:
                     break
+                except (_Gone, _Malformed):
+                    raise
+                except Exception as exc:
+                    raise _StreamBroken(f"{type(exc).__name__}: {exc}") from exc
                 resource_version = self._handle(line, resource_version)
         finally:
             self._response = None

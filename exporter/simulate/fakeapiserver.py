@@ -89,7 +89,7 @@ class FakeApiServer:
         self._history_limit = history
         self._cond = threading.Condition()
         self._rv = 1
-        self._oldest_rv = 1  # watches from a resourceVersion older than this get 410
+        self._oldest_rv = 1  # the oldest resourceVersion a watch can resume from; older ones get 410
         self._pods: dict[tuple[str, str], JsonObject] = {}
         self._namespaces: dict[str, JsonObject] = {}
         self._events: list[_Event] = []
@@ -197,7 +197,7 @@ class FakeApiServer:
         with self._cond:
             self._gone_as_http = as_http
             self._rv += 1
-            self._oldest_rv = self._rv
+            self._oldest_rv = self._rv  # every version handed out so far is now too old
             self._events.clear()
             for watch in self._watches:
                 if as_http:
@@ -337,7 +337,7 @@ class FakeApiServer:
         self._events.append(_Event(self._rv, resource, event_type, copy.deepcopy(obj)))
         if len(self._events) > self._history_limit:
             dropped = len(self._events) - self._history_limit
-            self._oldest_rv = self._events[dropped].resource_version
+            self._oldest_rv = self._events[dropped].resource_version - 1
             del self._events[:dropped]
         self._cond.notify_all()
 
@@ -382,7 +382,7 @@ class FakeApiServer:
             else:
                 since = int(since_text) if since_text.isdigit() else -1
                 initial = []
-                if since < self._oldest_rv - 1:
+                if since < self._oldest_rv:
                     if self._gone_as_http:
                         _send(handler, 410, json.dumps(
                             _status(410, "Expired", f"{TOO_OLD}: {since_text} ({self._oldest_rv})")).encode())
@@ -413,7 +413,9 @@ class FakeApiServer:
             with self._cond:
                 while True:
                     if watch.closed:
-                        if not watch.abort:
+                        if watch.abort:
+                            _drop(handler)
+                        else:
                             _end_chunked(handler)
                         return
                     if watch.pending_error is not None:
@@ -506,6 +508,13 @@ def _start_chunked(handler: BaseHTTPRequestHandler) -> None:
 def _write_chunk(handler: BaseHTTPRequestHandler, data: bytes) -> None:
     handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
     handler.wfile.flush()
+
+
+def _drop(handler: BaseHTTPRequestHandler) -> None:
+    """End a response mid-stream: close the connection without the terminating chunk."""
+    handler.close_connection = True
+    with contextlib.suppress(OSError):
+        handler.connection.shutdown(socket.SHUT_RDWR)
 
 
 def _end_chunked(handler: BaseHTTPRequestHandler) -> None:

@@ -12,8 +12,9 @@ the kubelet's node-wide rate limit (100 QPS, burst 10) that every other agent sh
   the interval and is capped at the interval (``retry_delay``): a transient error heals quickly,
   the kubelet never sees more than a handful of extra calls per failure episode, and whatever
   the failure was, the next attempt is at most one interval away once its cause is gone;
-* notices a kubelet restart by the socket's inode: the kubelet unlinks and re-creates
-  ``kubelet.sock`` on every start, so a changed ``(st_dev, st_ino)``, or an UNAVAILABLE answer,
+* notices a kubelet restart by the socket's identity: the kubelet unlinks and re-creates
+  ``kubelet.sock`` on every start, so a changed ``(st_dev, st_ino, st_ctime_ns)`` (inode numbers
+  alone are reused), or an UNAVAILABLE answer,
   drops the channel and the next attempt dials the new socket (grpc's own reconnect backoff
   grows to two minutes, far longer than one interval);
 * reports a missing socket as its own state ("kubelet socket not found at ..."), the most common
@@ -111,7 +112,7 @@ class PodResourcesClient:
         self._random_fraction = random_fraction
         self._state = KubeletState()
         self._channel: grpc.Channel | None = None
-        self._channel_socket: tuple[int, int] | None = None
+        self._channel_socket: tuple[int, int, int] | None = None
         self._stub: api_pb2_grpc.PodResourcesListerStub | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -178,7 +179,9 @@ class PodResourcesClient:
         if not stat.S_ISSOCK(info.st_mode):
             self._close_channel()
             raise _ListError("not-a-socket", f"{self.socket_path} is not a unix socket")
-        identity = (info.st_dev, info.st_ino)
+        # A deleted socket's inode number is often reused at once, so the change time is part of
+        # the identity: a re-created socket always has a new one.
+        identity = (info.st_dev, info.st_ino, info.st_ctime_ns)
         if self._stub is None or identity != self._channel_socket:
             if self._channel is not None:
                 LOG.info("kubelet socket %s was re-created (kubelet restart); reconnecting", self.socket_path)
