@@ -622,7 +622,9 @@ def describe_api_error(resource: str, exc: BaseException) -> tuple[str, str]:
     text = str(exc)
     if "timed out" in text.lower() or "timeout" in name.lower():
         return "timeout", f"Kubernetes API timed out on {resource} list/watch: {name}"
-    if "refused" in text.lower() or "NewConnectionError" in name or "MaxRetryError" in name:
+    lowered = text.lower()
+    if any(word in lowered for word in ("refused", "reset by peer", "connection aborted", "no route")) \
+            or "NewConnectionError" in name or "MaxRetryError" in name:
         return "unreachable", f"Kubernetes API unreachable ({resource}): {text[:200]}"
     return name, f"Kubernetes API {resource} list/watch failed: {name}: {text[:200]}"
 
