@@ -161,18 +161,22 @@ def test_missing_socket_is_a_clear_state_logged_once(short_tmp: Path, caplog: py
 
 
 def test_last_known_allocation_is_kept_then_dropped_when_stale(kubelet: FakeKubelet) -> None:
+    now = [1000.0]
     changes: list[KubeletState] = []
-    client = _client(Path(kubelet.socket_path), changes, stale_after_s=0.3)
-    client.start()
-    try:
-        poll(lambda: client.state.up, what="first answer")
-        kubelet.stop()
-        poll(lambda: not client.state.up, what="the kubelet to be seen down")
-        assert client.state.listing is not None  # last known allocation still labels the series
-        poll(lambda: client.state.listing is None, what="the stale allocation to be dropped")
-        assert changes[-1].listing is None and not changes[-1].up
-    finally:
-        client.stop()
+    client = PodResourcesClient(kubelet.socket_path, 10.0, gpu_resource_filter(), changes.append,
+                                stale_after_s=300.0, monotonic=lambda: now[0])
+    assert client.poll_once()
+    kubelet.stop()
+    now[0] += 290.0
+    assert not client.poll_once()
+    assert not client.state.up
+    assert client.state.listing is not None  # the last known allocation still labels the series
+    now[0] += 11.0
+    assert not client.poll_once()
+    assert client.state.listing is None  # older than five minutes: dropped
+    assert changes[-1].listing is None and not changes[-1].up
+    assert len(changes) == 3  # up, down, dropped
+    client.stop()
 
 
 def test_slow_kubelet_hits_the_call_deadline(kubelet: FakeKubelet) -> None:
