@@ -36,7 +36,8 @@ from exporter.snapshot import GpuProcess
 _UUID_WITH_SEPARATORS = r"[0-9a-fA-F]{8}(?:[-_][0-9a-fA-F]{4}){3}[-_][0-9a-fA-F]{12}"
 # Static (mirror) pods have a 32-hex-digit UID (an MD5 of the manifest) instead of a UUID.
 _POD_SEGMENT = re.compile(
-    rf"^(?:kubepods-(?:besteffort-|burstable-|guaranteed-)?)?pod({_UUID_WITH_SEPARATORS}|[0-9a-fA-F]{{32}})(?:\.slice)?$")
+    # kubepods-burstable-pod<uid>.slice, kubelet-kubepods-pod<uid>.slice (kind), pod<uid> (cgroupfs)
+    rf"^(?:[a-z0-9_]+-)*pod({_UUID_WITH_SEPARATORS}|[0-9a-fA-F]{{32}})(?:\.slice)?$")
 _CONTAINER_SEGMENT = re.compile(
     r"^(?:(?:cri-containerd|crio|docker|containerd|cri-dockerd|libpod)-)?([0-9a-fA-F]{12,128})(?:\.scope)?$")
 
