@@ -306,6 +306,7 @@ class _ListWatch:
         self._owner = owner
         self._timeouts = timeouts
         self._stop = threading.Event()
+        self._relist = threading.Event()
         self._response: Any = None
         self._thread = threading.Thread(target=self._run, name=f"kube-watch-{resource}", daemon=True)
         self.synced = False  # at least one list succeeded
@@ -314,6 +315,10 @@ class _ListWatch:
 
     def start(self) -> None:
         self._thread.start()
+
+    def request_relist(self) -> None:
+        """Start over with a list at the next attempt (the cache was cleared behind our back)."""
+        self._relist.set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -329,6 +334,9 @@ class _ListWatch:
         failures = 0
         broken = 0
         while not self._stop.is_set():
+            if self._relist.is_set():
+                self._relist.clear()
+                resource_version = None
             try:
                 if resource_version is None:
                     resource_version = self._list()
@@ -601,6 +609,8 @@ class KubernetesMetadata:
             LOG.warning("%s", message)
         dropped = expired and self.cache.clear()
         if dropped:
+            for loop in self._loops:
+                loop.request_relist()
             LOG.warning("Kubernetes API unreachable for %.0f s: dropping pod and namespace metadata",
                         now - down_since)
         if not same_episode or dropped:
