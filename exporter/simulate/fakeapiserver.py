@@ -427,7 +427,8 @@ class FakeApiServer:
                         lines, watch.pending_lines = watch.pending_lines, []
                         break
                     if since < self._oldest_rv:  # this stream fell behind the history window
-                        watch.pending_error = _status(410, "Expired", f"{TOO_OLD}: {since} ({self._oldest_rv})")
+                        watch.pending_error = _status(410, "Expired",
+                                                      f"{TOO_OLD}: {since} ({self._oldest_rv})")
                         continue
                     start = bisect.bisect_right(self._events, since, key=lambda event: event.resource_version)
                     fresh = [event for event in self._events[start:] if event.resource == resource]

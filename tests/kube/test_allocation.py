@@ -18,16 +18,27 @@ SHARED = "nvidia.com/gpu.shared"
 
 
 def _listing(*pods: tuple[str, str, list[tuple[str, list[str]]]], resource: str = GPU) -> PodResourcesListing:
-    return PodResourcesListing(pods=tuple(
-        PodAssignment(namespace, name, tuple(
-            ContainerAssignment(container, tuple(sorted(AssignedDevice(resource, device) for device in ids)))
-            for container, ids in containers))
-        for namespace, name, containers in pods))
+    return PodResourcesListing(
+        pods=tuple(
+            PodAssignment(
+                namespace,
+                name,
+                tuple(
+                    ContainerAssignment(
+                        container, tuple(sorted(AssignedDevice(resource, device) for device in ids))
+                    )
+                    for container, ids in containers
+                ),
+            )
+            for namespace, name, containers in pods
+        )
+    )
 
 
 def test_exclusive_gpus() -> None:
     index = build_allocation_index(
-        _listing(("ml", "trainer", [("main", [GPU0, GPU1])])), DeviceCatalog(DEVICES, MIGS))
+        _listing(("ml", "trainer", [("main", [GPU0, GPU1])])), DeviceCatalog(DEVICES, MIGS)
+    )
     for uuid in (GPU0, GPU1):
         allocation = index.get(GpuKey(uuid))
         assert allocation is not None
@@ -37,11 +48,14 @@ def test_exclusive_gpus() -> None:
 
 
 def test_time_sliced_gpu_keeps_every_sharing_container() -> None:
-    index = build_allocation_index(_listing(
-        ("b", "pod-b", [("worker", [f"{GPU0}::3"])]),
-        ("a", "pod-a", [("worker", [f"{GPU0}::0", f"{GPU0}::10"])]),
-        resource=SHARED,
-    ), DeviceCatalog(DEVICES, MIGS))
+    index = build_allocation_index(
+        _listing(
+            ("b", "pod-b", [("worker", [f"{GPU0}::3"])]),
+            ("a", "pod-a", [("worker", [f"{GPU0}::0", f"{GPU0}::10"])]),
+            resource=SHARED,
+        ),
+        DeviceCatalog(DEVICES, MIGS),
+    )
     allocation = index.get(GpuKey(GPU0))
     assert allocation is not None
     assert allocation.shared
@@ -52,24 +66,30 @@ def test_time_sliced_gpu_keeps_every_sharing_container() -> None:
 
 
 def test_one_container_with_one_replica_is_still_shared() -> None:
-    index = build_allocation_index(_listing(("a", "p", [("c", [f"{GPU1}::1"])])), DeviceCatalog(DEVICES, MIGS))
+    index = build_allocation_index(
+        _listing(("a", "p", [("c", [f"{GPU1}::1"])])), DeviceCatalog(DEVICES, MIGS)
+    )
     allocation = index.get(GpuKey(GPU1))
     assert allocation is not None and allocation.shared
 
 
 def test_two_containers_with_the_same_plain_id_are_shared() -> None:
-    index = build_allocation_index(_listing(("a", "p", [("c1", [GPU1]), ("c2", [GPU1])])),
-                                   DeviceCatalog(DEVICES, MIGS))
+    index = build_allocation_index(
+        _listing(("a", "p", [("c1", [GPU1]), ("c2", [GPU1])])), DeviceCatalog(DEVICES, MIGS)
+    )
     allocation = index.get(GpuKey(GPU1))
     assert allocation is not None and allocation.shared and len(allocation.holders) == 2
 
 
 def test_mig_instances_in_all_id_forms() -> None:
-    index = build_allocation_index(_listing(
-        ("ml", "modern", [("c", [MIG_A])]),
-        ("ml", "legacy", [("c", [f"MIG-{GPU2}/5/0"])]),
-        resource="nvidia.com/mig-3g.40gb",
-    ), DeviceCatalog(DEVICES, MIGS))
+    index = build_allocation_index(
+        _listing(
+            ("ml", "modern", [("c", [MIG_A])]),
+            ("ml", "legacy", [("c", [f"MIG-{GPU2}/5/0"])]),
+            resource="nvidia.com/mig-3g.40gb",
+        ),
+        DeviceCatalog(DEVICES, MIGS),
+    )
     a, b = index.get(GpuKey(GPU2, 3)), index.get(GpuKey(GPU2, 5))
     assert a is not None and [h.container.pod for h in a.holders] == ["modern"]
     assert b is not None and [h.container.pod for h in b.holders] == ["legacy"]
@@ -77,29 +97,37 @@ def test_mig_instances_in_all_id_forms() -> None:
 
 
 def test_replicated_mig_device() -> None:
-    index = build_allocation_index(_listing(("a", "p", [("c", [f"{MIG_B}::7"])])), DeviceCatalog(DEVICES, MIGS))
+    index = build_allocation_index(
+        _listing(("a", "p", [("c", [f"{MIG_B}::7"])])), DeviceCatalog(DEVICES, MIGS)
+    )
     allocation = index.get(GpuKey(GPU2, 5))
     assert allocation is not None and allocation.shared and allocation.holders[0].replica_ids == ("7",)
 
 
 def test_gke_device_names() -> None:
-    index = build_allocation_index(_listing(
-        ("a", "full", [("c", ["nvidia0"])]),
-        ("a", "shared-1", [("c", ["nvidia2/vgpu0"])]),
-        ("a", "shared-2", [("c", ["nvidia2/vgpu1"])]),
-        ("a", "mig", [("c", ["nvidia1/gi3"])]),
-    ), DeviceCatalog(DEVICES, MIGS))
+    index = build_allocation_index(
+        _listing(
+            ("a", "full", [("c", ["nvidia0"])]),
+            ("a", "shared-1", [("c", ["nvidia2/vgpu0"])]),
+            ("a", "shared-2", [("c", ["nvidia2/vgpu1"])]),
+            ("a", "mig", [("c", ["nvidia1/gi3"])]),
+        ),
+        DeviceCatalog(DEVICES, MIGS),
+    )
     full = index.get(GpuKey(GPU1))  # minor 0
     shared = index.get(GpuKey(GPU0))  # minor 2
     mig = index.get(GpuKey(GPU2, 3))  # minor 1, GPU instance 3
     assert full is not None and not full.shared
-    assert shared is not None and shared.shared and [h.replica_ids for h in shared.holders] == [("0",), ("1",)]
+    assert (
+        shared is not None and shared.shared and [h.replica_ids for h in shared.holders] == [("0",), ("1",)]
+    )
     assert mig is not None and mig.holders[0].container.pod == "mig"
 
 
 def test_unmatched_ids_are_reported_not_guessed() -> None:
     foreign = "GPU-00000000-0000-0000-0000-000000000000"
-    index = build_allocation_index(_listing(("a", "p", [("c", [foreign, "tegra", GPU0])])),
-                                   DeviceCatalog(DEVICES, MIGS))
+    index = build_allocation_index(
+        _listing(("a", "p", [("c", [foreign, "tegra", GPU0])])), DeviceCatalog(DEVICES, MIGS)
+    )
     assert index.unmatched_device_ids == (foreign, "tegra")
     assert set(index.by_key) == {GpuKey(GPU0)}

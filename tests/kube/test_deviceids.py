@@ -30,7 +30,9 @@ from .helpers import DEVICES, GPU0, GPU1, GPU2, MIG_A, MIG_B, MIGS
         ("", DeviceIdKind.OPAQUE, None, None),
     ],
 )
-def test_parse_every_form(raw: str, kind: DeviceIdKind, replica: str | None, gpu_instance_id: int | None) -> None:
+def test_parse_every_form(
+    raw: str, kind: DeviceIdKind, replica: str | None, gpu_instance_id: int | None
+) -> None:
     parsed = parse_device_id(raw)
     assert parsed.kind is kind
     assert parsed.replica == replica
@@ -63,13 +65,16 @@ def test_resolve_to_gpu_or_mig_instance(raw: str, expected: GpuKey) -> None:
     assert DeviceCatalog(DEVICES, MIGS).resolve(parse_device_id(raw)) == expected
 
 
-@pytest.mark.parametrize("raw", [
-    "GPU-00000000-0000-0000-0000-000000000000",  # a GPU of another node
-    "MIG-00000000-0000-0000-0000-000000000000",  # an unknown MIG device
-    "nvidia7",  # no such minor
-    "tegra",
-    "all",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "GPU-00000000-0000-0000-0000-000000000000",  # a GPU of another node
+        "MIG-00000000-0000-0000-0000-000000000000",  # an unknown MIG device
+        "nvidia7",  # no such minor
+        "tegra",
+        "all",
+    ],
+)
 def test_ids_naming_nothing_here_resolve_to_none(raw: str) -> None:
     assert DeviceCatalog(DEVICES, MIGS).resolve(parse_device_id(raw)) is None
 

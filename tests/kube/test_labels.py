@@ -14,16 +14,19 @@ from exporter.kube.labels import (
 )
 
 
-@pytest.mark.parametrize(("key", "name"), [
-    ("app", "app"),
-    ("app.kubernetes.io/name", "app_kubernetes_io_name"),
-    ("example.com/cost-center", "example_com_cost_center"),
-    ("9lives", "_9lives"),
-    ("__meta", "_meta"),
-    ("-x", "_x"),
-    ("ünïcode", "_n_code"),
-    ("", "_"),
-])
+@pytest.mark.parametrize(
+    ("key", "name"),
+    [
+        ("app", "app"),
+        ("app.kubernetes.io/name", "app_kubernetes_io_name"),
+        ("example.com/cost-center", "example_com_cost_center"),
+        ("9lives", "_9lives"),
+        ("__meta", "_meta"),
+        ("-x", "_x"),
+        ("ünïcode", "_n_code"),
+        ("", "_"),
+    ],
+)
 def test_sanitize(key: str, name: str) -> None:
     assert sanitize_label_name(key) == name
 
@@ -35,7 +38,9 @@ def test_disabled_copies_nothing() -> None:
 def test_empty_allowlist_copies_everything_sorted() -> None:
     policy = PodLabelPolicy(True)
     assert policy.select({"tier": "web", "app.kubernetes.io/name": "shop"}) == (
-        ("app_kubernetes_io_name", "shop"), ("tier", "web"))
+        ("app_kubernetes_io_name", "shop"),
+        ("tier", "web"),
+    )
 
 
 def test_allowlist_is_an_unanchored_search_on_the_original_key() -> None:
@@ -46,13 +51,46 @@ def test_allowlist_is_an_unanchored_search_on_the_original_key() -> None:
 
 def test_builtin_labels_are_never_overridden() -> None:
     policy = PodLabelPolicy(True)
-    labels = {name: "evil" for name in ("gpu", "UUID", "pod", "namespace", "container", "team", "vgpu",
-                                        "pid", "Hostname", "modelName", "job", "instance")}
+    labels = {
+        name: "evil"
+        for name in (
+            "gpu",
+            "UUID",
+            "pod",
+            "namespace",
+            "container",
+            "team",
+            "vgpu",
+            "pid",
+            "Hostname",
+            "modelName",
+            "job",
+            "instance",
+        )
+    }
     labels["p.o.d"] = "fine"
     assert policy.select(labels) == (("p_o_d", "fine"),)
-    assert {"gpu", "UUID", "pci_bus_id", "device", "modelName", "GPU_I_PROFILE", "GPU_I_ID", "Hostname",
-            "DCGM_FI_DRIVER_VERSION", "container", "namespace", "pod", "pod_uid", "team", "vgpu", "err_code",
-            "err_msg", "xid", "pid"} <= RESERVED_LABELS
+    assert {
+        "gpu",
+        "UUID",
+        "pci_bus_id",
+        "device",
+        "modelName",
+        "GPU_I_PROFILE",
+        "GPU_I_ID",
+        "Hostname",
+        "DCGM_FI_DRIVER_VERSION",
+        "container",
+        "namespace",
+        "pod",
+        "pod_uid",
+        "team",
+        "vgpu",
+        "err_code",
+        "err_msg",
+        "xid",
+        "pid",
+    } <= RESERVED_LABELS
 
 
 def test_keys_that_sanitise_alike_keep_the_first_in_sorted_order() -> None:
@@ -68,7 +106,8 @@ def test_count_and_value_length_are_bounded() -> None:
     assert selected[0] == ("k00", "v")
     long_value = "x" * (MAX_POD_LABEL_VALUE_LENGTH + 1)
     assert policy.select({"big": long_value, "ok": "x" * MAX_POD_LABEL_VALUE_LENGTH}) == (
-        ("ok", "x" * MAX_POD_LABEL_VALUE_LENGTH),)
+        ("ok", "x" * MAX_POD_LABEL_VALUE_LENGTH),
+    )
     assert policy.select({"empty": ""}) == ()
 
 

@@ -17,8 +17,15 @@ from .helpers import poll
 
 NODE = "node-a"
 CID = "containerd://" + "ab" * 32
-FAST = WatchTimeouts(connect_s=1.0, list_read_s=1.0, watch_s=2, watch_read_slack_s=1.0,
-                     backoff_initial_s=0.02, backoff_max_s=0.1, stale_after_s=60.0)
+FAST = WatchTimeouts(
+    connect_s=1.0,
+    list_read_s=1.0,
+    watch_s=2,
+    watch_read_slack_s=1.0,
+    backoff_initial_s=0.02,
+    backoff_max_s=0.1,
+    stale_after_s=60.0,
+)
 
 
 @pytest.fixture
@@ -26,15 +33,21 @@ def api() -> Iterator[FakeApiServer]:
     server = FakeApiServer(NODE, bookmark_interval_s=0.05).start()
     server.add_namespace("ml", {"team": "research"})
     server.add_namespace("web", {})
-    server.add_pod("ml", "trainer-0", labels={"app": "trainer", "team": "vision"},
-                   containers=[("trainer", CID)], init_containers=[("log-shipper", "cri-o://" + "cd" * 32)])
+    server.add_pod(
+        "ml",
+        "trainer-0",
+        labels={"app": "trainer", "team": "vision"},
+        containers=[("trainer", CID)],
+        init_containers=[("log-shipper", "cri-o://" + "cd" * 32)],
+    )
     server.add_pod("ml", "elsewhere", node_name="node-b")
     yield server
     server.stop()
 
 
-def _metadata(api: FakeApiServer, tmp_path: Path, changes: list[int] | None = None,
-              timeouts: WatchTimeouts = FAST) -> KubernetesMetadata:
+def _metadata(
+    api: FakeApiServer, tmp_path: Path, changes: list[int] | None = None, timeouts: WatchTimeouts = FAST
+) -> KubernetesMetadata:
     kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
     sink = changes if changes is not None else []
     return KubernetesMetadata(NODE, lambda: sink.append(1), kubeconfig=str(kubeconfig), timeouts=timeouts)
@@ -70,7 +83,10 @@ def test_lists_then_watches_only_this_nodes_pods(api: FakeApiServer, metadata: K
     api.delete_pod("ml", "eval")
     poll(lambda: ("ml", "eval") not in metadata.view().pods_by_name, what="the deletion")
     api.set_namespace_labels("web", {"team": "frontend"})
-    poll(lambda: (metadata.view().namespace_labels("web") or {}).get("team") == "frontend", what="namespace label")
+    poll(
+        lambda: (metadata.view().namespace_labels("web") or {}).get("team") == "frontend",
+        what="namespace label",
+    )
 
     assert api.request_count("list", "pods") == 1  # one list; everything else came through the watch
     selectors = {query.get("fieldSelector") for verb, resource, query in api.requests if resource == "pods"}
@@ -80,14 +96,18 @@ def test_lists_then_watches_only_this_nodes_pods(api: FakeApiServer, metadata: K
 
 
 def test_bookmarks_carry_the_resume_point_forward(api: FakeApiServer, metadata: KubernetesMetadata) -> None:
-    listed_at = int(api.requests[[r for _, r, _ in api.requests].index("pods")][2].get("resourceVersion") or 0)
+    listed_at = int(
+        api.requests[[r for _, r, _ in api.requests].index("pods")][2].get("resourceVersion") or 0
+    )
     for index in range(5):  # namespace changes move the resourceVersion without touching pods
         api.add_namespace(f"ns-{index}")
     target = api.resource_version
 
     def resumed_from_bookmark() -> bool:
-        return any(verb == "watch" and resource == "pods" and int(query.get("resourceVersion", "0")) >= target
-                   for verb, resource, query in list(api.requests))
+        return any(
+            verb == "watch" and resource == "pods" and int(query.get("resourceVersion", "0")) >= target
+            for verb, resource, query in list(api.requests)
+        )
 
     poll(resumed_from_bookmark, what="a pods watch resumed from a bookmark's resourceVersion")
     assert target > listed_at
@@ -111,8 +131,9 @@ def test_410_as_http_status_relists(api: FakeApiServer, metadata: KubernetesMeta
 
 
 @pytest.mark.parametrize("mode", ["refuse", "503"])
-def test_outage_keeps_last_known_metadata_and_recovers(api: FakeApiServer, metadata: KubernetesMetadata,
-                                                       mode: str) -> None:
+def test_outage_keeps_last_known_metadata_and_recovers(
+    api: FakeApiServer, metadata: KubernetesMetadata, mode: str
+) -> None:
     api.set_outage(mode)
     expected = "unreachable" if mode == "refuse" else "answered 503"
     poll(lambda: expected in metadata.state.error, what="the outage to be noticed")
@@ -128,9 +149,18 @@ def test_outage_keeps_last_known_metadata_and_recovers(api: FakeApiServer, metad
 
 def test_slow_server_times_out_then_recovers(api: FakeApiServer, tmp_path: Path) -> None:
     api.set_delay(3.0)
-    watcher = _metadata(api, tmp_path, timeouts=WatchTimeouts(
-        connect_s=0.5, list_read_s=0.3, watch_s=2, watch_read_slack_s=0.5, backoff_initial_s=0.02,
-        backoff_max_s=0.1))
+    watcher = _metadata(
+        api,
+        tmp_path,
+        timeouts=WatchTimeouts(
+            connect_s=0.5,
+            list_read_s=0.3,
+            watch_s=2,
+            watch_read_slack_s=0.5,
+            backoff_initial_s=0.02,
+            backoff_max_s=0.1,
+        ),
+    )
     watcher.start()
     try:
         poll(lambda: watcher.state.error_kind == "timeout", what="a timeout")
@@ -171,8 +201,13 @@ def test_updates_that_change_nothing_kept_do_not_notify(api: FakeApiServer, tmp_
         poll(lambda: watcher.synced and watcher.state.up, what="initial sync")
         version, notified = watcher.cache.version, len(changes)
         for _ in range(3):  # a status-only update: same labels, same containers
-            api.add_pod("ml", "trainer-0", labels={"app": "trainer", "team": "vision"},
-                        containers=[("trainer", CID)], init_containers=[("log-shipper", "cri-o://" + "cd" * 32)])
+            api.add_pod(
+                "ml",
+                "trainer-0",
+                labels={"app": "trainer", "team": "vision"},
+                containers=[("trainer", CID)],
+                init_containers=[("log-shipper", "cri-o://" + "cd" * 32)],
+            )
         api.add_pod("ml", "marker")
         poll(lambda: ("ml", "marker") in watcher.view().pods_by_name, what="the marker pod")
         assert watcher.cache.version == version + 1
@@ -206,8 +241,12 @@ def test_pod_churn_returns_memory_to_baseline(api: FakeApiServer, tmp_path: Path
         baseline = _reachable_objects(watcher.cache)
 
         for index in range(1000):
-            api.add_pod("churn", f"pod-{index}", labels={"app": "batch", "index": str(index)},
-                        containers=[("main", f"containerd://{index:064x}")])
+            api.add_pod(
+                "churn",
+                f"pod-{index}",
+                labels={"app": "batch", "index": str(index)},
+                containers=[("main", f"containerd://{index:064x}")],
+            )
         poll(lambda: watcher.cache.pod_count() == 1000, timeout_s=60, what="1,000 pods")
         assert watcher.cache.tracked_objects() == baseline_tracked + 3000  # by name, by UID, by container ID
         assert len(watcher.view().pods_by_name) == 1000
@@ -226,9 +265,20 @@ def test_pod_churn_returns_memory_to_baseline(api: FakeApiServer, tmp_path: Path
 
 def test_metadata_is_dropped_after_a_long_outage(api: FakeApiServer, tmp_path: Path) -> None:
     changes: list[int] = []
-    watcher = _metadata(api, tmp_path, changes, timeouts=WatchTimeouts(
-        connect_s=0.5, list_read_s=0.5, watch_s=2, watch_read_slack_s=0.5, backoff_initial_s=0.02,
-        backoff_max_s=0.05, stale_after_s=0.3))
+    watcher = _metadata(
+        api,
+        tmp_path,
+        changes,
+        timeouts=WatchTimeouts(
+            connect_s=0.5,
+            list_read_s=0.5,
+            watch_s=2,
+            watch_read_slack_s=0.5,
+            backoff_initial_s=0.02,
+            backoff_max_s=0.05,
+            stale_after_s=0.3,
+        ),
+    )
     watcher.start()
     try:
         poll(lambda: watcher.synced and watcher.state.up, what="initial sync")
@@ -254,13 +304,19 @@ def test_missing_configuration_is_a_visible_state(tmp_path: Path, monkeypatch: p
 
 
 def test_pod_json_parsing() -> None:
-    pod = pod_from_json({"metadata": {"name": "p", "namespace": "n", "uid": "u", "labels": {"b": "2", "a": "1"}},
-                         "status": {"phase": "Running", "containerStatuses": [
-                             {"name": "c", "containerID": "docker://0123"}, {"name": "waiting"}]}})
+    pod = pod_from_json(
+        {
+            "metadata": {"name": "p", "namespace": "n", "uid": "u", "labels": {"b": "2", "a": "1"}},
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [{"name": "c", "containerID": "docker://0123"}, {"name": "waiting"}],
+            },
+        }
+    )
     assert pod.labels == (("a", "1"), ("b", "2"))
     assert pod.containers == (("0123", "c"),)
     assert pod.phase == "Running"
-    with pytest.raises(ValueError, match="metadata.name"):
+    with pytest.raises(ValueError, match=r"metadata\.name"):
         pod_from_json({"metadata": {"namespace": "n"}})
     assert strip_container_id("cri-o://abc") == "abc"
     assert strip_container_id("abc") == "abc"

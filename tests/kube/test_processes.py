@@ -25,50 +25,48 @@ UID = "6b2a1f3c-8d4e-4a5b-9c6d-7e8f9a0b1c2d"
 UID_ = UID.replace("-", "_")
 CID = "3f4e5d6c7b8a9f0e1d2c3b4a5f6e7d8c9b0a1f2e3d4c5b6a7f8e9d0c1b2a3f4e"
 
+BURSTABLE = f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice"
+BESTEFFORT = f"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_}.slice"
+
 # Real-world /proc/<pid>/cgroup files, one per runtime, cgroup driver and cgroup version.
 CGROUP_FILES = {
-    "v2-systemd-containerd-burstable":
-        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/cri-containerd-{CID}.scope\n",
-    "v2-systemd-crio-besteffort":
-        f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_}.slice/crio-{CID}.scope\n",
-    "v2-systemd-docker-guaranteed":
-        f"0::/kubepods.slice/kubepods-pod{UID_}.slice/docker-{CID}.scope\n",
-    "v2-cgroupfs-containerd":
-        f"0::/kubepods/burstable/pod{UID}/{CID}\n",
-    "v2-cgroup-namespace-relative":
-        f"0::/../../kubepods-besteffort-pod{UID_}.slice/cri-containerd-{CID}.scope\n",
-    "v2-kind-nested":
-        f"0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/"
-        f"kubelet-kubepods-burstable-pod{UID_}.slice/cri-containerd-{CID}.scope\n",
+    "v2-systemd-containerd-burstable": f"0::{BURSTABLE}/cri-containerd-{CID}.scope\n",
+    "v2-systemd-crio-besteffort": f"0::{BESTEFFORT}/crio-{CID}.scope\n",
+    "v2-systemd-docker-guaranteed": f"0::/kubepods.slice/kubepods-pod{UID_}.slice/docker-{CID}.scope\n",
+    "v2-cgroupfs-containerd": f"0::/kubepods/burstable/pod{UID}/{CID}\n",
+    "v2-cgroup-namespace-relative": f"0::/../../kubepods-besteffort-pod{UID_}.slice/"
+    f"cri-containerd-{CID}.scope\n",
+    "v2-kind-nested": f"0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/"
+    f"kubelet-kubepods-burstable-pod{UID_}.slice/cri-containerd-{CID}.scope\n",
     "v1-cgroupfs-docker": (
-        "12:hugetlb:/kubepods/burstable/pod{uid}/{cid}\n"
-        "11:memory:/kubepods/burstable/pod{uid}/{cid}\n"
-        "10:cpu,cpuacct:/kubepods/burstable/pod{uid}/{cid}\n"
-        "9:devices:/kubepods/burstable/pod{uid}/{cid}\n"
-        "1:name=systemd:/kubepods/burstable/pod{uid}/{cid}\n"
-    ).format(uid=UID, cid=CID),
+        f"12:hugetlb:/kubepods/burstable/pod{UID}/{CID}\n"
+        f"11:memory:/kubepods/burstable/pod{UID}/{CID}\n"
+        f"10:cpu,cpuacct:/kubepods/burstable/pod{UID}/{CID}\n"
+        f"9:devices:/kubepods/burstable/pod{UID}/{CID}\n"
+        f"1:name=systemd:/kubepods/burstable/pod{UID}/{CID}\n"
+    ),
     "v1-cgroupfs-crio-guaranteed": (
-        "11:memory:/kubepods/pod{uid}/crio-{cid}\n"
-        "4:pids:/kubepods/pod{uid}/crio-{cid}\n"
-        "0::/\n"
-    ).format(uid=UID, cid=CID),
+        f"11:memory:/kubepods/pod{UID}/crio-{CID}\n4:pids:/kubepods/pod{UID}/crio-{CID}\n0::/\n"
+    ),
     "v1-systemd-containerd": (
-        "12:perf_event:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice/"
-        "cri-containerd-{cid}.scope\n"
-        "5:memory:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice/"
-        "cri-containerd-{cid}.scope\n"
-        "1:name=systemd:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice/"
-        "cri-containerd-{cid}.scope\n"
+        f"12:perf_event:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/"
+        f"cri-containerd-{CID}.scope\n"
+        f"5:memory:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/"
+        f"cri-containerd-{CID}.scope\n"
+        f"1:name=systemd:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/"
+        f"cri-containerd-{CID}.scope\n"
         "0::/\n"
-    ).format(uid=UID_, cid=CID),
+    ),
 }
 
 
 def _stat_line(pid: int, start_time: int, comm: str = "python3") -> str:
     # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
     # cutime cstime priority nice threads itrealvalue starttime ...
-    return (f"{pid} ({comm}) S 1 {pid} {pid} 0 -1 4194560 2314 0 0 0 12 3 0 0 20 0 8 0 "
-            f"{start_time} 1234567 890 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0\n")
+    return (
+        f"{pid} ({comm}) S 1 {pid} {pid} 0 -1 4194560 2314 0 0 0 12 3 0 0 20 0 8 0 "
+        f"{start_time} 1234567 890 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0\n"
+    )
 
 
 def _process(proc: Path, pid: int, cgroup: str, start_time: int = 4242, comm: str = "python3") -> None:
@@ -83,13 +81,16 @@ def test_every_runtime_driver_and_cgroup_version(name: str) -> None:
     assert parse_cgroup_file(CGROUP_FILES[name]) == CgroupIdentity(UID, CID)
 
 
-@pytest.mark.parametrize("text", [
-    "0::/user.slice/user-1000.slice/session-3.scope\n",  # a login session
-    "0::/system.slice/nvidia-persistenced.service\n",  # a host daemon
-    "0::/\n",
-    "",
-    "garbage without colons\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0::/user.slice/user-1000.slice/session-3.scope\n",  # a login session
+        "0::/system.slice/nvidia-persistenced.service\n",  # a host daemon
+        "0::/\n",
+        "",
+        "garbage without colons\n",
+    ],
+)
 def test_processes_outside_pods(text: str) -> None:
     assert parse_cgroup_file(text) is None
 

@@ -26,15 +26,26 @@ from exporter.kube.series import LabeledDevice, attribution_families, workload_l
 
 from .helpers import GPU0, GPU1, GPU2
 
-TRAINER = Workload("ml", "trainer-0", "trainer", pod_uid="uid-trainer", team="vision",
-                   pod_labels=(("app", "trainer"), ("tier", "gpu")))
+TRAINER = Workload(
+    "ml",
+    "trainer-0",
+    "trainer",
+    pod_uid="uid-trainer",
+    team="vision",
+    pod_labels=(("app", "trainer"), ("tier", "gpu")),
+)
 EVAL = Workload("ml", "eval-0", "eval", pod_uid="uid-eval")
 NOTEBOOK = Workload("research", "nb", "jupyter", team="research")
 
 
 def _base(index: int, uuid: str, mig: tuple[str, int] | None = None) -> dict[str, str]:
-    labels = {"gpu": str(index), "UUID": uuid, "pci_bus_id": f"00000000:{index + 16:02X}:00.0",
-              "device": f"nvidia{index}", "modelName": "NVIDIA H100 80GB HBM3"}
+    labels = {
+        "gpu": str(index),
+        "UUID": uuid,
+        "pci_bus_id": f"00000000:{index + 16:02X}:00.0",
+        "device": f"nvidia{index}",
+        "modelName": "NVIDIA H100 80GB HBM3",
+    }
     if mig:
         labels |= {"GPU_I_PROFILE": mig[0], "GPU_I_ID": str(mig[1])}
     return labels | {"Hostname": "node-a"}
@@ -49,14 +60,22 @@ MIG5 = LabeledDevice(GPU2, 5, _base(2, GPU2, ("1g.10gb", 5)))
 def _snapshot(**kwargs: object) -> AttributionSnapshot:
     allocations = {
         GpuKey(GPU0): DeviceAllocation(GPU0, None, (AllocationHolder(TRAINER),), shared=False),
-        GpuKey(GPU1): DeviceAllocation(GPU1, None, (AllocationHolder(EVAL, ("0", "4")),
-                                                    AllocationHolder(NOTEBOOK, ("2",))), shared=True),
+        GpuKey(GPU1): DeviceAllocation(
+            GPU1, None, (AllocationHolder(EVAL, ("0", "4")), AllocationHolder(NOTEBOOK, ("2",))), shared=True
+        ),
         GpuKey(GPU2, 3): DeviceAllocation(GPU2, 3, (AllocationHolder(NOTEBOOK),), shared=False),
     }
     values: dict[str, object] = {
-        "status": AttributionStatus(enabled=True, kubelet_up=True, kubelet_last_success=1700000000.5,
-                                    api_up=False, api_error="down", api_last_success=1699999000.0, pods_known=7,
-                                    process_attribution=True),
+        "status": AttributionStatus(
+            enabled=True,
+            kubelet_up=True,
+            kubelet_last_success=1700000000.5,
+            api_up=False,
+            api_error="down",
+            api_last_success=1699999000.0,
+            pods_known=7,
+            process_attribution=True,
+        ),
         "allocation_known": True,
         "allocations": MappingProxyType(allocations),
     }
@@ -70,8 +89,16 @@ def _config(**kwargs: object) -> Config:
 
 def test_exclusive_gpu_gets_workload_labels_in_order() -> None:
     sets = workload_label_sets(_snapshot(), DEVICE0, _config())
-    assert sets == [{"container": "trainer", "namespace": "ml", "pod": "trainer-0", "team": "vision",
-                     "app": "trainer", "tier": "gpu"}]
+    assert sets == [
+        {
+            "container": "trainer",
+            "namespace": "ml",
+            "pod": "trainer-0",
+            "team": "vision",
+            "app": "trainer",
+            "tier": "gpu",
+        }
+    ]
     assert list(sets[0]) == ["container", "namespace", "pod", "team", "app", "tier"]
     with_uid = workload_label_sets(_snapshot(), DEVICE0, _config(kubernetes_enable_pod_uid=True))
     assert list(with_uid[0]) == ["container", "namespace", "pod", "pod_uid", "team", "app", "tier"]
@@ -98,7 +125,8 @@ def test_shared_gpu_virtual_mode_repeats_per_container_with_vgpu() -> None:
 
 def test_mig_instances_are_attributed_separately() -> None:
     assert workload_label_sets(_snapshot(), MIG3, _config()) == [
-        {"container": "jupyter", "namespace": "research", "pod": "nb", "team": "research"}]
+        {"container": "jupyter", "namespace": "research", "pod": "nb", "team": "research"}
+    ]
     assert workload_label_sets(_snapshot(), MIG5, _config()) == [{}]
     parent = LabeledDevice(GPU2, None, _base(2, GPU2))
     assert workload_label_sets(_snapshot(), parent, _config()) == [{}]
@@ -109,13 +137,23 @@ def test_a_base_label_is_never_overridden() -> None:
     assert "tier" not in workload_label_sets(_snapshot(), clashing, _config())[0]
 
 
-@pytest.mark.parametrize("value", [
-    'with "quotes"', "back\\slash", "new\nline", "ünïcødé ☃ 🚀", "x" * 10_240,
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        'with "quotes"',
+        "back\\slash",
+        "new\nline",
+        "ünïcødé ☃ 🚀",
+        "x" * 10_240,
+    ],
+)
 def test_label_values_pass_through_unmodified(value: str) -> None:
     workload = Workload(value, value, value, pod_uid=value, team=value)
-    snapshot = _snapshot(allocations=MappingProxyType({
-        GpuKey(GPU0): DeviceAllocation(GPU0, None, (AllocationHolder(workload),), shared=False)}))
+    snapshot = _snapshot(
+        allocations=MappingProxyType(
+            {GpuKey(GPU0): DeviceAllocation(GPU0, None, (AllocationHolder(workload),), shared=False)}
+        )
+    )
     sets = workload_label_sets(snapshot, DEVICE0, _config(kubernetes_enable_pod_uid=True))
     assert sets == [{"container": value, "namespace": value, "pod": value, "pod_uid": value, "team": value}]
     # ...and survive a round trip through a Prometheus text encoder and parser.
@@ -143,16 +181,24 @@ def test_allocation_families_list_every_sharing_pod() -> None:
     families = attribution_families(_snapshot(), [DEVICE0, DEVICE1, MIG3, MIG5], _config())
     assert all(family.type == "gauge" for family in families)
     samples = _samples(families)
-    assert [(labels["UUID"], labels.get("GPU_I_ID"), value) for labels, value in samples["DCGM_EXP_GPU_ALLOCATED"]] == [
-        (GPU0, None, 1.0), (GPU1, None, 1.0), (GPU2, "3", 1.0), (GPU2, "5", 0.0)]
+    assert [
+        (labels["UUID"], labels.get("GPU_I_ID"), value) for labels, value in samples["DCGM_EXP_GPU_ALLOCATED"]
+    ] == [(GPU0, None, 1.0), (GPU1, None, 1.0), (GPU2, "3", 1.0), (GPU2, "5", 0.0)]
     info = samples["DCGM_EXP_GPU_ALLOCATION_INFO"]
     assert [(labels["UUID"], labels["pod"], labels.get("vgpu"), value) for labels, value in info] == [
-        (GPU0, "trainer-0", None, 1.0), (GPU1, "eval-0", "0", 1.0), (GPU1, "nb", "2", 1.0), (GPU2, "nb", None, 1.0)]
+        (GPU0, "trainer-0", None, 1.0),
+        (GPU1, "eval-0", "0", 1.0),
+        (GPU1, "nb", "2", 1.0),
+        (GPU2, "nb", None, 1.0),
+    ]
     assert list(info[0][0]) == [*DEVICE0.labels, "container", "namespace", "pod", "team", "app", "tier"]
 
 
 def test_allocation_families_are_left_out_while_allocation_is_unknown() -> None:
-    names = {family.name for family in attribution_families(_snapshot(allocation_known=False), [DEVICE0], _config())}
+    names = {
+        family.name
+        for family in attribution_families(_snapshot(allocation_known=False), [DEVICE0], _config())
+    }
     assert "DCGM_EXP_GPU_ALLOCATED" not in names and "gpu_pod_exporter_kubelet_up" in names
 
 
@@ -174,15 +220,21 @@ def test_memory_families() -> None:
     )
     without = _samples(attribution_families(snapshot, [DEVICE0, DEVICE1, MIG3], _config()))
     assert "DCGM_EXP_PROCESS_FB_USED" not in without  # per-process series are opt-in
-    assert [(labels["UUID"], labels["pod"], value) for labels, value in without["DCGM_EXP_CONTAINER_FB_USED"]] == [
-        (GPU1, "eval-0", 3072.0), (GPU1, "nb", 512.0), (GPU2, "nb", 0.0)]
+    assert [
+        (labels["UUID"], labels["pod"], value) for labels, value in without["DCGM_EXP_CONTAINER_FB_USED"]
+    ] == [(GPU1, "eval-0", 3072.0), (GPU1, "nb", 512.0), (GPU2, "nb", 0.0)]
     assert [(labels["UUID"], value) for labels, value in without["DCGM_EXP_UNATTRIBUTED_FB_USED"]] == [
-        (GPU1, 256.0), (GPU2, 0.0)]  # GPU0's processes were not read: no memory series for it
+        (GPU1, 256.0),
+        (GPU2, 0.0),
+    ]  # GPU0's processes were not read: no memory series for it
 
     with_processes = _samples(attribution_families(snapshot, [DEVICE1], _config(process_metrics=True)))
     process = with_processes["DCGM_EXP_PROCESS_FB_USED"]
     assert [(labels["pid"], labels.get("pod"), value) for labels, value in process] == [
-        ("4242", "eval-0", 3072.0), ("4243", "nb", 512.0), ("999", None, 256.0)]  # pid 1000: memory unknown
+        ("4242", "eval-0", 3072.0),
+        ("4243", "nb", 512.0),
+        ("999", None, 256.0),
+    ]  # pid 1000: memory unknown
     assert list(process[0][0]) == [*DEVICE1.labels, "pid", "container", "namespace", "pod"]
 
 

@@ -14,13 +14,19 @@ from exporter.simulate.fakekubelet import FakeContainer, FakeKubelet, FakePod
 
 from ..helpers import GPU0, GPU1, poll
 
-TRAINER = FakePod("ml", "trainer-0", (
-    FakeContainer("log-shipper", sidecar=True),
-    FakeContainer("trainer", (("nvidia.com/gpu", GPU0), ("nvidia.com/gpu", GPU1))),
-))
+TRAINER = FakePod(
+    "ml",
+    "trainer-0",
+    (
+        FakeContainer("log-shipper", sidecar=True),
+        FakeContainer("trainer", (("nvidia.com/gpu", GPU0), ("nvidia.com/gpu", GPU1))),
+    ),
+)
 
 
-def _client(socket: Path, changes: list[KubeletState], interval_s: float = 0.02, **kwargs: float) -> PodResourcesClient:
+def _client(
+    socket: Path, changes: list[KubeletState], interval_s: float = 0.02, **kwargs: float
+) -> PodResourcesClient:
     return PodResourcesClient(str(socket), interval_s, gpu_resource_filter(), changes.append, **kwargs)
 
 
@@ -34,8 +40,10 @@ def kubelet(short_tmp: Path) -> FakeKubelet:
 
 def _gpu_pods(state: KubeletState) -> list[tuple[str, str, list[str]]]:
     assert state.listing is not None
-    return [(pod.namespace, pod.name, [d.device_id for c in pod.containers for d in c.devices])
-            for pod in state.listing.pods]
+    return [
+        (pod.namespace, pod.name, [d.device_id for c in pod.containers for d in c.devices])
+        for pod in state.listing.pods
+    ]
 
 
 def test_lists_on_its_interval_and_publishes_only_changes(kubelet: FakeKubelet) -> None:
@@ -49,7 +57,9 @@ def test_lists_on_its_interval_and_publishes_only_changes(kubelet: FakeKubelet) 
         assert len(changes) == 1  # eight shuffled, NUMA-duplicated answers of one allocation: one change
         assert client.state.last_success_wall > 0
 
-        kubelet.add_pod(FakePod("ml", "eval", (FakeContainer("main", (("nvidia.com/gpu.shared", f"{GPU1}::1"),)),)))
+        kubelet.add_pod(
+            FakePod("ml", "eval", (FakeContainer("main", (("nvidia.com/gpu.shared", f"{GPU1}::1"),)),))
+        )
         poll(lambda: len(changes) == 2, what="the new pod to be published")
         assert [pod[1] for pod in _gpu_pods(changes[-1])] == ["eval", "trainer-0"]
 
@@ -67,9 +77,9 @@ def test_one_channel_is_reused(kubelet: FakeKubelet) -> None:
     client.start()
     try:
         poll(lambda: kubelet.list_calls >= 3, what="List calls")
-        channel = client._channel  # noqa: SLF001 - the property under test is "one long-lived channel"
+        channel = client._channel
         poll(lambda: kubelet.list_calls >= 6, what="more List calls")
-        assert client._channel is channel  # noqa: SLF001
+        assert client._channel is channel
     finally:
         client.stop()
 
@@ -141,12 +151,17 @@ def test_fast_restart_with_new_inode_is_followed_without_error(kubelet: FakeKube
         for _ in range(3):
             kubelet.restart()
             calls = kubelet.list_calls
-            poll(lambda: kubelet.list_calls > calls and client.state.up, what="an answer from the new socket")
+            poll(
+                lambda calls=calls: kubelet.list_calls > calls and client.state.up,  # type: ignore[misc]
+                what="an answer from the new socket",
+            )
     finally:
         client.stop()
 
 
-def test_missing_socket_is_a_clear_state_logged_once(short_tmp: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_missing_socket_is_a_clear_state_logged_once(
+    short_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     changes: list[KubeletState] = []
     socket = short_tmp / "nowhere" / "kubelet.sock"
     client = _client(socket, changes)
@@ -163,8 +178,14 @@ def test_missing_socket_is_a_clear_state_logged_once(short_tmp: Path, caplog: py
 def test_last_known_allocation_is_kept_then_dropped_when_stale(kubelet: FakeKubelet) -> None:
     now = [1000.0]
     changes: list[KubeletState] = []
-    client = PodResourcesClient(kubelet.socket_path, 10.0, gpu_resource_filter(), changes.append,
-                                stale_after_s=300.0, monotonic=lambda: now[0])
+    client = PodResourcesClient(
+        kubelet.socket_path,
+        10.0,
+        gpu_resource_filter(),
+        changes.append,
+        stale_after_s=300.0,
+        monotonic=lambda: now[0],
+    )
     assert client.poll_once()
     kubelet.stop()
     now[0] += 290.0
