@@ -172,11 +172,13 @@ class FakeKubelet:
         filler: list[api_pb2.PodResources] = []
         chunk = 64 * 1024
         size = 0
-        while size < total_bytes:
+        while size <= total_bytes:  # one filler past the target covers the per-entry framing bytes
             pod = api_pb2.PodResources(name=f"filler-{len(filler)}-" + "x" * chunk, namespace="filler",
                                        containers=[api_pb2.ContainerResources(name="main")])
             filler.append(pod)
-            size += pod.ByteSize() + 8
+            size += pod.ByteSize()
+        if total_bytes > 0:
+            filler.append(api_pb2.PodResources(name="filler-last-" + "x" * chunk, namespace="filler"))
         with self._lock:
             self._padding = filler
 
