@@ -73,8 +73,9 @@ class GpuRef:
     mig: int | None = None
     replica: int | None = None
     resource: str | None = None
-    where: str = ""  # "file:line" of the entry, for errors found when the GPUs are known
-    key: str = ""
+    # Where the entry was written ("file:line", key path), for errors found once the GPUs are known.
+    where: str = field(default="", compare=False)
+    key: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,9 @@ def test_list_filters_by_node_and_carries_resource_versions(api: FakeApiServer) 
 
 def test_watch_streams_changes_from_a_resource_version(api: FakeApiServer) -> None:
     since = api.resource_version
-    stream = _Stream(api, f"/api/v1/pods?watch=true&resourceVersion={since}&fieldSelector=spec.nodeName%3D{NODE}")
+    stream = _Stream(
+        api, f"/api/v1/pods?watch=true&resourceVersion={since}&fieldSelector=spec.nodeName%3D{NODE}"
+    )
     try:
         assert stream.response.getheader("Transfer-Encoding") == "chunked"
         api.add_pod("ml", "new")
@@ -81,7 +83,10 @@ def test_watch_streams_changes_from_a_resource_version(api: FakeApiServer) -> No
         api.delete_pod("ml", "new")
         events = [stream.event() for _ in range(3)]
         assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
-            ("ADDED", "new"), ("MODIFIED", "new"), ("DELETED", "new")]
+            ("ADDED", "new"),
+            ("MODIFIED", "new"),
+            ("DELETED", "new"),
+        ]
         versions = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
         assert versions == sorted(versions) and versions[0] > since
     finally:
@@ -99,8 +104,9 @@ def test_watch_without_version_starts_with_the_current_objects(api: FakeApiServe
 
 def test_bookmarks_and_timeout(api: FakeApiServer) -> None:
     since = api.resource_version
-    stream = _Stream(api, f"/api/v1/pods?watch=true&resourceVersion={since}&allowWatchBookmarks=true"
-                          "&timeoutSeconds=1")
+    stream = _Stream(
+        api, f"/api/v1/pods?watch=true&resourceVersion={since}&allowWatchBookmarks=true&timeoutSeconds=1"
+    )
     try:
         api.add_namespace("moves-the-version")
         api.send_bookmarks()
@@ -160,8 +166,9 @@ def test_unknown_paths_and_selectors(api: FakeApiServer) -> None:
 
 def test_the_official_client_consumes_it(api: FakeApiServer, tmp_path: Path) -> None:
     configuration = client.Configuration()
-    config.load_kube_config(config_file=str(api.write_kubeconfig(tmp_path / "kubeconfig")),
-                            client_configuration=configuration)
+    config.load_kube_config(
+        config_file=str(api.write_kubeconfig(tmp_path / "kubeconfig")), client_configuration=configuration
+    )
     core = client.CoreV1Api(client.ApiClient(configuration))
     pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}")
     assert [pod.metadata.name for pod in pods.items] == ["here"]
@@ -170,6 +177,12 @@ def test_the_official_client_consumes_it(api: FakeApiServer, tmp_path: Path) -> 
     assert namespaces.items[0].metadata.labels["team"] == "research"
 
     api.add_pod("ml", "watched")
-    events = list(watch.Watch().stream(core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={NODE}",
-                                       resource_version=pods.metadata.resource_version, timeout_seconds=1))
+    events = list(
+        watch.Watch().stream(
+            core.list_pod_for_all_namespaces,
+            field_selector=f"spec.nodeName={NODE}",
+            resource_version=pods.metadata.resource_version,
+            timeout_seconds=1,
+        )
+    )
     assert [(event["type"], event["object"].metadata.name) for event in events] == [("ADDED", "watched")]

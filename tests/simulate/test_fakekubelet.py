@@ -19,26 +19,36 @@ GPU_B = "GPU-bbbbbbbb-0000-1111-2222-333333333333"
 GPU_C = "GPU-cccccccc-0000-1111-2222-333333333333"
 MIG = "MIG-dddddddd-0000-1111-2222-333333333333"
 
-POD = FakePod("ml", "trainer-0", (
-    FakeContainer("trainer", (("nvidia.com/gpu", GPU_A), ("nvidia.com/gpu", GPU_B), ("nvidia.com/gpu", GPU_C))),
-    FakeContainer("istio-proxy", sidecar=True),
-    FakeContainer("metrics", (("nvidia.com/mig-1g.10gb", f"{MIG}::2"),), sidecar=True),
-))
+POD = FakePod(
+    "ml",
+    "trainer-0",
+    (
+        FakeContainer(
+            "trainer", (("nvidia.com/gpu", GPU_A), ("nvidia.com/gpu", GPU_B), ("nvidia.com/gpu", GPU_C))
+        ),
+        FakeContainer("istio-proxy", sidecar=True),
+        FakeContainer("metrics", (("nvidia.com/mig-1g.10gb", f"{MIG}::2"),), sidecar=True),
+    ),
+)
 
 
 @pytest.fixture
 def kubelet() -> Iterator[FakeKubelet]:
     directory = Path(tempfile.mkdtemp(prefix="gpe-"))
-    fake = FakeKubelet(directory / "kubelet.sock", [POD, FakePod("default", "web", (FakeContainer("nginx"),))],
-                       numa_nodes={GPU_A: [0, 1], GPU_C: []}).start()
+    fake = FakeKubelet(
+        directory / "kubelet.sock",
+        [POD, FakePod("default", "web", (FakeContainer("nginx"),))],
+        numa_nodes={GPU_A: [0, 1], GPU_C: []},
+    ).start()
     yield fake
     fake.stop()
     shutil.rmtree(directory, ignore_errors=True)
 
 
 def _stub(kubelet: FakeKubelet) -> tuple[grpc.Channel, api_pb2_grpc.PodResourcesListerStub]:
-    channel = grpc.insecure_channel("unix://" + kubelet.socket_path,
-                                    options=[("grpc.max_receive_message_length", 64 << 20)])
+    channel = grpc.insecure_channel(
+        "unix://" + kubelet.socket_path, options=[("grpc.max_receive_message_length", 64 << 20)]
+    )
     return channel, api_pb2_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
 
 
@@ -124,7 +134,9 @@ def test_pods_are_mutable_while_serving(kubelet: FakeKubelet) -> None:
     channel, stub = _stub(kubelet)
     with channel:
         kubelet.remove_pod("default", "web")
-        kubelet.add_pod(FakePod("ml", "eval", (FakeContainer("main", (("nvidia.com/gpu.shared", f"{GPU_B}::1"),)),)))
+        kubelet.add_pod(
+            FakePod("ml", "eval", (FakeContainer("main", (("nvidia.com/gpu.shared", f"{GPU_B}::1"),)),))
+        )
         names = {p.name for p in stub.List(api_pb2.ListPodResourcesRequest(), timeout=5).pod_resources}
         assert names == {"trainer-0", "eval"}
         kubelet.set_pods([])
