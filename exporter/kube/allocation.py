@@ -66,6 +66,7 @@ class AllocationIndex:
 
     by_key: Mapping[GpuKey, GpuAllocation]
     unmatched_device_ids: tuple[str, ...] = ()  # GPU-resource IDs that name no GPU here
+    id_types: frozenset[str] = frozenset()  # "uid" / "device-name": the ID families that matched
 
     def get(self, key: GpuKey) -> GpuAllocation | None:
         return self.by_key.get(key)
@@ -83,6 +84,7 @@ def build_allocation_index(listing: PodResourcesListing, catalog: DeviceCatalog)
     replicas: dict[GpuKey, dict[ContainerRef, set[str]]] = {}
     resources: dict[GpuKey, dict[ContainerRef, set[str]]] = {}
     unmatched: set[str] = set()
+    id_types: set[str] = set()
     for pod in listing.pods:
         for container in pod.containers:
             ref = ContainerRef(pod.namespace, pod.name, container.name)
@@ -92,6 +94,8 @@ def build_allocation_index(listing: PodResourcesListing, catalog: DeviceCatalog)
                 if key is None:
                     unmatched.add(device.device_id)
                     continue
+                if parsed.kind.id_type is not None:
+                    id_types.add(parsed.kind.id_type)
                 held = replicas.setdefault(key, {}).setdefault(ref, set())
                 if parsed.replica is not None:
                     held.add(parsed.replica)
@@ -103,4 +107,5 @@ def build_allocation_index(listing: PodResourcesListing, catalog: DeviceCatalog)
         ))
         for key, holders in replicas.items()
     }
-    return AllocationIndex(by_key=MappingProxyType(by_key), unmatched_device_ids=tuple(sorted(unmatched)))
+    return AllocationIndex(by_key=MappingProxyType(by_key), unmatched_device_ids=tuple(sorted(unmatched)),
+                           id_types=frozenset(id_types))

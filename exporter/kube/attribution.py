@@ -277,6 +277,7 @@ class KubernetesAttribution:
         self._index_key: tuple[object, ...] | None = None
         self._index = EMPTY_INDEX
         self._logged_unmatched: tuple[str, ...] = ()
+        self._logged_id_types: frozenset[str] = frozenset()
         self._started = False
 
     @property
@@ -370,6 +371,12 @@ class KubernetesAttribution:
             return self._memo
 
     def _log_unmatched(self, index: AllocationIndex) -> None:
+        configured = self.config.kubernetes_gpu_id_type
+        if index.id_types and configured not in index.id_types and index.id_types != self._logged_id_types:
+            LOG.info("the device plugin names GPUs as %s, not %s as --kubernetes-gpu-id-type says; both "
+                     "forms are understood, so attribution works either way",
+                     "/".join(sorted(index.id_types)), configured)
+            self._logged_id_types = index.id_types
         if index.unmatched_device_ids and index.unmatched_device_ids != self._logged_unmatched:
             LOG.warning("kubelet lists GPU device IDs that match no GPU on this node: %s (forms understood: "
                         "GPU-<uuid>, MIG-<uuid>, MIG-GPU-<uuid>/<gi>/<ci>, nvidia<minor>[/gi<id>][/vgpu<n>], "

@@ -131,3 +131,10 @@ def test_unmatched_ids_are_reported_not_guessed() -> None:
     )
     assert index.unmatched_device_ids == (foreign, "tegra")
     assert set(index.by_key) == {GpuKey(GPU0)}
+
+
+def test_the_id_families_that_matched_are_reported() -> None:
+    index = build_allocation_index(
+        _listing(("a", "p", [("c", [GPU0, "nvidia1/gi3"])])), DeviceCatalog(DEVICES, MIGS)
+    )
+    assert index.id_types == frozenset({"uid", "device-name"})
