@@ -99,6 +99,7 @@ class FakeKubelet:
         self._padding: list[api_pb2.PodResources] = []
         self._failure: tuple[grpc.StatusCode, str] | None = None
         self._delay_s = 0.0
+        self._stopping = threading.Event()  # interrupts injected delays when the kubelet stops
         self.list_calls = 0
         self.rejected_calls = 0
 
@@ -109,6 +110,7 @@ class FakeKubelet:
         with self._lock:
             if self._server is not None:
                 return self
+            self._stopping.clear()
             path = Path(self.socket_path)
             path.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileNotFoundError):
@@ -123,6 +125,7 @@ class FakeKubelet:
 
     def stop(self) -> None:
         """Stop serving and remove the socket file (a kubelet going down)."""
+        self._stopping.set()
         with self._lock:
             server, self._server = self._server, None
         if server is not None:
@@ -203,8 +206,8 @@ class FakeKubelet:
                 self.rejected_calls += 1
         if not allowed:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, RATE_LIMIT_MESSAGE)
-        if delay:
-            time.sleep(delay)  # the fake's own latency, not a test waiting for time to pass
+        if delay and self._stopping.wait(delay):  # the fake's own latency, cut short by stop()
+            context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet is shutting down")
         if failure is not None:
             context.abort(failure[0], failure[1])
 

@@ -116,7 +116,7 @@ class PodResourcesClient:
         self._stub: api_pb2_grpc.PodResourcesListerStub | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()  # guards the channel against stop() racing a cycle
+        self._lock = threading.Lock()  # guards the channel: stop() may close it mid-call
         self.calls = 0  # List calls attempted, for tests and debugging
 
     @property
@@ -150,61 +150,68 @@ class PodResourcesClient:
 
     def poll_once(self) -> bool:
         """One List attempt; publishes the outcome. True on success."""
-        with self._lock:
-            if self._stop.is_set() and self._thread is not None:
-                return False
-            try:
-                listing = self._list()
-            except _ListError as failure:
-                if self._stop.is_set():
-                    return False
-                self._publish_failure(failure)
-                return False
+        try:
+            listing = self._list()
+        except _ListError as failure:
+            if self._stop.is_set():
+                return False  # stop() cancelled the call: not a kubelet failure
+            self._publish_failure(failure)
+            return False
         self._publish_success(listing)
         return True
 
     # -- one attempt ------------------------------------------------------------------------
 
     def _list(self) -> PodResourcesListing:
-        try:
-            info = Path(self.socket_path).stat()
-        except FileNotFoundError:
-            self._close_channel()
-            raise _ListError("socket-missing", f"kubelet socket not found at {self.socket_path} (is the "
-                             "kubelet's pod-resources directory mounted into the exporter?)") from None
-        except OSError as exc:
-            self._close_channel()
-            raise _ListError("socket-error",
-                             f"cannot stat kubelet socket {self.socket_path}: {exc.strerror}") from None
-        if not stat.S_ISSOCK(info.st_mode):
-            self._close_channel()
-            raise _ListError("not-a-socket", f"{self.socket_path} is not a unix socket")
-        # A deleted socket's inode number is often reused at once, so the change time is part of
-        # the identity: a re-created socket always has a new one.
-        identity = (info.st_dev, info.st_ino, info.st_ctime_ns)
-        if self._stub is None or identity != self._channel_socket:
-            if self._channel is not None:
-                LOG.info("kubelet socket %s was re-created (kubelet restart); reconnecting", self.socket_path)
-            self._close_channel()
-            self._channel = grpc.insecure_channel(
-                "unix://" + self.socket_path,
-                options=[("grpc.max_receive_message_length", self._max_receive)],
-            )
-            self._channel_socket = identity
-            self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
+        stub = self._stub_for_current_socket()
         self.calls += 1
         try:
-            response = self._stub.List(api_pb2.ListPodResourcesRequest(), timeout=self._call_timeout_s)
+            # Outside the lock, so that stop() can close the channel and cancel a slow call.
+            response = stub.List(api_pb2.ListPodResourcesRequest(), timeout=self._call_timeout_s)
         except grpc.RpcError as exc:
             code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
             details = (exc.details() if isinstance(exc, grpc.Call) else str(exc)) or ""
             if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-                self._close_channel()  # dial afresh next time instead of waiting on grpc's backoff
+                with self._lock:
+                    if self._stub is stub:
+                        self._close_channel()  # dial afresh next time instead of waiting on grpc's backoff
             kind = code.name
             if code is grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
                 kind = "TOO_LARGE"
             raise _ListError(kind, self._describe(code, details)) from None
         return listing_from_response(response, self._accept_resource)
+
+    def _stub_for_current_socket(self) -> api_pb2_grpc.PodResourcesListerStub:
+        """The stub of the channel to the socket that exists now, dialling it when it is new."""
+        with self._lock:
+            try:
+                info = Path(self.socket_path).stat()
+            except FileNotFoundError:
+                self._close_channel()
+                raise _ListError("socket-missing", f"kubelet socket not found at {self.socket_path} (is the "
+                                 "kubelet's pod-resources directory mounted into the exporter?)") from None
+            except OSError as exc:
+                self._close_channel()
+                raise _ListError("socket-error",
+                                 f"cannot stat kubelet socket {self.socket_path}: {exc.strerror}") from None
+            if not stat.S_ISSOCK(info.st_mode):
+                self._close_channel()
+                raise _ListError("not-a-socket", f"{self.socket_path} is not a unix socket")
+            # A deleted socket's inode number is often reused at once, so the change time is part
+            # of the identity: a re-created socket always has a new one.
+            identity = (info.st_dev, info.st_ino, info.st_ctime_ns)
+            if self._stub is None or identity != self._channel_socket:
+                if self._channel is not None:
+                    LOG.info("kubelet socket %s was re-created (kubelet restart); reconnecting",
+                             self.socket_path)
+                self._close_channel()
+                self._channel = grpc.insecure_channel(
+                    "unix://" + self.socket_path,
+                    options=[("grpc.max_receive_message_length", self._max_receive)],
+                )
+                self._channel_socket = identity
+                self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
+            return self._stub
 
     def _describe(self, code: grpc.StatusCode, details: str) -> str:
         if code is grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:

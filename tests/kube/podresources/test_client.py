@@ -223,3 +223,16 @@ def test_not_a_socket(short_tmp: Path) -> None:
     client = _client(path, [])
     assert client.poll_once() is False
     assert client.state.error == f"{path} is not a unix socket"
+
+
+def test_stop_cancels_a_slow_call_without_reporting_a_failure(kubelet: FakeKubelet) -> None:
+    kubelet.set_delay(30.0)
+    changes: list[KubeletState] = []
+    client = _client(Path(kubelet.socket_path), changes, call_timeout_s=30.0)
+    client.start()
+    thread = client._thread
+    assert thread is not None
+    poll(lambda: kubelet.list_calls >= 1, what="a call in flight")
+    client.stop(timeout_s=5.0)
+    assert not thread.is_alive()  # the in-flight call was cancelled, not waited out
+    assert changes == [] and client.state.error == "not started"
