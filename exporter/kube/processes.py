@@ -203,12 +203,22 @@ def gpu_key_of(uuid: str, process: GpuProcess) -> GpuKey:
 def attribute_processes(processes: Mapping[str, Sequence[GpuProcess]],
                         identities: Mapping[int, CgroupIdentity | None],
                         view: MetadataView) -> tuple[ProcessRecord, ...]:
-    """Every GPU process with its owner, sorted by GPU, instance and PID. Pure."""
+    """Every GPU process with its owner, sorted by GPU, instance and PID. Pure.
+
+    A PID listed twice on one GPU or MIG instance (NVML's compute and graphics lists both
+    report a process that does both) is one process: it is kept once, with the larger memory
+    figure, so that per-container sums do not count the same allocation twice.
+    """
+    unique: dict[tuple[GpuKey, int], GpuProcess] = {}
+    for uuid, listed in processes.items():
+        for process in listed:
+            key = (gpu_key_of(uuid, process), process.pid)
+            known = unique.get(key)
+            if known is None or (process.used_memory_bytes or -1) > (known.used_memory_bytes or -1):
+                unique[key] = process
     records = [
-        ProcessRecord(gpu_key_of(uuid, process), process.pid, process.used_memory_bytes,
-                      owner_of(identities.get(process.pid), view))
-        for uuid, listed in processes.items()
-        for process in listed
+        ProcessRecord(gpu, pid, process.used_memory_bytes, owner_of(identities.get(pid), view))
+        for (gpu, pid), process in unique.items()
     ]
     records.sort(key=lambda record: (record.gpu.uuid, record.gpu.gpu_instance_id or -1, record.pid))
     return tuple(records)

@@ -168,3 +168,12 @@ def test_attribute_processes_keys_mig_processes_by_gpu_instance() -> None:
         (GpuKey(GPU0), 11, None, False),
         (GpuKey(GPU2, 3), 12, 2 << 30, True),
     ]
+
+
+def test_a_pid_listed_twice_on_one_gpu_counts_once() -> None:
+    pod = PodMetadata("ml", "trainer-0", UID, containers=((CID, "trainer"),))
+    processes = {
+        GPU0: (GpuProcess(pid=10, used_memory_bytes=None), GpuProcess(pid=10, used_memory_bytes=1 << 30))
+    }
+    records = attribute_processes(processes, {10: CgroupIdentity(UID, CID)}, _view(pod))
+    assert [(r.pid, r.used_memory_bytes) for r in records] == [(10, 1 << 30)]
