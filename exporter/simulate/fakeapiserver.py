@@ -30,7 +30,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -573,8 +573,3 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
     return Handler
 
-
-def seed_objects(api: FakeApiServer, namespaces: Iterable[tuple[str, Mapping[str, str]]]) -> None:
-    """Convenience for tests: create several namespaces at once."""
-    for name, labels in namespaces:
-        api.add_namespace(name, labels)
