@@ -6,6 +6,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pynvml
 import pytest
@@ -109,8 +110,8 @@ def test_unsupported_readings_are_omitted_listed_logged_once_and_never_retried(
 
 
 def test_memory_info_falls_back_to_v1_when_the_driver_lacks_the_v2_symbol() -> None:
-    text = load_scenario("consumer-gpu").source
-    scenario_yaml = open(text, encoding="utf-8").read() + "library:\n  missing_symbols: [nvmlDeviceGetMemoryInfo_v2]\n"
+    base = Path(load_scenario("consumer-gpu").source).read_text(encoding="utf-8")
+    scenario_yaml = base + "library:\n  missing_symbols: [nvmlDeviceGetMemoryInfo_v2]\n"
     scenario = parse_scenario(scenario_yaml, "old-driver.yaml", "old-driver")
     counters = load_counters(None)
     with installed(scenario, Clock()) as fake:
