@@ -24,13 +24,29 @@ def _fail(message: str, code: int = EXIT_CONFIG_ERROR) -> int:
 def build_app(config: Config, counters: CounterSet) -> App:
     """Assemble the app for this configuration (simulation included); raises user-facing errors."""
     extensions = Extensions()
+    cluster = None
     if config.simulate:
+        from exporter.simulate.cluster_wiring import simulated_cluster_extensions  # noqa: PLC0415
         from exporter.simulate.scenario import load_scenario  # noqa: PLC0415 - only needed with --simulate
         from exporter.simulate.wiring import simulation_extensions  # noqa: PLC0415
 
         scenario = load_scenario(config.simulate)
         simulation_extensions(config, scenario, extensions)
-    return App(config, counters, extensions=extensions)
+        config, cluster = simulated_cluster_extensions(config, scenario, extensions)
+    kubernetes = None
+    if config.kubernetes:
+        from exporter.kube.wiring import kubernetes_extensions  # noqa: PLC0415 - grpc is only needed with -k
+
+        kubernetes = kubernetes_extensions(config, extensions)
+    try:
+        app = App(kubernetes.config if kubernetes else config, counters, extensions=extensions)
+    except BaseException:
+        if cluster is not None:
+            cluster.stop()  # removes its temporary directory; nothing was started yet
+        raise
+    if kubernetes is not None:
+        kubernetes.bind(app)
+    return app
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,7 +30,6 @@ and CPU for objects of which we read six fields.
 from __future__ import annotations
 
 import json
-import logging
 import random
 import threading
 import time
@@ -39,7 +38,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-LOG = logging.getLogger(__name__)
+from exporter.logs import get_logger
+
+LOG = get_logger("kube.api")  # under the exporter's handler and format
 
 CONTAINER_ID_SCHEMES = ("containerd://", "cri-o://", "docker://", "cri-containerd://")
 
