@@ -1532,9 +1532,9 @@ class FakeNvmlLibrary:
         """Reconfigure MIG on ``gpu`` now, as an administrator would with ``nvidia-smi mig``.
 
         ``instances`` lists GPU instances (profile names or full specs); instances already there
-        and still wanted keep their slot, ids and UUID, the others are destroyed and the new ones
-        created in free slots. ``None`` disables MIG (the mode change itself needs a GPU reset on
-        real hardware; here it takes effect at once).
+        and still wanted (same profile, oldest first) keep their slot, ids and UUID, the others are
+        destroyed and the new ones created in the lowest free slots. ``None`` disables MIG (the
+        mode change itself needs a GPU reset on real hardware; here it takes effect at once).
         """
         self._check_gpu(gpu)
         target = self._gpus[gpu]

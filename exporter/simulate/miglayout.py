@@ -112,12 +112,16 @@ class MigLayout:
         return layout
 
     def changed(self, specs: Sequence[MigInstanceSpec]) -> MigLayout:
-        """The layout after destroying the instances not in ``specs`` and creating the missing ones."""
+        """The layout after destroying the instances not in ``specs`` and creating the missing ones.
+
+        Existing instances are matched by profile, oldest first: they keep slot, ids, UUID and settings.
+        """
         wanted = list(specs)
         kept: list[SimulatedGpuInstance] = []
         for instance in sorted(self.instances.values(), key=lambda item: item.serial):
-            if instance.spec in wanted:
-                wanted.remove(instance.spec)
+            match = next((spec for spec in wanted if spec.profile == instance.spec.profile), None)
+            if match is not None:
+                wanted.remove(match)
                 kept.append(instance)
         layout = MigLayout(self.gpu, self.model, self.parent_name, self.seed, self._key)
         layout._created = self._created
