@@ -487,7 +487,7 @@ class Sampler:
         for target in state.gpm.targets():
             if target is not None:  # GPU-instance ids may be reused by a different instance
                 state.gpm.forget(self.nvml, target)
-        if tracker.capable:
+        if tracker.enabled or was_enabled:  # a MIG-capable GPU that keeps MIG off is not news
             layout = ",".join(f"{device.identity.profile}:GI{device.identity.gpu_instance_id}"
                               f"/CI{device.identity.compute_instance_id}" for device in tracker.devices)
             self._log.change(("mig", identity.uuid), (tracker.enabled, layout), logging.INFO,
