@@ -36,6 +36,17 @@ _METRIC_UNSUPPORTED = frozenset({pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ER
                                  pynvml.NVML_ERROR_NO_PERMISSION})
 
 Target = int | None  # None: the whole GPU; an int: a MIG GPU instance id
+_UNSUPPORTED_CALL = frozenset({pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                               pynvml.NVML_ERROR_NO_PERMISSION})
+
+
+def gpm_unsupported(error: BaseException) -> bool:
+    """Whether a failed GPM call means "not on this GPU / driver" (stop asking), not a passing failure.
+
+    Narrower than the client's classification: InvalidArgument is not in it, because NVML also
+    answers that for samples it cannot compare, which the next pair of samples fixes.
+    """
+    return isinstance(error, pynvml.NVMLError) and error.value in _UNSUPPORTED_CALL
 
 
 @dataclass

@@ -32,7 +32,7 @@ import pynvml
 from exporter.logs import StateLog, get_logger
 from exporter.metrics.catalog import FieldSpec, FromFieldRate, FromFieldValue, FromGpm, FromQuery, Scope, dcgm_number
 from exporter.nvml.client import ErrorClass, NvmlClient, classify, describe
-from exporter.nvml.gpm import GpmReader
+from exporter.nvml.gpm import GpmReader, gpm_unsupported
 from exporter.nvml.inventory import Device, Inventory, discover
 from exporter.nvml.mig import MIG_CHECK_INTERVAL_S, InstancePlan, MigTracker, instance_values, is_gone
 from exporter.nvml.queries import IDENTITY_QUERIES, QUERIES, QueryState, decode_field_value
@@ -506,18 +506,45 @@ class Sampler:
             return {}
         handle = state.device.handle
         try:
-            if not state.gpm.probe(self.nvml, handle):
-                self._gpm_unsupported(state)
-                return {}
-            return state.gpm.read(self.nvml, handle, metrics, self._clock()) if metrics else {}
+            supported = state.gpm.probe(self.nvml, handle)
         except Exception as exc:  # noqa: BLE001
-            if classify(exc) is ErrorClass.UNSUPPORTED:
-                state.gpm.supported = False
-                self._gpm_unsupported(state)
+            if gpm_unsupported(exc):
+                state.gpm.supported = supported = False
+            else:
+                self._handle_error(state, exc, what="GPM")  # raises for a lost GPU / NVML down
                 return {}
-            self._handle_error(state, exc, what="GPM")  # raises for a lost GPU / NVML down
-            state.gpm.forget(self.nvml, None)  # transient: start a new sample chain
+        if not supported:
+            self._gpm_unsupported(state)
             return {}
+        if not metrics:
+            return {}
+        try:
+            return state.gpm.read(self.nvml, handle, metrics, self._clock())
+        except Exception as exc:  # noqa: BLE001
+            self._gpm_failed(state, exc, None, metrics)
+            return {}
+
+    def _gpm_failed(self, state: _DeviceState, exc: Exception, target: int | None, metrics: Sequence[int]) -> None:
+        """A GPM sample or metrics call failed for one target (the GPU, or one GPU instance).
+
+        Only NotSupported-like answers stop the target's metrics for good (logged once); a lost GPU or
+        NVML going away propagates; anything else (including InvalidArgument, which NVML also uses
+        for samples it cannot compare) restarts the target's sample chain at the next cycle.
+        """
+        identity = state.device.identity
+        where = "the whole GPU" if target is None else f"GPU instance {target}"
+        if gpm_unsupported(exc):
+            state.gpm.unsupported_metrics.update((target, metric) for metric in metrics)
+            self._log.once(("gpm-target-unsupported", identity.uuid, target is None), logging.WARNING,
+                           "GPM samples are not supported here; its profiling rows are omitted",
+                           gpu=identity.index, uuid=identity.uuid, target=where, error=describe(exc))
+            return
+        if classify(exc) in (ErrorClass.DEVICE_LOST, ErrorClass.NVML_DOWN):
+            self._handle_error(state, exc, what="GPM")  # raises
+        self._log.once(("gpm-transient", identity.uuid, describe(exc)), logging.WARNING,
+                       "GPM sample failed; its sample chain restarts next cycle", gpu=identity.index,
+                       target=where, error=describe(exc))
+        state.gpm.forget(self.nvml, target)
 
     def _gpm_unsupported(self, state: _DeviceState) -> None:
         """One warning per GPU naming the profiling rows it cannot serve (a GPU without GPM)."""
@@ -578,18 +605,10 @@ class Sampler:
             return {}
         try:
             return state.gpm.read(self.nvml, state.device.handle, metrics, self._clock(), gpu_instance_id)
-        except pynvml.NVMLError as exc:
+        except Exception as exc:
             if is_gone(exc):
-                raise
-            if classify(exc) is ErrorClass.UNSUPPORTED:
-                state.gpm.unsupported_metrics.update((gpu_instance_id, metric) for metric in metrics)
-                identity = state.device.identity
-                self._log.once(("gpm-mig-unsupported", identity.uuid), logging.WARNING,
-                               "GPM is not supported for this GPU's MIG instances; their profiling rows are omitted",
-                               gpu=identity.index, uuid=identity.uuid, error=describe(exc))
-                return {}
-            self._handle_error(state, exc, what="GPM (MIG)")
-            state.gpm.forget(self.nvml, gpu_instance_id)
+                raise  # the GPU instance was destroyed: the caller re-probes the layout
+            self._gpm_failed(state, exc, gpu_instance_id, metrics)
             return {}
 
     # -- publishing ----------------------------------------------------------------------------

@@ -176,3 +176,22 @@ def nvml_fake() -> Any:
     yield fake, clock
     pynvml.nvmlShutdown()
     fake.uninstall()
+
+
+def test_a_failed_sample_restarts_the_chain_and_a_refused_one_stops_it() -> None:
+    scenario = "gpu_count: 2\ngpu_defaults: {load: 50}\ngpus:\n  1: {mig: [{profile: 7g.80gb, load: 20}]}\n"
+    with captured_logs("gpu_pod_exporter.sampler") as logs, sampling(scenario) as rig:
+        rig.fake.inject_error("nvmlGpmSampleGet", "InvalidArgument", gpu=0, from_s=1.5, until_s=2.5)
+        rig.fake.inject_error("nvmlGpmMigSampleGet", "NotSupported", gpu=1)
+        values = [rig.cycle(float(second)).devices[0].values for second in (1, 2, 3, 4)]
+        present = ["DCGM_FI_PROF_GR_ENGINE_ACTIVE" in cycle for cycle in values]
+        assert present == [False, False, False, True]  # the chain restarts after the failed sample
+        assert values[3]["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == pytest.approx(0.5)
+        mig = rig.sampler.snapshot.devices[1].mig
+        assert [("DCGM_FI_DEV_FB_USED" in m.values, "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in m.values) for m in mig] == [
+            (True, False)]  # memory still comes, GPM for the instance is refused
+        assert rig.fake.calls["nvmlGpmMigSampleGet"] == 1  # refused once, never asked again
+        unsupported = set(rig.sampler.snapshot.status.unsupported_fields)
+        assert (1, "DCGM_FI_PROF_GR_ENGINE_ACTIVE") in unsupported
+        assert not any(gpu == 0 for gpu, _ in unsupported)
+        assert len(logs.messages(logging.WARNING)) == 2  # one for each problem, not one per cycle
