@@ -26,9 +26,11 @@ Faithfulness rules kept here:
   prove through ``calls`` that production never calls it.
 
 Device handles are opaque integers written into the ``c_nvmlDevice_t`` pointer; they are never
-dereferenced. The handle table maps them to simulated devices; MIG devices can later be added as
-further table entries (a parent-plus-slot handle) with their own symbols registered through
-``_c_symbol`` without changing the dispatch. GPM and event symbols plug in the same way.
+dereferenced. The handle table maps them to simulated devices. A MIG device handle is its parent's
+handle plus one plus its slot (``miglayout.py`` keeps the layout); a device symbol given a MIG
+handle runs the method registered with ``_mig_variant`` (after the parent's lost/error/hang rules)
+or answers NOT_SUPPORTED. GPM sample buffers are opaque pointers too, mapped to the counter
+snapshots ``profiling.py`` computes; event symbols plug in through ``_c_symbol`` the same way.
 """
 
 from __future__ import annotations
