@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+import pynvml
+
 MIB = 1024 * 1024
 ALL_LINKS_SCOPE = 0xFFFFFFFF  # NVML field scopeId meaning "sum over all NVLink links"
 
@@ -71,7 +73,21 @@ class FromExporter:
     component: str
 
 
-Read = FromQuery | FromFieldValue | FromFieldRate | FromExporter
+@dataclass(frozen=True)
+class FromGpm:
+    """A GPM profiling metric (Hopper and newer): ``nvmlGpmMetricsGet`` over two samples a cycle apart.
+
+    ``metric_id`` is an ``NVML_GPM_METRIC_*`` id; ``scale`` converts NVML's unit (percent, MiB/s) to
+    DCGM's (ratio, bytes/s). ``fallback`` serves the field on GPUs without GPM, or None (omitted there).
+    """
+
+    metric_id: int
+    scale: float
+    integer: bool = False
+    fallback: FromFieldRate | None = None
+
+
+Read = FromQuery | FromFieldValue | FromFieldRate | FromExporter | FromGpm
 
 
 @dataclass(frozen=True)
@@ -103,6 +119,20 @@ def _fv(field_id: int, scale: float = 1.0, integer: bool = True, scope_id: int =
 
 
 _NVLINK_RATE = FromFieldRate((138, 139), ALL_LINKS_SCOPE, scale=1 / 1000)  # KiB/s -> DCGM "MB/s"
+GPM_PERCENT = 1 / 100  # GPM utilisation metrics are 0-100 %, DCGM's PROF ratios 0-1
+GPM_MIB_PER_S = float(MIB)  # GPM bandwidth metrics are MiB/s, DCGM's PROF bytes/s
+
+
+def _gpm_ratio(metric_id: int) -> FromGpm:
+    return FromGpm(metric_id, GPM_PERCENT)
+
+
+def _gpm_bytes(metric_id: int, fallback_field: int | None = None) -> FromGpm:
+    fallback = None if fallback_field is None else FromFieldRate((fallback_field,), 0)
+    return FromGpm(metric_id, GPM_MIB_PER_S, integer=True, fallback=fallback)
+
+
+_GPM_SOURCE = "GPM nvmlGpmMetricsGet({metric}) {conversion}, between consecutive samples (Hopper+{where})"
 
 _FIELDS: tuple[FieldSpec, ...] = (
     # --- clocks ---------------------------------------------------------------------------------
@@ -202,6 +232,64 @@ _FIELDS: tuple[FieldSpec, ...] = (
               "rate of nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX + _RX, all links): "
               "KiB/s / 1000, as DCGM computes it",
               aliases=("DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL",)),
+    # --- profiling (DCP) through NVML GPM (docs/profiling.md) -------------------------------------
+    FieldSpec("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 1001, "ratio", "Ratio of time the graphics engine is active.", "gauge",
+              _gpm_ratio(pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL),
+              _GPM_SOURCE.format(metric="GRAPHICS_UTIL", conversion="% / 100", where="; per MIG instance"),
+              aliases=("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO",), scope=Scope.INSTANCE),
+    FieldSpec("DCGM_FI_PROF_SM_ACTIVE", 1002, "ratio", "The ratio of cycles an SM has at least 1 warp assigned.",
+              "gauge", _gpm_ratio(pynvml.NVML_GPM_METRIC_SM_UTIL),
+              _GPM_SOURCE.format(metric="SM_UTIL", conversion="% / 100", where="; per MIG instance"),
+              aliases=("DCGM_FI_PROF_SM_UTIL_RATIO",), scope=Scope.INSTANCE),
+    FieldSpec("DCGM_FI_PROF_SM_OCCUPANCY", 1003, "ratio", "The ratio of number of warps resident on an SM.", "gauge",
+              _gpm_ratio(pynvml.NVML_GPM_METRIC_SM_OCCUPANCY),
+              _GPM_SOURCE.format(metric="SM_OCCUPANCY", conversion="% / 100", where="; per MIG instance"),
+              aliases=("DCGM_FI_PROF_SM_OCCUPANCY_RATIO",), scope=Scope.INSTANCE),
+    FieldSpec("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 1004, "ratio", "Ratio of cycles the tensor (HMMA) pipe is active.",
+              "gauge", _gpm_ratio(pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL),
+              _GPM_SOURCE.format(metric="ANY_TENSOR_UTIL", conversion="% / 100", where="; per MIG instance"),
+              aliases=("DCGM_FI_PROF_TENSOR_UTIL_RATIO",), scope=Scope.INSTANCE),
+    FieldSpec("DCGM_FI_PROF_DRAM_ACTIVE", 1005, "ratio",
+              "Ratio of cycles the device memory interface is active sending or receiving data.", "gauge",
+              _gpm_ratio(pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL),
+              _GPM_SOURCE.format(metric="DRAM_BW_UTIL", conversion="% / 100", where="; per MIG instance"),
+              aliases=("DCGM_FI_PROF_DRAM_UTIL_RATIO",), scope=Scope.INSTANCE),
+    FieldSpec("DCGM_FI_PROF_PIPE_FP64_ACTIVE", 1006, "ratio", "Ratio of cycles the fp64 pipes are active.", "gauge",
+              _gpm_ratio(pynvml.NVML_GPM_METRIC_FP64_UTIL),
+              _GPM_SOURCE.format(metric="FP64_UTIL", conversion="% / 100", where="; per MIG instance"),
+              aliases=("DCGM_FI_PROF_FP64_UTIL_RATIO",), scope=Scope.INSTANCE),
+    FieldSpec("DCGM_FI_PROF_PIPE_FP32_ACTIVE", 1007, "ratio", "Ratio of cycles the fp32 pipes are active.", "gauge",
+              _gpm_ratio(pynvml.NVML_GPM_METRIC_FP32_UTIL),
+              _GPM_SOURCE.format(metric="FP32_UTIL", conversion="% / 100", where="; per MIG instance"),
+              aliases=("DCGM_FI_PROF_FP32_UTIL_RATIO",), scope=Scope.INSTANCE),
+    FieldSpec("DCGM_FI_PROF_PIPE_FP16_ACTIVE", 1008, "ratio", "Ratio of cycles the fp16 pipes are active.", "gauge",
+              _gpm_ratio(pynvml.NVML_GPM_METRIC_FP16_UTIL),
+              _GPM_SOURCE.format(metric="FP16_UTIL", conversion="% / 100", where="; per MIG instance"),
+              aliases=("DCGM_FI_PROF_FP16_UTIL_RATIO",), scope=Scope.INSTANCE),
+    FieldSpec("DCGM_FI_PROF_PCIE_TX_BYTES", 1009, "bytes/s",
+              "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads "
+              "- in bytes per second.", "gauge",
+              _gpm_bytes(pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
+              _GPM_SOURCE.format(metric="PCIE_TX_PER_SEC", conversion="MiB/s x 2^20", where="")
+              + "; without GPM: rate of nvmlDeviceGetFieldValues(NVML_FI_DEV_PCIE_COUNT_TX_BYTES)",
+              aliases=("DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND",)),
+    FieldSpec("DCGM_FI_PROF_PCIE_RX_BYTES", 1010, "bytes/s",
+              "The rate of data received over the PCIe bus - including both protocol headers and data payloads "
+              "- in bytes per second.", "gauge",
+              _gpm_bytes(pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES),
+              _GPM_SOURCE.format(metric="PCIE_RX_PER_SEC", conversion="MiB/s x 2^20", where="")
+              + "; without GPM: rate of nvmlDeviceGetFieldValues(NVML_FI_DEV_PCIE_COUNT_RX_BYTES)",
+              aliases=("DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND",)),
+    FieldSpec("DCGM_FI_PROF_NVLINK_TX_BYTES", 1011, "bytes/s",
+              "The rate of data transmitted over NVLink, not including protocol headers, in bytes per second.",
+              "gauge", _gpm_bytes(pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC),
+              _GPM_SOURCE.format(metric="NVLINK_TOTAL_TX_PER_SEC", conversion="MiB/s x 2^20", where=""),
+              aliases=("DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND",)),
+    FieldSpec("DCGM_FI_PROF_NVLINK_RX_BYTES", 1012, "bytes/s",
+              "The rate of data received over NVLink, not including protocol headers, in bytes per second.",
+              "gauge", _gpm_bytes(pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC),
+              _GPM_SOURCE.format(metric="NVLINK_TOTAL_RX_PER_SEC", conversion="MiB/s x 2^20", where=""),
+              aliases=("DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND",)),
     # --- row remapping --------------------------------------------------------------------------
     FieldSpec("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", 393, "rows",
               "Number of remapped rows for uncorrectable errors", "counter",
@@ -299,6 +387,15 @@ _KNOWN_UNSERVED_PATTERNS = (
     re.compile(r"^DCGM_FI_PROF_NVLINK_L\d{1,2}_(TX|RX)_BYTES$"),
     re.compile(r"^DCGM_FI_DEV_VGPU_[A-Z0-9_]+$"),
 )
+
+
+def dcgm_number(value: float, integer: bool) -> float:
+    """A value in DCGM's representation: INT64 fields truncated, doubles rounded to six decimals.
+
+    DCGM prints doubles with six decimals; rounding also hides binary artefacts of unit scaling
+    (632584 mW -> 632.584 W, not 632.5840000000001).
+    """
+    return int(value) if integer else round(float(value), 6)
 
 
 class Catalog:
