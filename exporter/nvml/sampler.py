@@ -30,7 +30,7 @@ from typing import Any
 import pynvml
 
 from exporter.logs import StateLog, get_logger
-from exporter.metrics.catalog import FieldSpec, FromFieldRate, FromFieldValue, FromQuery
+from exporter.metrics.catalog import CATALOG, FieldSpec, FromFieldRate, FromFieldValue, FromQuery
 from exporter.nvml.client import ErrorClass, NvmlClient, classify, describe
 from exporter.nvml.inventory import Device, Inventory, discover
 from exporter.nvml.queries import IDENTITY_QUERIES, QUERIES, QueryState, decode_field_value
@@ -59,20 +59,37 @@ class _NvmlDownError(Exception):
 
 @dataclass(frozen=True)
 class SamplingPlan:
-    """What to read per GPU, derived once from the enabled counter rows."""
+    """What to read per GPU, derived once from the enabled counter rows.
+
+    ``dependencies`` are readings other components need every cycle although the CSV does not export
+    them: the ``needs`` of enabled rows (the clock-event reasons bitmask behind DCGM_EXP_CLOCK_EVENTS_*)
+    and readings a component asks for itself (the GPU health gauge's row-remap and retired-page flags).
+    They ride in the same queries and the same batched field call, land in ``DeviceReading.values``
+    under their catalog names, and are not listed as unsupported fields (no CSV row asked for them).
+    """
 
     specs: tuple[FieldSpec, ...]
     queries: tuple[str, ...]
     static_queries: tuple[str, ...]
     field_keys: tuple[tuple[int, int], ...]  # (field id, scope id) for the batched call
+    dependencies: tuple[FieldSpec, ...] = ()
+
+    @property
+    def readings(self) -> tuple[FieldSpec, ...]:
+        return (*self.specs, *self.dependencies)
 
     @classmethod
-    def for_specs(cls, specs: Sequence[FieldSpec]) -> SamplingPlan:
+    def for_specs(cls, specs: Sequence[FieldSpec], dependencies: Sequence[FieldSpec] = ()) -> SamplingPlan:
         served = tuple(spec for spec in specs if spec.read is not None and not spec.is_label)
+        wanted = [*dependencies, *(CATALOG.lookup(name) for spec in served for name in spec.needs)]
+        extra: list[FieldSpec] = []
+        for spec in wanted:
+            if spec is not None and spec.read is not None and spec not in served and spec not in extra:
+                extra.append(spec)
         queries: list[str] = []
         static: list[str] = []
         fields: list[tuple[int, int]] = []
-        for spec in served:
+        for spec in (*served, *extra):
             read = spec.read
             if isinstance(read, FromQuery) and read.query not in IDENTITY_QUERIES:
                 target = static if QUERIES[read.query].static else queries
@@ -85,7 +102,8 @@ class SamplingPlan:
                 for field_id in read.field_ids:
                     if (field_id, read.scope_id) not in fields:
                         fields.append((field_id, read.scope_id))
-        return cls(specs=served, queries=tuple(queries), static_queries=tuple(static), field_keys=tuple(fields))
+        return cls(specs=served, queries=tuple(queries), static_queries=tuple(static), field_keys=tuple(fields),
+                   dependencies=tuple(extra))
 
 
 @dataclass
@@ -116,8 +134,9 @@ class Sampler:
         process_interval_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        dependencies: Sequence[FieldSpec] = (),
     ) -> None:
-        self.plan = SamplingPlan.for_specs(specs)
+        self.plan = SamplingPlan.for_specs(specs, dependencies)
         self.interval_s = interval_s
         self.process_interval_s = process_interval_s  # None: process lists are not read
         self._on_snapshot = on_snapshot
@@ -316,7 +335,7 @@ class Sampler:
         field_values, field_times = self._read_fields(state)
 
         values: dict[str, float] = {}
-        for spec in plan.specs:
+        for spec in plan.readings:
             read = spec.read
             value: float | None = None
             if isinstance(read, FromQuery):
