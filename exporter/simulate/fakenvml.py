@@ -24,11 +24,15 @@ Faithfulness rules kept here:
   a few microseconds of Python.
 * ``nvmlDeviceGetPcieThroughput`` always blocks 20 ms (its real sampling window), so a test can
   prove through ``calls`` that production never calls it.
+* Events: ``nvmlEventSetWait_v2`` blocks up to its timeout *outside* the driver lock (a real wait
+  sleeps in the kernel), wakes at once for ``inject_xid``/``inject_event``, picks up the scenario's
+  ``xid_events`` when due, and answers TIMEOUT otherwise. A set only receives events raised after
+  the GPU was registered on it ([H]); a lost registered GPU answers GPU_IS_LOST once per set.
 
 Device handles are opaque integers written into the ``c_nvmlDevice_t`` pointer; they are never
 dereferenced. The handle table maps them to simulated devices; MIG devices can later be added as
 further table entries (a parent-plus-slot handle) with their own symbols registered through
-``_c_symbol`` without changing the dispatch. GPM and event symbols plug in the same way.
+``_c_symbol`` without changing the dispatch. GPM symbols plug in the same way.
 """
 
 from __future__ import annotations
