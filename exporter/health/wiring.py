@@ -33,6 +33,8 @@ from exporter.nvml.inventory import Inventory
 
 log = get_logger("health")
 
+XID_LOG_INTERVAL_S = 60.0  # one log line per GPU and Xid code per minute; the metrics count every one
+
 
 class HealthTelemetry:
     """The Xid ledger, the clock-event tracker (when the CSV asks for it) and the event watcher."""
@@ -48,6 +50,8 @@ class HealthTelemetry:
         self.other_events: Counter[tuple[str, str]] = Counter()  # (GPU UUID, event type) -> count
         self._app: App | None = None
         self._log = StateLog(log)
+        self._clock = clock
+        self._xid_logged: dict[tuple[str, int], float] = {}
 
     def extend(self, extensions: Extensions) -> None:
         extensions.builders.append(xid_families(self.ledger, self.config.xid_count_window_ms))
@@ -69,9 +73,13 @@ class HealthTelemetry:
         identity = event.identity
         if event.is_xid:
             self.ledger.record(XidSource(identity.uuid, event.gpu_instance_id, event.compute_instance_id), event.data)
-            self._log.change(("xid", identity.uuid), event.data, logging.WARNING, "Xid error reported",
-                             gpu=identity.index, uuid=identity.uuid, xid=event.data,
-                             gpu_instance_id=event.gpu_instance_id)
+            now = self._clock()
+            last = self._xid_logged.get((identity.uuid, event.data))
+            if last is None or now - last >= XID_LOG_INTERVAL_S:
+                self._xid_logged[(identity.uuid, event.data)] = now
+                log.warning("Xid error reported", extra={"fields": {
+                    "gpu": identity.index, "uuid": identity.uuid, "xid": event.data,
+                    "gpu_instance_id": event.gpu_instance_id}})
         else:
             self.other_events[(identity.uuid, event.type_name)] += 1
             self._log.once(("event", identity.uuid, event.type_name), logging.WARNING,
