@@ -296,6 +296,8 @@ class EventWatcher:
 
     def _register(self, inventory: Inventory) -> _Registration | None:
         """A new event set with every GPU that supports events registered; None when none could be."""
+        if not inventory.devices:
+            return None  # NVML found no GPU; the sampler looks again and publishes a new inventory
         registration = self._try_register(inventory)
         if registration is None:
             self._retry_at = self._clock() + self._retry_delay
