@@ -1,0 +1,111 @@
+"""Which containers hold which GPU or MIG instance, from the kubelet's (canonical) List answer.
+
+dcgm-exporter keeps one pod per device key, last writer wins, so with time-slicing only one of
+the sharing pods is ever attributed and which one changes with the kubelet's random order
+(its issues #307, #201, #342). Here every holder is kept: a GPU maps to the full, sorted list
+of containers that hold it, with the replica IDs each one holds, and a ``shared`` flag that the
+renderer uses to decide whether the device's own series may carry one pod's labels.
+
+Pure: no I/O, no clock; the inputs are immutable values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from exporter.kube.deviceids import DeviceCatalog, GpuKey, parse_device_id
+from exporter.kube.podresources.listing import PodResourcesListing
+
+
+@dataclass(frozen=True, order=True)
+class ContainerRef:
+    """A container as the kubelet names it (PodResources has no pod UID)."""
+
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclass(frozen=True)
+class DeviceHolder:
+    """One container holding (part of) one GPU or MIG instance.
+
+    ``replica_ids`` are the time-slicing / MPS replica numbers (``GPU-<uuid>::<n>``, GKE
+    ``/vgpu<n>``) it holds on this device, sorted numerically; empty for an exclusive device.
+    Without ``failRequestsGreaterThanOne`` one container may hold several replicas of the same
+    GPU; it is still one holder.
+    """
+
+    container: ContainerRef
+    replica_ids: tuple[str, ...] = ()
+    resource_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuAllocation:
+    """Every holder of one GPU (``key.gpu_instance_id`` None) or MIG instance."""
+
+    key: GpuKey
+    holders: tuple[DeviceHolder, ...]
+
+    @property
+    def shared(self) -> bool:
+        """Shared: handed out as replicas (time-slicing, MPS) or held by several containers.
+
+        A shared device's own readings belong to no single pod, so its series must not carry
+        one pod's labels (see exporter.kube.series).
+        """
+        return len(self.holders) > 1 or any(holder.replica_ids for holder in self.holders)
+
+
+@dataclass(frozen=True)
+class AllocationIndex:
+    """The result of matching one List answer against this node's GPUs."""
+
+    by_key: Mapping[GpuKey, GpuAllocation]
+    unmatched_device_ids: tuple[str, ...] = ()  # GPU-resource IDs that name no GPU here
+    id_types: frozenset[str] = frozenset()  # "uid" / "device-name": the ID families that matched
+
+    def get(self, key: GpuKey) -> GpuAllocation | None:
+        return self.by_key.get(key)
+
+
+EMPTY_INDEX = AllocationIndex(by_key=MappingProxyType({}))
+
+
+def _replica_order(replica: str) -> tuple[int, str]:
+    return (int(replica), replica) if replica.isdigit() else (1 << 62, replica)
+
+
+def build_allocation_index(listing: PodResourcesListing, catalog: DeviceCatalog) -> AllocationIndex:
+    """Group the listing's device IDs by the GPU or MIG instance they name."""
+    replicas: dict[GpuKey, dict[ContainerRef, set[str]]] = {}
+    resources: dict[GpuKey, dict[ContainerRef, set[str]]] = {}
+    unmatched: set[str] = set()
+    id_types: set[str] = set()
+    for pod in listing.pods:
+        for container in pod.containers:
+            ref = ContainerRef(pod.namespace, pod.name, container.name)
+            for device in container.devices:
+                parsed = parse_device_id(device.device_id)
+                key = catalog.resolve(parsed)
+                if key is None:
+                    unmatched.add(device.device_id)
+                    continue
+                if parsed.kind.id_type is not None:
+                    id_types.add(parsed.kind.id_type)
+                held = replicas.setdefault(key, {}).setdefault(ref, set())
+                if parsed.replica is not None:
+                    held.add(parsed.replica)
+                resources.setdefault(key, {}).setdefault(ref, set()).add(device.resource_name)
+    by_key = {
+        key: GpuAllocation(key, tuple(
+            DeviceHolder(ref, tuple(sorted(held, key=_replica_order)), tuple(sorted(resources[key][ref])))
+            for ref, held in sorted(holders.items())
+        ))
+        for key, holders in replicas.items()
+    }
+    return AllocationIndex(by_key=MappingProxyType(by_key), unmatched_device_ids=tuple(sorted(unmatched)),
+                           id_types=frozenset(id_types))

@@ -1,0 +1,384 @@
+"""The Kubernetes side of the exporter, as one published value and one facade.
+
+Three sources run on their own clocks and never on the scrape path:
+
+* the kubelet PodResources client (``podresources.client``): which container holds which device;
+* the API watches (``metadata``): pod UIDs, labels, container IDs, namespace labels;
+* process lists pushed in by the sampler (``update_processes``), resolved through cgroups
+  (``processes``): whose processes use how much framebuffer memory.
+
+``KubernetesAttribution.snapshot(devices, migs)`` joins them into an immutable
+``AttributionSnapshot``. It does no I/O: the join is memoised on the identities of the three
+inputs and of the GPU inventory, so calling it per render costs a few comparisons; the health
+fields (up, last success) are read fresh each time. ``on_change`` fires from the sources'
+threads whenever the joined value changes (new allocation, new pod metadata, new process
+memory, a source going up or down); it does not fire when a poll brings nothing new, and the
+last-success timestamps alone do not fire it (they are picked up by the next render, which the
+sampler triggers every collection interval anyway).
+
+Degradation: when the kubelet or the API is unreachable, the last known allocation and metadata
+keep labelling the series for at most ``stale_after_s`` (default 300 s: long enough to ride out a
+kubelet or API-server restart, short enough that labels of pods long gone do not linger); after
+that they are dropped, and the GPU series continue without workload labels.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from exporter.config import Config
+from exporter.kube.allocation import EMPTY_INDEX, AllocationIndex, ContainerRef, build_allocation_index
+from exporter.kube.deviceids import DeviceCatalog, GpuKey
+from exporter.kube.labels import PodLabelPolicy, TeamResolver
+from exporter.kube.metadata import KubernetesMetadata, MetadataView, WatchTimeouts
+from exporter.kube.podresources.client import DEFAULT_STALE_AFTER_S, PodResourcesClient
+from exporter.kube.podresources.listing import PodResourcesListing, gpu_resource_filter
+from exporter.kube.processes import CgroupIdentity, ProcessCgroupResolver, attribute_processes
+from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A container that holds or uses a GPU, with everything that becomes a label.
+
+    ``pod_uid``, ``team`` and ``pod_labels`` are None / empty when the API does not know them;
+    ``pod_labels`` are already selected, renamed and bounded (``labels.PodLabelPolicy``).
+    """
+
+    namespace: str
+    pod: str
+    container: str
+    pod_uid: str | None = None
+    team: str | None = None
+    pod_labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class AllocationHolder:
+    """One container holding a device; ``replica_ids`` when it holds time-slicing/MPS replicas."""
+
+    workload: Workload
+    replica_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeviceAllocation:
+    """Every container holding one GPU (``gpu_instance_id`` None) or MIG instance."""
+
+    uuid: str
+    gpu_instance_id: int | None
+    holders: tuple[AllocationHolder, ...]
+    shared: bool
+
+
+@dataclass(frozen=True)
+class ContainerMemory:
+    """Framebuffer bytes used by one container's processes on one GPU or MIG instance.
+
+    A holder without a process on the device has 0 bytes; a container that uses a device it
+    was not allocated (e.g. ``NVIDIA_VISIBLE_DEVICES=all``) appears too.
+    """
+
+    uuid: str
+    gpu_instance_id: int | None
+    workload: Workload
+    used_bytes: int
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    """One GPU process; ``workload`` None when it belongs to no pod the API knows."""
+
+    uuid: str
+    gpu_instance_id: int | None
+    pid: int
+    used_bytes: int | None
+    workload: Workload | None
+
+
+@dataclass(frozen=True)
+class AttributionStatus:
+    """Health of the Kubernetes sources (self-metrics, /health)."""
+
+    enabled: bool = False
+    kubelet_up: bool = False
+    kubelet_error: str = ""
+    kubelet_last_success: float = 0.0  # time.time(); 0.0: never
+    api_up: bool = False
+    api_error: str = ""
+    api_last_success: float = 0.0
+    pods_known: int = 0  # pods on this node known from the API watch
+    process_attribution: bool = False
+
+
+@dataclass(frozen=True)
+class AttributionSnapshot:
+    """The published value. ``allocation_known`` is False until the kubelet answered (and after
+    its answer aged out): then nothing is claimed about allocation, not even "unallocated".
+    ``process_gpus`` are the GPU UUIDs whose process lists were attributed."""
+
+    status: AttributionStatus = field(default_factory=AttributionStatus)
+    allocation_known: bool = False
+    allocations: Mapping[GpuKey, DeviceAllocation] = field(default_factory=lambda: MappingProxyType({}))
+    container_memory: tuple[ContainerMemory, ...] = ()
+    processes: tuple[ProcessMemory, ...] = ()
+    unattributed_bytes: Mapping[GpuKey, int] = field(default_factory=lambda: MappingProxyType({}))
+    process_gpus: frozenset[str] = frozenset()
+
+    def allocation(self, uuid: str, gpu_instance_id: int | None = None) -> DeviceAllocation | None:
+        return self.allocations.get(GpuKey(uuid, gpu_instance_id))
+
+    def memory(self, uuid: str, gpu_instance_id: int | None = None) -> tuple[ContainerMemory, ...]:
+        return tuple(item for item in self.container_memory
+                     if item.uuid == uuid and item.gpu_instance_id == gpu_instance_id)
+
+
+EMPTY_SNAPSHOT = AttributionSnapshot()
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """The memoised, I/O-free join (everything of the snapshot except its status)."""
+
+    allocation_known: bool
+    allocations: Mapping[GpuKey, DeviceAllocation]
+    container_memory: tuple[ContainerMemory, ...]
+    processes: tuple[ProcessMemory, ...]
+    unattributed_bytes: Mapping[GpuKey, int]
+    process_gpus: frozenset[str]
+
+
+@dataclass(frozen=True)
+class _ProcessInput:
+    processes: Mapping[str, tuple[GpuProcess, ...]]
+    identities: Mapping[int, CgroupIdentity | None]
+
+
+class WorkloadFactory:
+    """Turns kubelet container references and process owners into ``Workload`` values."""
+
+    def __init__(self, config: Config) -> None:
+        self._teams = TeamResolver(config.team_label_sources)
+        self._pod_labels = PodLabelPolicy(config.kubernetes_enable_pod_labels,
+                                          config.kubernetes_pod_label_allowlist_regex)
+
+    def build(self, namespace: str, pod: str, container: str, view: MetadataView) -> Workload:
+        metadata = view.pods_by_name.get((namespace, pod))
+        pod_labels = metadata.label_map if metadata is not None else {}
+        return Workload(
+            namespace=namespace, pod=pod, container=container,
+            pod_uid=(metadata.uid or None) if metadata is not None else None,
+            team=self._teams.team(pod_labels, view.namespace_labels(namespace)),
+            pod_labels=self._pod_labels.select(pod_labels),
+        )
+
+
+def _ref_parts(ref: ContainerRef) -> tuple[str, str, str]:
+    return ref.namespace, ref.pod, ref.container
+
+
+def join_attribution(index: AllocationIndex, allocation_known: bool, process_input: _ProcessInput | None,
+                     view: MetadataView, workloads: WorkloadFactory) -> _Parts:
+    """Pure join of allocation, metadata and process ownership (see the module docstring)."""
+    cache: dict[tuple[str, str, str], Workload] = {}
+
+    def workload(namespace: str, pod: str, container: str) -> Workload:
+        key = (namespace, pod, container)
+        if key not in cache:
+            cache[key] = workloads.build(namespace, pod, container, view)
+        return cache[key]
+
+    allocations = {
+        key: DeviceAllocation(
+            uuid=key.uuid, gpu_instance_id=key.gpu_instance_id, shared=allocation.shared,
+            holders=tuple(AllocationHolder(workload(*_ref_parts(holder.container)), holder.replica_ids)
+                          for holder in allocation.holders))
+        for key, allocation in index.by_key.items()
+    }
+    container_memory: tuple[ContainerMemory, ...] = ()
+    processes: tuple[ProcessMemory, ...] = ()
+    unattributed: dict[GpuKey, int] = {}
+    process_gpus: frozenset[str] = frozenset()
+    if process_input is not None:
+        process_gpus = frozenset(process_input.processes)
+        memory: dict[tuple[GpuKey, ContainerRef], int] = {}
+        for key, allocation in index.by_key.items():
+            if key.uuid in process_gpus:
+                for holder in allocation.holders:
+                    memory.setdefault((key, holder.container), 0)
+        process_list: list[ProcessMemory] = []
+        for record in attribute_processes(process_input.processes, process_input.identities, view):
+            used = record.used_memory_bytes or 0
+            owner = record.owner
+            if owner is None:
+                unattributed[record.gpu] = unattributed.get(record.gpu, 0) + used
+            else:
+                ref = ContainerRef(owner.namespace, owner.pod, owner.container)
+                memory[(record.gpu, ref)] = memory.get((record.gpu, ref), 0) + used
+            process_list.append(ProcessMemory(
+                uuid=record.gpu.uuid, gpu_instance_id=record.gpu.gpu_instance_id, pid=record.pid,
+                used_bytes=record.used_memory_bytes,
+                workload=workload(owner.namespace, owner.pod, owner.container) if owner else None))
+        processes = tuple(process_list)
+        ordered = sorted(memory.items(), key=lambda item: (
+            item[0][0].uuid, item[0][0].gpu_instance_id or -1, item[0][1]))
+        container_memory = tuple(
+            ContainerMemory(key.uuid, key.gpu_instance_id, workload(*_ref_parts(ref)), used)
+            for (key, ref), used in ordered)
+    return _Parts(allocation_known=allocation_known, allocations=MappingProxyType(allocations),
+                  container_memory=container_memory, processes=processes,
+                  unattributed_bytes=MappingProxyType(unattributed), process_gpus=process_gpus)
+
+
+class KubernetesAttribution:
+    """Facade over the kubelet client, the API watches and process attribution.
+
+    ``on_change`` is called from the sources' threads (and from ``update_processes``' caller)
+    when the published value changed, so the server re-renders. Exceptions it raises are
+    logged, never allowed to kill a source thread.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        on_change: Callable[[], None] = lambda: None,
+        *,
+        stale_after_s: float = DEFAULT_STALE_AFTER_S,
+        kubelet_call_timeout_s: float = 10.0,
+        watch_timeouts: WatchTimeouts | None = None,
+        api_factory: Callable[[], object] | None = None,
+    ) -> None:
+        self.config = config
+        self._on_change = on_change
+        self._workloads = WorkloadFactory(config)
+        self.kubelet = PodResourcesClient(
+            config.pod_resources_socket, config.pod_resources_interval_ms / 1000.0,
+            gpu_resource_filter(config.nvidia_resource_names), on_change=lambda _state: self._notify(),
+            call_timeout_s=kubelet_call_timeout_s, stale_after_s=stale_after_s)
+        timeouts = watch_timeouts or WatchTimeouts(stale_after_s=stale_after_s)
+        self.metadata = KubernetesMetadata(
+            config.node_name or socket.gethostname(), on_change=self._notify, kubeconfig=config.kubeconfig,
+            timeouts=timeouts, api_factory=api_factory)
+        self._resolver = ProcessCgroupResolver(config.proc_root)
+        self._process_input: _ProcessInput | None = None
+        self._process_lock = threading.Lock()
+        self._memo_lock = threading.Lock()
+        self._memo_key: tuple[object, ...] | None = None
+        self._memo: _Parts | None = None
+        self._catalog_key: tuple[tuple[DeviceIdentity, ...], tuple[MigIdentity, ...]] | None = None
+        self._catalog = DeviceCatalog((), ())
+        self._index_key: tuple[object, ...] | None = None
+        self._index = EMPTY_INDEX
+        self._logged_unmatched: tuple[str, ...] = ()
+        self._logged_id_types: frozenset[str] = frozenset()
+        self._started = False
+
+    @property
+    def process_attribution(self) -> bool:
+        return self.config.process_attribution or self.config.process_metrics
+
+    def start(self) -> None:
+        if not self.config.kubernetes or self._started:
+            return
+        self._started = True
+        if not self.config.node_name:
+            LOG.warning("NODE_NAME is not set; watching pods with spec.nodeName=%s (this machine's "
+                        "hostname). Set NODE_NAME from the downward API (spec.nodeName).",
+                        socket.gethostname())
+        self.kubelet.start()
+        self.metadata.start()
+
+    def stop(self) -> None:
+        self.kubelet.stop()
+        self.metadata.stop()
+        self._started = False
+
+    def _notify(self) -> None:
+        try:
+            self._on_change()
+        except Exception:  # a broken callback must not kill a source thread
+            LOG.exception("attribution on_change callback failed")
+
+    # -- process lists ------------------------------------------------------------------------
+
+    def update_processes(self, processes: Mapping[str, Sequence[GpuProcess]]) -> None:
+        """New NVML process lists, keyed by GPU UUID (MIG processes carry their GPU-instance id).
+
+        Reads ``/proc/<pid>/stat`` (and ``cgroup`` for PIDs not seen before) in the caller's
+        thread, so call it from the sampler, never from a scrape. Fires ``on_change`` when the
+        attribution it leads to differs from the previous one.
+        """
+        if not self.config.kubernetes or not self.process_attribution:
+            return
+        with self._process_lock:
+            frozen = {uuid: tuple(listed) for uuid, listed in processes.items()}
+            pids = {process.pid for listed in frozen.values() for process in listed}
+            identities = {pid: self._resolver.resolve(pid) for pid in pids}
+            self._resolver.retain(pids)
+            previous = self._process_input
+            if previous is not None and previous.processes == frozen and previous.identities == identities:
+                return
+            self._process_input = _ProcessInput(MappingProxyType(frozen), MappingProxyType(identities))
+        self._notify()
+
+    # -- the published value --------------------------------------------------------------------
+
+    def snapshot(self, devices: Sequence[DeviceIdentity], migs: Sequence[MigIdentity]) -> AttributionSnapshot:
+        """The current attribution for this GPU inventory. Cheap; no I/O."""
+        if not self.config.kubernetes:
+            return EMPTY_SNAPSHOT
+        kubelet = self.kubelet.state
+        api = self.metadata.state
+        view = self.metadata.view()
+        status = AttributionStatus(
+            enabled=True, kubelet_up=kubelet.up, kubelet_error=kubelet.error,
+            kubelet_last_success=kubelet.last_success_wall, api_up=api.up, api_error=api.error,
+            api_last_success=api.last_success_wall, pods_known=len(view.pods_by_name),
+            process_attribution=self.process_attribution)
+        parts = self._parts(kubelet.listing, view, tuple(devices), tuple(migs))
+        return AttributionSnapshot(status=status, allocation_known=parts.allocation_known,
+                                   allocations=parts.allocations, container_memory=parts.container_memory,
+                                   processes=parts.processes, unattributed_bytes=parts.unattributed_bytes,
+                                   process_gpus=parts.process_gpus)
+
+    def _parts(self, listing: PodResourcesListing | None, view: MetadataView,
+               devices: tuple[DeviceIdentity, ...], migs: tuple[MigIdentity, ...]) -> _Parts:
+        process_input = self._process_input
+        with self._memo_lock:
+            if self._catalog_key != (devices, migs):
+                self._catalog_key = (devices, migs)
+                self._catalog = DeviceCatalog(devices, migs)
+                self._index_key = None
+            # Keys hold the inputs themselves: comparing a tuple element with itself is an identity
+            # check, so an unchanged input costs nothing, and a held object's id cannot be reused.
+            index_key: tuple[object, ...] = (listing, self._catalog)
+            if self._index_key != index_key:
+                self._index_key = index_key
+                self._index = build_allocation_index(listing, self._catalog) if listing else EMPTY_INDEX
+                self._log_unmatched(self._index)
+            key = (index_key, view.version, process_input)
+            if self._memo is None or self._memo_key != key:
+                self._memo = join_attribution(self._index, listing is not None, process_input, view,
+                                              self._workloads)
+                self._memo_key = key
+            return self._memo
+
+    def _log_unmatched(self, index: AllocationIndex) -> None:
+        configured = self.config.kubernetes_gpu_id_type
+        if index.id_types and configured not in index.id_types and index.id_types != self._logged_id_types:
+            LOG.info("the device plugin names GPUs as %s, not %s as --kubernetes-gpu-id-type says; both "
+                     "forms are understood, so attribution works either way",
+                     "/".join(sorted(index.id_types)), configured)
+            self._logged_id_types = index.id_types
+        if index.unmatched_device_ids and index.unmatched_device_ids != self._logged_unmatched:
+            LOG.warning("kubelet lists GPU device IDs that match no GPU on this node: %s (forms understood: "
+                        "GPU-<uuid>, MIG-<uuid>, MIG-GPU-<uuid>/<gi>/<ci>, nvidia<minor>[/gi<id>][/vgpu<n>], "
+                        "each optionally with ::<replica>)", ", ".join(index.unmatched_device_ids[:10]))
+        self._logged_unmatched = index.unmatched_device_ids

@@ -1,0 +1,1 @@
+"""The kubelet PodResources v1 API: proto, committed grpcio stubs, canonical answer, client."""

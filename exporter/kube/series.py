@@ -1,0 +1,211 @@
+"""Labels and metric families that the Kubernetes attribution adds to the exposition. Pure.
+
+The renderer passes, per GPU (and per MIG instance), its ordered base labels (``gpu, UUID,
+pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID], Hostname, [DCGM_FI_DRIVER_VERSION]``)
+as a ``LabeledDevice``. From the ``AttributionSnapshot`` this module derives:
+
+``workload_label_sets`` - the workload labels for that device's payload series (``DCGM_FI_*``):
+
+* exclusive (one container): one set ``container, namespace, pod`` (+ ``pod_uid`` with
+  ``--kubernetes-enable-pod-uid``, + ``team`` when known, + allowlisted pod labels), appended
+  after the base labels in that order;
+* unallocated, or allocation unknown: ``[{}]`` (no workload labels at all, never empty strings);
+* shared (time-slicing/MPS replicas, or several containers), default mode: ``[{}]``. A device
+  reading (utilisation, temperature, total framebuffer use) belongs to no single pod, and
+  dcgm-exporter's habit of giving it to whichever pod came last makes per-pod dashboards lie;
+* shared with ``--kubernetes-virtual-gpus``: one set per sharing container, each with a ``vgpu``
+  label (its lowest replica ID), so the device series is repeated once per pod exactly as
+  dcgm-exporter does; dashboards built for that mode keep working.
+
+``attribution_families`` - the families the attribution owns:
+
+* ``DCGM_EXP_GPU_ALLOCATED`` (base labels; 1 if any container holds the device, else 0);
+* ``DCGM_EXP_GPU_ALLOCATION_INFO`` (value 1, base + workload labels, one series per holding
+  container, + ``vgpu`` on shared devices): on a shared GPU this lists every sharing pod;
+* ``DCGM_EXP_CONTAINER_FB_USED`` (MiB, base + workload labels): the framebuffer memory of each
+  container's own processes on the device, from NVML's process list and their cgroups;
+* ``DCGM_EXP_PROCESS_FB_USED`` (MiB, base + ``pid`` + workload labels when known; only with
+  ``--kubernetes-process-metrics``);
+* ``DCGM_EXP_UNATTRIBUTED_FB_USED`` (MiB, base labels): memory held by GPU processes that
+  belong to no known pod, the "pod is gone but its memory is not" signal (only with process
+  attribution);
+* self-metrics ``gpu_pod_exporter_kubelet_up``, ``gpu_pod_exporter_kube_api_up``, their
+  ``..._last_success_timestamp_seconds``, and ``gpu_pod_exporter_kubernetes_pods``.
+
+Why sums stay correct:
+
+* Default mode: every device series exists once per device (shared devices carry no pod
+  labels), so ``sum(DCGM_FI_DEV_FB_USED)`` counts each GPU once. Per-pod questions are answered
+  by ``DCGM_EXP_CONTAINER_FB_USED``, whose series partition the device's process memory between
+  containers plus ``DCGM_EXP_UNATTRIBUTED_FB_USED``; summing either by pod or by device is
+  correct. To put a device reading next to the pods sharing it, join with
+  ``DCGM_EXP_GPU_ALLOCATION_INFO`` on ``UUID``.
+* Virtual mode (``--kubernetes-virtual-gpus``): a shared device's series is repeated once per
+  sharing container with identical values, so a plain ``sum`` counts the device N times. Sum by
+  device first, e.g. ``sum(max by (UUID, GPU_I_ID) (DCGM_FI_DEV_FB_USED))``; per-pod memory
+  still comes from ``DCGM_EXP_CONTAINER_FB_USED``, which is never duplicated.
+
+Label dicts are built in the documented order; the renderer's encoder keeps insertion order
+and escapes values (quotes, backslashes, newlines pass through here unmodified).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from prometheus_client.core import Metric
+
+from exporter.config import Config
+from exporter.kube.attribution import AttributionSnapshot, Workload
+from exporter.kube.deviceids import GpuKey
+
+MIB = 1024.0 * 1024.0
+
+
+@dataclass(frozen=True)
+class LabeledDevice:
+    """One GPU (``gpu_instance_id`` None) or MIG instance and its ordered base labels."""
+
+    uuid: str
+    gpu_instance_id: int | None
+    labels: Mapping[str, str]
+
+    @property
+    def key(self) -> GpuKey:
+        return GpuKey(self.uuid, self.gpu_instance_id)
+
+
+def workload_labels(workload: Workload, config: Config,
+                    base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``container, namespace, pod [, pod_uid] [, team] [, pod labels...]``; a name already in
+    ``base`` is never overridden, and a label without a value is left out."""
+    labels: dict[str, str] = {"container": workload.container, "namespace": workload.namespace,
+                              "pod": workload.pod}
+    if config.kubernetes_enable_pod_uid and workload.pod_uid:
+        labels["pod_uid"] = workload.pod_uid
+    if workload.team:
+        labels["team"] = workload.team
+    for name, value in workload.pod_labels:
+        if name not in labels and value:
+            labels[name] = value
+    if base:
+        labels = {name: value for name, value in labels.items() if name not in base}
+    return {name: value for name, value in labels.items() if value}
+
+
+def workload_label_sets(attribution: AttributionSnapshot, device: LabeledDevice,
+                        config: Config) -> list[dict[str, str]]:
+    """The workload-label extensions for one device's payload series (see the module docstring)."""
+    allocation = attribution.allocation(device.uuid, device.gpu_instance_id)
+    if allocation is None or not allocation.holders:
+        return [{}]
+    if not allocation.shared:
+        return [workload_labels(allocation.holders[0].workload, config, device.labels)]
+    if not config.kubernetes_virtual_gpus:
+        return [{}]
+    sets: list[dict[str, str]] = []
+    for holder in allocation.holders:
+        labels = workload_labels(holder.workload, config, device.labels)
+        if holder.replica_ids and "vgpu" not in device.labels:
+            labels["vgpu"] = holder.replica_ids[0]
+        sets.append(labels)
+    return sets
+
+
+def _gauge(name: str, documentation: str) -> Metric:
+    return Metric(name, documentation, "gauge")
+
+
+def attribution_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
+                         config: Config) -> list[Metric]:
+    """Every family the Kubernetes attribution contributes (see the module docstring).
+
+    Nothing is emitted when Kubernetes mode is off. Allocation families are left out while the
+    allocation is unknown (kubelet never answered, or its answer aged out): 0 would be a claim.
+    Memory families cover the devices whose process lists were attributed.
+    """
+    if not attribution.status.enabled:
+        return []
+    families: list[Metric] = []
+    if attribution.allocation_known:
+        families += _allocation_families(attribution, devices, config)
+    if attribution.process_gpus:
+        families += _memory_families(attribution, devices, config)
+    families += _self_metrics(attribution)
+    return families
+
+
+def _allocation_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
+                         config: Config) -> list[Metric]:
+    allocated = _gauge("DCGM_EXP_GPU_ALLOCATED",
+                       "1 if a Kubernetes container holds this GPU or MIG instance, else 0.")
+    info = _gauge("DCGM_EXP_GPU_ALLOCATION_INFO",
+                  "Containers holding this GPU or MIG instance (always 1; one series per container, "
+                  "vgpu is the replica id on shared devices).")
+    for device in devices:
+        allocation = attribution.allocation(device.uuid, device.gpu_instance_id)
+        holders = allocation.holders if allocation is not None else ()
+        allocated.add_sample(allocated.name, dict(device.labels), 1.0 if holders else 0.0)
+        shared = allocation is not None and allocation.shared
+        for holder in holders:
+            labels = {**device.labels, **workload_labels(holder.workload, config, device.labels)}
+            if shared and holder.replica_ids and "vgpu" not in labels:
+                labels["vgpu"] = holder.replica_ids[0]
+            info.add_sample(info.name, labels, 1.0)
+    return [allocated, info]
+
+
+def _memory_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
+                     config: Config) -> list[Metric]:
+    container_fb = _gauge("DCGM_EXP_CONTAINER_FB_USED",
+                          "Framebuffer memory used by the container's processes on this GPU or MIG instance "
+                          "(in MiB).")
+    unattributed = _gauge("DCGM_EXP_UNATTRIBUTED_FB_USED", "Framebuffer memory used by GPU processes that "
+                          "belong to no known pod (in MiB).")
+    process_fb = _gauge("DCGM_EXP_PROCESS_FB_USED", "Framebuffer memory used by one GPU process (in MiB).")
+    for device in devices:
+        if device.uuid not in attribution.process_gpus:
+            continue
+        for item in attribution.memory(device.uuid, device.gpu_instance_id):
+            labels = {**device.labels, **workload_labels(item.workload, config, device.labels)}
+            container_fb.add_sample(container_fb.name, labels, item.used_bytes / MIB)
+        unattributed.add_sample(unattributed.name, dict(device.labels),
+                                attribution.unattributed_bytes.get(device.key, 0) / MIB)
+        if not config.process_metrics:
+            continue
+        for process in attribution.processes:
+            if process.used_bytes is None or (process.uuid, process.gpu_instance_id) != (
+                    device.uuid, device.gpu_instance_id):
+                continue  # another device, or NVML did not say: omit rather than invent a value
+            labels = {**device.labels, "pid": str(process.pid)}
+            if process.workload is not None:
+                labels.update(workload_labels(process.workload, config, labels))
+            process_fb.add_sample(process_fb.name, labels, process.used_bytes / MIB)
+    families = [container_fb, unattributed]
+    return [*families, process_fb] if config.process_metrics else families
+
+
+def _self_metrics(attribution: AttributionSnapshot) -> list[Metric]:
+    status = attribution.status
+    values = (
+        ("gpu_pod_exporter_kubelet_up", "1 if the last kubelet PodResources List succeeded, else 0.",
+         1.0 if status.kubelet_up else 0.0),
+        ("gpu_pod_exporter_kube_api_up",
+         "1 if the Kubernetes API pod and namespace watches are healthy, else 0.",
+         1.0 if status.api_up else 0.0),
+        ("gpu_pod_exporter_kubelet_last_success_timestamp_seconds",
+         "Unix time of the last successful kubelet PodResources List (0: never).",
+         status.kubelet_last_success),
+        ("gpu_pod_exporter_kube_api_last_success_timestamp_seconds",
+         "Unix time of the last successful Kubernetes API list, watch event or bookmark (0: never).",
+         status.api_last_success),
+        ("gpu_pod_exporter_kubernetes_pods", "Pods on this node known from the Kubernetes API watch.",
+         float(status.pods_known)),
+    )
+    families = []
+    for name, documentation, value in values:
+        family = _gauge(name, documentation)
+        family.add_sample(name, {}, value)
+        families.append(family)
+    return families

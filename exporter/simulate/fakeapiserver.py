@@ -1,0 +1,575 @@
+"""A fake Kubernetes API server: real HTTP, the list/watch JSON the official client consumes.
+
+Serves ``GET /api/v1/pods`` (with ``fieldSelector=spec.nodeName=<node>``) and
+``GET /api/v1/namespaces`` as lists and as watches, with what a client must cope with on a real
+cluster:
+
+* ``resourceVersion`` on every object and list, a bounded event history, and watches that
+  resume from a resourceVersion; ``watch`` without one (or with "0") starts with synthetic
+  ADDED events for the current objects, as the real server does;
+* chunked watch streams (one JSON event per line), ``timeoutSeconds``, and BOOKMARK events when
+  ``allowWatchBookmarks=true`` (every ``bookmark_interval_s`` and on demand);
+* 410 Gone for a resourceVersion older than the history (``expire_history``), either as an
+  ERROR event inside an HTTP 200 watch stream (what kube-apiserver does) or as an HTTP 410;
+* injectable outages: connection refused (the port closes) or HTTP 503 for every request;
+  slowness (a delay before every answer); malformed JSON in a list body or a watch stream.
+
+Pods and namespaces are mutable at runtime (``add_pod``, ``delete_pod``, ``set_pod_labels``,
+``add_namespace``, ...), each change producing the watch event a real server would send. The
+stdlib ``ThreadingHTTPServer`` is enough: one thread per connection, and watches block on a
+condition variable until there is something to send.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import copy
+import hashlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+JsonObject = dict[str, Any]
+
+DEFAULT_HISTORY = 10_000
+TOO_OLD = "too old resource version"
+
+
+@dataclass(frozen=True)
+class _Event:
+    resource_version: int
+    resource: str  # "pods" or "namespaces"
+    type: str  # ADDED, MODIFIED, DELETED
+    object: JsonObject
+
+
+def stable_uid(*parts: str) -> str:
+    """A UUID-shaped UID derived from names, so scenarios give the same UIDs on every run."""
+    digest = hashlib.sha256("/".join(parts).encode()).hexdigest()
+    return f"{digest[0:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
+class _Watch:
+    """One open watch stream, as seen by the mutators."""
+
+    def __init__(self) -> None:
+        self.pending_error: JsonObject | None = None
+        self.pending_lines: list[bytes] = []
+        self.bookmark_requested = False
+        self.closed = False
+        self.abort = False  # end without the terminating chunk (a dropped connection)
+
+
+class FakeApiServer:
+    """See the module docstring. ``start()`` binds 127.0.0.1 on a free port unless told otherwise."""
+
+    def __init__(
+        self,
+        node_name: str = "sim-node",
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        bookmark_interval_s: float | None = 30.0,
+        history: int = DEFAULT_HISTORY,
+    ) -> None:
+        self.node_name = node_name
+        self.host = host
+        self.port = port
+        self.bookmark_interval_s = bookmark_interval_s
+        self._history_limit = history
+        self._cond = threading.Condition()
+        self._rv = 1
+        self._oldest_rv = 1  # the oldest resourceVersion a watch can resume from; older ones get 410
+        self._pods: dict[tuple[str, str], JsonObject] = {}
+        self._namespaces: dict[str, JsonObject] = {}
+        self._events: list[_Event] = []
+        self._watches: set[_Watch] = set()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._outage: str | None = None
+        self._delay_s = 0.0
+        self._gone_as_http = False
+        self._malformed_lists = 0
+        self._stopping = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self.requests: list[tuple[str, str, dict[str, str]]] = []  # (verb, resource, query)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> FakeApiServer:
+        if self._server is not None:
+            return self
+        self._stopping.clear()
+        server = ThreadingHTTPServer((self.host, self.port), _handler_class(self))
+        server.daemon_threads = True
+        self.port = server.server_address[1]
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="fake-apiserver", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._close_listener()
+        self._end_watches(abort=True)
+        self._drop_connections()
+
+    def _drop_connections(self) -> None:
+        """Cut every open client connection, including idle keep-alive ones."""
+        with self._cond:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+    def _close_listener(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def __enter__(self) -> FakeApiServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def write_kubeconfig(self, path: str | Path) -> Path:
+        """A kubeconfig pointing at this server (plain HTTP, a dummy bearer token)."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(yaml.safe_dump({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "simulated", "cluster": {"server": self.url}}],
+            "users": [{"name": "simulated", "user": {"token": "simulated-token"}}],
+            "contexts": [{"name": "simulated", "context": {"cluster": "simulated", "user": "simulated"}}],
+            "current-context": "simulated",
+        }, sort_keys=False), encoding="utf-8")
+        return target
+
+    # -- failure injection ------------------------------------------------------------------
+
+    def set_outage(self, mode: str | None) -> None:
+        """``"refuse"``: close the port (connection refused); ``"503"``: answer 503; None: heal.
+
+        Either outage ends every open watch abruptly, as a crashed or restarting server would.
+        """
+        if mode not in (None, "refuse", "503"):
+            raise ValueError(f"unknown outage mode {mode!r}")
+        self._outage = mode
+        if mode is not None:
+            self._end_watches(abort=True)
+        if mode == "refuse":
+            self._close_listener()
+            self._drop_connections()
+        elif self._server is None and not self._stopping.is_set():
+            self.start()  # same port: the address is reusable
+
+    def set_delay(self, seconds: float) -> None:
+        """Wait this long before answering any request (a slow or overloaded server)."""
+        self._delay_s = seconds
+
+    def expire_history(self, *, as_http: bool = False) -> None:
+        """Forget every resourceVersion up to now: resuming from one gets 410 Gone.
+
+        Open watches receive an ERROR event with code 410 and end (``as_http`` False), or simply
+        end so that the client's next watch request gets an HTTP 410 (``as_http`` True).
+        """
+        with self._cond:
+            self._gone_as_http = as_http
+            self._rv += 1
+            self._oldest_rv = self._rv  # every version handed out so far is now too old
+            self._events.clear()
+            for watch in self._watches:
+                if as_http:
+                    watch.closed = True
+                else:
+                    watch.pending_error = _status(410, "Expired", f"{TOO_OLD}: expired by the test")
+            self._cond.notify_all()
+
+    def malform_next_lists(self, count: int = 1) -> None:
+        """The next ``count`` list answers carry a body that is not JSON."""
+        with self._cond:
+            self._malformed_lists = count
+
+    def inject_malformed_watch_line(self) -> None:
+        """Every open watch stream receives one line that is not JSON."""
+        with self._cond:
+            for watch in self._watches:
+                watch.pending_lines.append(b'{"type": "MODIFIED", "object": {not json\n')
+            self._cond.notify_all()
+
+    def send_bookmarks(self) -> None:
+        """Every open watch that asked for bookmarks gets one now."""
+        with self._cond:
+            for watch in self._watches:
+                watch.bookmark_requested = True
+            self._cond.notify_all()
+
+    def _end_watches(self, *, abort: bool) -> None:
+        with self._cond:
+            for watch in self._watches:
+                watch.closed = True
+                watch.abort = abort
+            self._cond.notify_all()
+
+    # -- objects ----------------------------------------------------------------------------
+
+    def add_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> JsonObject:
+        obj: JsonObject = {
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "uid": stable_uid("namespace", name),
+                         "labels": {"kubernetes.io/metadata.name": name, **(labels or {})},
+                         "creationTimestamp": "2024-01-01T00:00:00Z"},
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
+        }
+        with self._cond:
+            event = "MODIFIED" if name in self._namespaces else "ADDED"
+            self._namespaces[name] = obj
+            self._record("namespaces", event, obj)
+        return copy.deepcopy(obj)
+
+    def set_namespace_labels(self, name: str, labels: Mapping[str, str]) -> None:
+        with self._cond:
+            obj = self._namespaces[name]
+            obj["metadata"]["labels"] = {"kubernetes.io/metadata.name": name, **labels}
+            self._record("namespaces", "MODIFIED", obj)
+
+    def delete_namespace(self, name: str) -> None:
+        with self._cond:
+            obj = self._namespaces.pop(name, None)
+            if obj is not None:
+                self._record("namespaces", "DELETED", obj)
+
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        containers: Sequence[tuple[str, str]] = (("main", ""),),
+        init_containers: Sequence[tuple[str, str]] = (),
+        node_name: str | None = None,
+        phase: str = "Running",
+    ) -> JsonObject:
+        """Create (or replace) a pod. ``containers``: ``(name, containerID)``, e.g.
+        ``("trainer", "containerd://<64 hex>")``; an empty ID means "not started yet"."""
+        def statuses(items: Sequence[tuple[str, str]]) -> list[JsonObject]:
+            return [{"name": cname, "ready": bool(cid), "restartCount": 0, "image": "registry.example/app:1",
+                     "imageID": "", "started": bool(cid),
+                     **({"containerID": cid} if cid else {}),
+                     "state": {"running": {"startedAt": "2024-01-01T00:00:00Z"}} if cid else
+                     {"waiting": {"reason": "ContainerCreating"}}}
+                    for cname, cid in items]
+
+        obj: JsonObject = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace,
+                         "uid": uid or stable_uid("pod", namespace, name),
+                         "labels": dict(labels or {}), "creationTimestamp": "2024-01-01T00:00:00Z"},
+            "spec": {"nodeName": node_name if node_name is not None else self.node_name,
+                     "containers": [{"name": cname, "image": "registry.example/app:1"}
+                                    for cname, _ in containers],
+                     **({"initContainers": [{"name": cname, "image": "registry.example/app:1",
+                                             "restartPolicy": "Always"} for cname, _ in init_containers]}
+                        if init_containers else {})},
+            "status": {"phase": phase, "containerStatuses": statuses(containers),
+                       **({"initContainerStatuses": statuses(init_containers)} if init_containers else {})},
+        }
+        with self._cond:
+            event = "MODIFIED" if (namespace, name) in self._pods else "ADDED"
+            self._pods[(namespace, name)] = obj
+            self._record("pods", event, obj)
+        return copy.deepcopy(obj)
+
+    def set_pod_labels(self, namespace: str, name: str, labels: Mapping[str, str]) -> None:
+        with self._cond:
+            obj = self._pods[(namespace, name)]
+            obj["metadata"]["labels"] = dict(labels)
+            self._record("pods", "MODIFIED", obj)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        with self._cond:
+            obj = self._pods.pop((namespace, name), None)
+            if obj is not None:
+                self._record("pods", "DELETED", obj)
+
+    def pod_names(self) -> list[tuple[str, str]]:
+        with self._cond:
+            return sorted(self._pods)
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    def open_watches(self) -> int:
+        with self._cond:
+            return len(self._watches)
+
+    def request_count(self, verb: str, resource: str) -> int:
+        return sum(1 for v, r, _ in list(self.requests) if v == verb and r == resource)
+
+    def _record(self, resource: str, event_type: str, obj: JsonObject) -> None:
+        """Bump the resourceVersion, stamp the object, log the event and wake watchers."""
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        self._events.append(_Event(self._rv, resource, event_type, copy.deepcopy(obj)))
+        if len(self._events) > self._history_limit:
+            dropped = len(self._events) - self._history_limit
+            self._oldest_rv = self._events[dropped].resource_version - 1
+            del self._events[:dropped]
+        self._cond.notify_all()
+
+    # -- request handling (called from handler threads) ---------------------------------------
+
+    def _objects(self, resource: str, selector: Mapping[str, str]) -> list[JsonObject]:
+        items = list(self._pods.values()) if resource == "pods" else list(self._namespaces.values())
+        return [copy.deepcopy(item) for item in items if _matches(item, selector)]
+
+    def _pause(self) -> bool:
+        """Apply the injected delay; False when the server stops meanwhile."""
+        if self._delay_s:
+            return not self._stopping.wait(self._delay_s)
+        return True
+
+    def handle_list(self, handler: BaseHTTPRequestHandler, resource: str,
+                    selector: Mapping[str, str]) -> None:
+        with self._cond:
+            if self._malformed_lists > 0:
+                self._malformed_lists -= 1
+                _send(handler, 200, b'{"kind": "PodList", "items": [ {broken')
+                return
+            body = {
+                "kind": "PodList" if resource == "pods" else "NamespaceList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(self._rv)},
+                "items": self._objects(resource, selector),
+            }
+        _send(handler, 200, json.dumps(body).encode())
+
+    def handle_watch(self, handler: BaseHTTPRequestHandler, resource: str, selector: Mapping[str, str],
+                     query: Mapping[str, str]) -> None:
+        since_text = query.get("resourceVersion", "")
+        bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
+        timeout_s = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
+        kind = "Pod" if resource == "pods" else "Namespace"
+        watch = _Watch()
+        with self._cond:
+            if since_text in ("", "0"):
+                since = self._rv
+                initial = [_event_line("ADDED", item) for item in self._objects(resource, selector)]
+            else:
+                since = int(since_text) if since_text.isdigit() else -1
+                initial = []
+                if since < self._oldest_rv:
+                    if self._gone_as_http:
+                        _send(handler, 410, json.dumps(
+                            _status(410, "Expired", f"{TOO_OLD}: {since_text} ({self._oldest_rv})")).encode())
+                        return
+                    watch.pending_error = _status(410, "Expired",
+                                                  f"{TOO_OLD}: {since_text} ({self._oldest_rv})")
+            self._watches.add(watch)
+        try:
+            _start_chunked(handler)
+            for line in initial:
+                _write_chunk(handler, line)
+            self._stream(handler, watch, resource=resource, selector=selector, since=since,
+                         bookmarks=bookmarks, timeout_s=timeout_s, kind=kind)
+        except OSError:
+            pass  # the client went away
+        finally:
+            with self._cond:
+                self._watches.discard(watch)
+
+    def _stream(self, handler: BaseHTTPRequestHandler, watch: _Watch, *, resource: str,
+                selector: Mapping[str, str], since: int, bookmarks: bool, timeout_s: float | None,
+                kind: str) -> None:
+        deadline = time.monotonic() + timeout_s if timeout_s else None
+        next_bookmark = (time.monotonic() + self.bookmark_interval_s
+                         if bookmarks and self.bookmark_interval_s else None)
+        while True:
+            lines: list[bytes] = []
+            with self._cond:
+                while True:
+                    if watch.closed:
+                        if watch.abort:
+                            _drop(handler)
+                        else:
+                            _end_chunked(handler)
+                        return
+                    if watch.pending_error is not None:
+                        lines = [_event_line("ERROR", watch.pending_error)]
+                        watch.pending_error = None
+                        watch.closed = True
+                        break
+                    if watch.pending_lines:
+                        lines, watch.pending_lines = watch.pending_lines, []
+                        break
+                    if since < self._oldest_rv:  # this stream fell behind the history window
+                        watch.pending_error = _status(410, "Expired",
+                                                      f"{TOO_OLD}: {since} ({self._oldest_rv})")
+                        continue
+                    start = bisect.bisect_right(self._events, since, key=lambda event: event.resource_version)
+                    fresh = [event for event in self._events[start:] if event.resource == resource]
+                    if start < len(self._events):
+                        since = self._events[-1].resource_version
+                        lines = [_event_line(event.type, event.object) for event in fresh
+                                 if _matches(event.object, selector)]
+                        if lines:
+                            break
+                        continue
+                    now = time.monotonic()
+                    if deadline is not None and now >= deadline:
+                        watch.closed = True
+                        continue
+                    if bookmarks and (watch.bookmark_requested or (next_bookmark and now >= next_bookmark)):
+                        watch.bookmark_requested = False
+                        if self.bookmark_interval_s:
+                            next_bookmark = now + self.bookmark_interval_s
+                        since = max(since, self._rv)
+                        lines = [_event_line("BOOKMARK", {"kind": kind, "apiVersion": "v1",
+                                                          "metadata": {"resourceVersion": str(self._rv)}})]
+                        break
+                    waits = [t - now for t in (deadline, next_bookmark) if t is not None]
+                    self._cond.wait(timeout=max(0.001, min(waits)) if waits else None)
+            for line in lines:
+                _write_chunk(handler, line)
+
+
+def _matches(obj: Mapping[str, Any], selector: Mapping[str, str]) -> bool:
+    for key, wanted in selector.items():
+        if key == "spec.nodeName":
+            actual = obj.get("spec", {}).get("nodeName", "")
+        elif key == "metadata.name":
+            actual = obj["metadata"].get("name", "")
+        elif key == "metadata.namespace":
+            actual = obj["metadata"].get("namespace", "")
+        else:
+            return False
+        if actual != wanted:
+            return False
+    return True
+
+
+def _parse_field_selector(text: str) -> dict[str, str] | None:
+    selector: dict[str, str] = {}
+    for term in filter(None, text.split(",")):
+        key, sep, value = term.partition("=")
+        key = key.rstrip("=")
+        value = value.lstrip("=")
+        if not sep or key not in ("spec.nodeName", "metadata.name", "metadata.namespace"):
+            return None
+        selector[key] = value
+    return selector
+
+
+def _status(code: int, reason: str, message: str) -> JsonObject:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
+
+
+def _event_line(event_type: str, obj: JsonObject) -> bytes:
+    return json.dumps({"type": event_type, "object": obj}).encode() + b"\n"
+
+
+def _send(handler: BaseHTTPRequestHandler, code: int, body: bytes) -> None:
+    handler.send_response(code)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def _start_chunked(handler: BaseHTTPRequestHandler) -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Transfer-Encoding", "chunked")
+    handler.end_headers()
+    handler.wfile.flush()
+
+
+def _write_chunk(handler: BaseHTTPRequestHandler, data: bytes) -> None:
+    handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+    handler.wfile.flush()
+
+
+def _drop(handler: BaseHTTPRequestHandler) -> None:
+    """End a response mid-stream: close the connection without the terminating chunk."""
+    handler.close_connection = True
+    with contextlib.suppress(OSError):
+        handler.connection.shutdown(socket.SHUT_RDWR)
+
+
+def _end_chunked(handler: BaseHTTPRequestHandler) -> None:
+    with contextlib.suppress(OSError):
+        handler.wfile.write(b"0\r\n\r\n")
+        handler.wfile.flush()
+
+
+def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: tests read ``api.requests`` instead."""
+
+        def setup(self) -> None:
+            super().setup()
+            with api._cond:
+                api._connections.add(self.connection)
+
+        def finish(self) -> None:
+            with api._cond:
+                api._connections.discard(self.connection)
+            with contextlib.suppress(OSError):
+                super().finish()
+
+        def do_GET(self) -> None:
+            parts = urlsplit(self.path)
+            query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+            resource = {"/api/v1/pods": "pods", "/api/v1/namespaces": "namespaces"}.get(parts.path)
+            watching = query.get("watch", "").lower() in ("true", "1")
+            api.requests.append(("watch" if watching else "list", resource or parts.path, query))
+            if not api._pause():
+                return
+            if api._outage == "503":
+                _send(self, 503, json.dumps(_status(503, "ServiceUnavailable", "the server is currently "
+                                                    "unable to handle the request")).encode())
+                return
+            if resource is None:
+                _send(self, 404, json.dumps(_status(404, "NotFound", "the server could not find the "
+                                                    "requested resource")).encode())
+                return
+            selector = _parse_field_selector(query.get("fieldSelector", ""))
+            if selector is None:
+                _send(self, 400, json.dumps(_status(400, "BadRequest", "unsupported field selector "
+                                                    f"{query.get('fieldSelector')!r}")).encode())
+                return
+            if watching:
+                api.handle_watch(self, resource, selector, query)
+            else:
+                api.handle_list(self, resource, selector)
+
+    return Handler
+

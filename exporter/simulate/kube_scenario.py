@@ -1,0 +1,558 @@
+"""The ``kubernetes:`` section of a simulator scenario, and the simulated cluster it describes.
+
+The scenario loader stores the section as it found it; this module validates it (every mistake
+is one ``ConfigError`` naming ``file:line`` and the key path, e.g.
+``demo.yaml:14: kubernetes.pods[1].containers[0].gpus[0].mig: ...``) and turns it into a running
+fake kubelet, fake API server and fake ``/proc``, so that ``gpu-pod-exporter --simulate`` shows
+pod, namespace, container and team labels out of the box.
+
+Schema (every key but ``pods[].name`` and ``containers[].name`` is optional)::
+
+    kubernetes:
+      node: sim-node                  # the node the pods run on (NODE_NAME); default sim-node
+      gpu_id_type: uid                # how the fake kubelet names GPUs: uid (GPU-<uuid>, MIG-<uuid>)
+                                      #   or device-name (GKE: nvidia<minor>[/gi<id>][/vgpu<n>])
+      runtime: containerd             # containerd | cri-o | docker: container-ID scheme and cgroup names
+      cgroup_driver: systemd          # systemd | cgroupfs
+      cgroup_version: 2               # 1 | 2
+      host_pids: [31337]              # GPU processes outside any pod (show up as unattributed memory)
+      namespaces:
+        - name: ml-training
+          labels: {team: research}
+      pods:
+        - name: trainer-0
+          namespace: ml-training      # default: default; namespaces not listed are created bare
+          uid: 9d8c...                # default: derived from namespace and name (stable across runs)
+          labels: {app: trainer}
+          qos: burstable              # guaranteed | burstable | besteffort (the pod's cgroup)
+          containers:
+            - name: trainer
+              sidecar: false          # a restartable init container: the kubelet lists it first
+              gpus:                   # GPUs by NVML index; a mapping for MIG instances and replicas
+                - 0
+                - {gpu: 1, replica: 2}          # time-slicing / MPS replica 2 of GPU 1
+                - {gpu: 2, mig: 3}              # MIG GPU instance 3 of GPU 2
+                - {gpu: 3, resource: nvidia.com/a100}   # a renamed resource
+              pids: [4242, 4243]      # host PIDs of this container's GPU processes
+
+Resource names default to ``nvidia.com/gpu`` (whole GPU), ``nvidia.com/gpu.shared`` (replica)
+and ``nvidia.com/mig-<profile>`` (MIG), as the NVIDIA device plugin advertises them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exporter.config import ConfigError
+from exporter.simulate.fakeapiserver import FakeApiServer, stable_uid
+from exporter.simulate.fakekubelet import FakeContainer, FakeKubelet, FakePod
+from exporter.snapshot import DeviceIdentity, MigIdentity
+
+SECTION = "kubernetes"
+DEFAULT_NODE = "sim-node"
+RUNTIMES = {"containerd": ("containerd://", "cri-containerd-"), "cri-o": ("cri-o://", "crio-"),
+            "docker": ("docker://", "docker-")}
+QOS_CLASSES = ("guaranteed", "burstable", "besteffort")
+MAX_SOCKET_PATH = 100  # unix socket paths must fit in sun_path (108 bytes, with the NUL)
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    """A GPU (by NVML index), optionally one MIG GPU instance of it and/or one replica of it."""
+
+    gpu: int
+    mig: int | None = None
+    replica: int | None = None
+    resource: str | None = None
+    # Where the entry was written ("file:line", key path), for errors found once the GPUs are known.
+    where: str = field(default="", compare=False)
+    key: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class ScenarioContainer:
+    name: str
+    sidecar: bool = False
+    gpus: tuple[GpuRef, ...] = ()
+    pids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScenarioPod:
+    namespace: str
+    name: str
+    uid: str
+    labels: tuple[tuple[str, str], ...] = ()
+    qos: str = "burstable"
+    containers: tuple[ScenarioContainer, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScenarioNamespace:
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class KubernetesScenario:
+    """A validated ``kubernetes:`` section."""
+
+    node: str = DEFAULT_NODE
+    gpu_id_type: str = "uid"
+    runtime: str = "containerd"
+    cgroup_driver: str = "systemd"
+    cgroup_version: int = 2
+    host_pids: tuple[int, ...] = ()
+    namespaces: tuple[ScenarioNamespace, ...] = ()
+    pods: tuple[ScenarioPod, ...] = ()
+    source: str = "<scenario>"
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation: a small walker over YAML nodes, which carry line numbers.
+
+
+class _Walker:
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def where(self, node: yaml.Node) -> str:
+        mark = node.start_mark
+        return f"{self.source}:{mark.line + 1}" if mark is not None else self.source
+
+    def fail(self, node: yaml.Node, key: str, message: str) -> ConfigError:
+        return ConfigError(self.where(node), key, message)
+
+    def mapping(self, node: yaml.Node, key: str,
+                allowed: Sequence[str]) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+        if not isinstance(node, yaml.MappingNode):
+            raise self.fail(node, key, f"expected a mapping with keys {', '.join(allowed)}")
+        result: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+        for key_node, value_node in node.value:
+            name = str(key_node.value)
+            if name not in allowed:
+                raise self.fail(key_node, f"{key}.{name}", f"unknown key (known keys: {', '.join(allowed)})")
+            if name in result:
+                raise self.fail(key_node, f"{key}.{name}", "duplicate key")
+            result[name] = (key_node, value_node)
+        return result
+
+    def sequence(self, node: yaml.Node, key: str) -> list[yaml.Node]:
+        if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null"):
+            return []
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.fail(node, key, "expected a list")
+        return list(node.value)
+
+    def scalar(self, node: yaml.Node, key: str) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.fail(node, key, "expected a single value")
+        return yaml.safe_load(yaml.serialize(node))
+
+    def string(self, node: yaml.Node, key: str, *, pattern: Callable[[str], bool] | None = None,
+               expected: str = "a string") -> str:
+        value = self.scalar(node, key)
+        if not isinstance(value, str) or not value or (pattern is not None and not pattern(value)):
+            raise self.fail(node, key, f"expected {expected}, got {value!r}")
+        return value
+
+    def integer(self, node: yaml.Node, key: str, minimum: int = 0) -> int:
+        value = self.scalar(node, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(node, key, f"expected an integer >= {minimum}, got {value!r}")
+        return value
+
+    def boolean(self, node: yaml.Node, key: str) -> bool:
+        value = self.scalar(node, key)
+        if not isinstance(value, bool):
+            raise self.fail(node, key, f"expected true or false, got {value!r}")
+        return value
+
+    def choice(self, node: yaml.Node, key: str, choices: Sequence[object]) -> Any:
+        value = self.scalar(node, key)
+        if value not in choices or isinstance(value, bool):
+            raise self.fail(node, key, f"expected one of {', '.join(map(str, choices))}, got {value!r}")
+        return value
+
+    def labels(self, node: yaml.Node, key: str) -> tuple[tuple[str, str], ...]:
+        if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null"):
+            return ()
+        if not isinstance(node, yaml.MappingNode):
+            raise self.fail(node, key, "expected a mapping of label: value")
+        labels: dict[str, str] = {}
+        for key_node, value_node in node.value:
+            name = self.scalar(key_node, key)
+            value = self.scalar(value_node, f"{key}.{name}")
+            if not isinstance(name, str) or not name:
+                raise self.fail(key_node, key, f"label keys must be strings, got {name!r}")
+            if not isinstance(value, str):
+                raise self.fail(value_node, f"{key}.{name}",
+                                f"label values must be strings (quote it: \"{value}\"), got {value!r}")
+            labels[name] = value
+        return tuple(sorted(labels.items()))
+
+
+def _is_dns_label(text: str) -> bool:
+    return len(text) <= 253 and all(part.isalnum() or part in "-." for part in text)
+
+
+def _gpu_ref(walker: _Walker, node: yaml.Node, key: str) -> GpuRef:
+    if isinstance(node, yaml.ScalarNode):
+        return GpuRef(gpu=walker.integer(node, key), where=walker.where(node), key=key)
+    fields = walker.mapping(node, key, ("gpu", "mig", "replica", "resource"))
+    if "gpu" not in fields:
+        raise walker.fail(node, f"{key}.gpu", "missing: which GPU (NVML index)")
+    return GpuRef(
+        gpu=walker.integer(fields["gpu"][1], f"{key}.gpu"),
+        mig=walker.integer(fields["mig"][1], f"{key}.mig") if "mig" in fields else None,
+        replica=walker.integer(fields["replica"][1], f"{key}.replica") if "replica" in fields else None,
+        resource=walker.string(fields["resource"][1], f"{key}.resource",
+                               expected="an extended-resource name such as nvidia.com/gpu")
+        if "resource" in fields else None,
+        where=walker.where(node), key=key,
+    )
+
+
+def _container(walker: _Walker, node: yaml.Node, key: str, seen_pids: dict[int, str]) -> ScenarioContainer:
+    fields = walker.mapping(node, key, ("name", "sidecar", "gpus", "pids"))
+    if "name" not in fields:
+        raise walker.fail(node, f"{key}.name", "missing: every container needs a name")
+    pids: list[int] = []
+    pid_nodes = walker.sequence(fields["pids"][1], f"{key}.pids") if "pids" in fields else []
+    for index, pid_node in enumerate(pid_nodes):
+        pid_key = f"{key}.pids[{index}]"
+        pid = walker.integer(pid_node, pid_key, minimum=1)
+        if pid in seen_pids:
+            raise walker.fail(pid_node, pid_key, f"PID {pid} is already used by {seen_pids[pid]}")
+        seen_pids[pid] = key
+        pids.append(pid)
+    gpus = walker.sequence(fields["gpus"][1], f"{key}.gpus") if "gpus" in fields else []
+    return ScenarioContainer(
+        name=walker.string(fields["name"][1], f"{key}.name", pattern=_is_dns_label,
+                           expected="a container name"),
+        sidecar=walker.boolean(fields["sidecar"][1], f"{key}.sidecar") if "sidecar" in fields else False,
+        gpus=tuple(_gpu_ref(walker, gpu, f"{key}.gpus[{index}]") for index, gpu in enumerate(gpus)),
+        pids=tuple(pids),
+    )
+
+
+def _pod(walker: _Walker, node: yaml.Node, key: str, seen_pids: dict[int, str]) -> ScenarioPod:
+    fields = walker.mapping(node, key, ("name", "namespace", "uid", "labels", "qos", "containers"))
+    if "name" not in fields:
+        raise walker.fail(node, f"{key}.name", "missing: every pod needs a name")
+    name = walker.string(fields["name"][1], f"{key}.name", pattern=_is_dns_label, expected="a pod name")
+    namespace = (walker.string(fields["namespace"][1], f"{key}.namespace", pattern=_is_dns_label,
+                               expected="a namespace name") if "namespace" in fields else "default")
+    containers: list[ScenarioContainer] = []
+    for index, item in enumerate(walker.sequence(fields["containers"][1], f"{key}.containers")
+                                 if "containers" in fields else []):
+        container = _container(walker, item, f"{key}.containers[{index}]", seen_pids)
+        if any(existing.name == container.name for existing in containers):
+            raise walker.fail(item, f"{key}.containers[{index}].name",
+                              f"duplicate container {container.name!r}")
+        containers.append(container)
+    if not containers:
+        raise walker.fail(node, f"{key}.containers", "a pod needs at least one container")
+    return ScenarioPod(
+        namespace=namespace, name=name,
+        uid=(walker.string(fields["uid"][1], f"{key}.uid") if "uid" in fields
+             else stable_uid("pod", namespace, name)),
+        labels=walker.labels(fields["labels"][1], f"{key}.labels") if "labels" in fields else (),
+        qos=walker.choice(fields["qos"][1], f"{key}.qos", QOS_CLASSES) if "qos" in fields else "burstable",
+        containers=tuple(containers),
+    )
+
+
+def parse_kubernetes_section(section: object, source: str = "<scenario>") -> KubernetesScenario:
+    """Validate a ``kubernetes:`` section: a ``yaml.Node`` (errors then carry line numbers) or
+    the plain data a loader produced with ``yaml.safe_load`` (errors name the key path)."""
+    node = section if isinstance(section, yaml.Node) else (
+        yaml.SafeDumper(io.StringIO()).represent_data(section))
+    walker = _Walker(source)
+    if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null"):
+        return KubernetesScenario(source=source)
+    fields = walker.mapping(node, SECTION, ("node", "gpu_id_type", "runtime", "cgroup_driver",
+                                            "cgroup_version", "host_pids", "namespaces", "pods"))
+
+    def get(name: str, parse: Callable[[yaml.Node, str], Any], default: Any) -> Any:
+        return parse(fields[name][1], f"{SECTION}.{name}") if name in fields else default
+
+    seen_pids: dict[int, str] = {}
+    host_pids: list[int] = []
+    for index, pid_node in enumerate(get("host_pids", walker.sequence, [])):
+        pid_key = f"{SECTION}.host_pids[{index}]"
+        pid = walker.integer(pid_node, pid_key, minimum=1)
+        if pid in seen_pids:
+            raise walker.fail(pid_node, pid_key, f"PID {pid} is listed twice")
+        seen_pids[pid] = pid_key
+        host_pids.append(pid)
+
+    namespaces: dict[str, ScenarioNamespace] = {}
+    for index, item in enumerate(get("namespaces", walker.sequence, [])):
+        key = f"{SECTION}.namespaces[{index}]"
+        ns_fields = walker.mapping(item, key, ("name", "labels"))
+        if "name" not in ns_fields:
+            raise walker.fail(item, f"{key}.name", "missing: every namespace needs a name")
+        name = walker.string(ns_fields["name"][1], f"{key}.name", pattern=_is_dns_label,
+                             expected="a namespace name")
+        if name in namespaces:
+            raise walker.fail(item, f"{key}.name", f"duplicate namespace {name!r}")
+        labels = walker.labels(ns_fields["labels"][1], f"{key}.labels") if "labels" in ns_fields else ()
+        namespaces[name] = ScenarioNamespace(name, labels)
+
+    pods: dict[tuple[str, str], ScenarioPod] = {}
+    for index, item in enumerate(get("pods", walker.sequence, [])):
+        pod = _pod(walker, item, f"{SECTION}.pods[{index}]", seen_pids)
+        if (pod.namespace, pod.name) in pods:
+            raise walker.fail(item, f"{SECTION}.pods[{index}].name",
+                              f"duplicate pod {pod.namespace}/{pod.name}")
+        pods[(pod.namespace, pod.name)] = pod
+        namespaces.setdefault(pod.namespace, ScenarioNamespace(pod.namespace))
+
+    return KubernetesScenario(
+        node=get("node", lambda n, k: walker.string(n, k, pattern=_is_dns_label, expected="a node name"),
+                 DEFAULT_NODE),
+        gpu_id_type=get("gpu_id_type", lambda n, k: walker.choice(n, k, ("uid", "device-name")), "uid"),
+        runtime=get("runtime", lambda n, k: walker.choice(n, k, tuple(RUNTIMES)), "containerd"),
+        cgroup_driver=get("cgroup_driver", lambda n, k: walker.choice(n, k, ("systemd", "cgroupfs")),
+                          "systemd"),
+        cgroup_version=get("cgroup_version", lambda n, k: walker.choice(n, k, (1, 2)), 2),
+        host_pids=tuple(host_pids),
+        namespaces=tuple(namespaces.values()),
+        pods=tuple(pods.values()),
+        source=source,
+    )
+
+
+def load_kubernetes_section(path: str | Path) -> KubernetesScenario | None:
+    """Read a scenario file and validate its top-level ``kubernetes:`` key (None when absent)."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or exc
+        raise ConfigError(f"{path}{line}", "yaml", f"not valid YAML: {problem}") from None
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    for key_node, value_node in root.value:
+        if key_node.value == SECTION:
+            return parse_kubernetes_section(value_node, str(path))
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The simulated cluster.
+
+
+def container_id(pod_uid: str, container: str) -> str:
+    """A stable 64-hex-digit container ID."""
+    return hashlib.sha256(f"{pod_uid}/{container}".encode()).hexdigest()
+
+
+def device_id(ref: GpuRef, devices: Sequence[DeviceIdentity], migs: Sequence[MigIdentity],
+              id_type: str) -> tuple[str, str]:
+    """``(resource name, device ID)`` the fake kubelet reports for a GPU reference.
+
+    Raises ``ConfigError`` (at the reference's file:line) when the GPU or MIG instance does not
+    exist in the simulated inventory.
+    """
+    by_index = {device.index: device for device in devices}
+    device = by_index.get(ref.gpu)
+    if device is None:
+        known = ", ".join(str(index) for index in sorted(by_index)) or "none"
+        raise ConfigError(ref.where, f"{ref.key}", f"GPU {ref.gpu} does not exist (simulated GPUs: {known})")
+    mig: MigIdentity | None = None
+    if ref.mig is not None:
+        instances = [m for m in migs if m.parent_uuid == device.uuid]
+        mig = next((m for m in instances if m.gpu_instance_id == ref.mig), None)
+        if mig is None:
+            known = ", ".join(str(m.gpu_instance_id) for m in instances) or "none: MIG is not enabled there"
+            raise ConfigError(ref.where, f"{ref.key}.mig",
+                              f"GPU {ref.gpu} has no MIG GPU instance {ref.mig} (instances: {known})")
+    if id_type == "device-name":
+        text = f"nvidia{device.minor}"
+        if mig is not None:
+            text += f"/gi{mig.gpu_instance_id}"
+        if ref.replica is not None:
+            text += f"/vgpu{ref.replica}"
+    else:
+        text = mig.uuid if mig is not None else device.uuid
+        if ref.replica is not None:
+            text += f"::{ref.replica}"
+    if ref.resource:
+        resource = ref.resource
+    elif mig is not None:
+        resource = "nvidia.com/mig-" + mig.profile.replace("+", ".")
+    elif ref.replica is not None:
+        resource = "nvidia.com/gpu.shared"
+    else:
+        resource = "nvidia.com/gpu"
+    return resource, text
+
+
+def cgroup_path(scenario: KubernetesScenario, pod: ScenarioPod, cid: str) -> str:
+    """The container's cgroup path for the scenario's driver and runtime."""
+    prefix = RUNTIMES[scenario.runtime][1]
+    if scenario.cgroup_driver == "cgroupfs":
+        qos = "" if pod.qos == "guaranteed" else f"/{pod.qos}"
+        leaf = f"crio-{cid}" if scenario.runtime == "cri-o" else cid
+        return f"/kubepods{qos}/pod{pod.uid}/{leaf}"
+    uid = pod.uid.replace("-", "_")
+    if pod.qos == "guaranteed":
+        return f"/kubepods.slice/kubepods-pod{uid}.slice/{prefix}{cid}.scope"
+    return f"/kubepods.slice/kubepods-{pod.qos}.slice/kubepods-{pod.qos}-pod{uid}.slice/{prefix}{cid}.scope"
+
+
+def _cgroup_file(scenario: KubernetesScenario, path: str) -> str:
+    if scenario.cgroup_version == 2:
+        return f"0::{path}\n"
+    controllers = ("memory", "cpu,cpuacct", "devices", "pids")
+    lines = [f"{12 - index}:{controller}:{path}" for index, controller in enumerate(controllers)]
+    return "\n".join([*lines, f"1:name=systemd:{path}", "0::/"]) + "\n"
+
+
+def _write_process(proc_root: Path, pid: int, cgroup: str) -> None:
+    directory = proc_root / str(pid)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "cgroup").write_text(cgroup, encoding="utf-8")
+    # /proc/<pid>/stat: field 22 is the start time the attribution cache keys on.
+    (directory / "stat").write_text(
+        f"{pid} (python3) S 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 {1000 + pid} 0 0\n",
+        encoding="utf-8")
+
+
+@dataclass
+class SimulatedCluster:
+    """A running fake kubelet, fake API server and fake ``/proc`` for one scenario."""
+
+    scenario: KubernetesScenario
+    kubelet: FakeKubelet
+    apiserver: FakeApiServer
+    socket_path: str
+    kubeconfig_path: str
+    proc_root: str
+    _cleanup: list[Path] = field(default_factory=list)
+
+    @property
+    def node_name(self) -> str:
+        return self.scenario.node
+
+    def config_overrides(self) -> dict[str, object]:
+        """Config fields that point the exporter at this cluster (use with dataclasses.replace)."""
+        return {"kubernetes": True, "pod_resources_socket": self.socket_path,
+                "kubeconfig": self.kubeconfig_path, "proc_root": self.proc_root, "node_name": self.node_name,
+                "kubernetes_gpu_id_type": self.scenario.gpu_id_type}
+
+    def stop(self) -> None:
+        self.kubelet.stop()
+        self.apiserver.stop()
+        for path in self._cleanup:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def start_simulated_cluster(section: KubernetesScenario, devices: Sequence[DeviceIdentity],
+                            migs: Sequence[MigIdentity], workdir: str | Path) -> SimulatedCluster:
+    """Start the fakes for ``section`` against the simulated GPUs; files go under ``workdir``.
+
+    The kubelet socket lives in ``workdir/pod-resources/`` unless that path is too long for a
+    unix socket, in which case a short temporary directory is used (and removed by ``stop``).
+    """
+    root = Path(workdir)
+    root.mkdir(parents=True, exist_ok=True)
+    cleanup: list[Path] = []
+    socket_dir = root / "pod-resources"
+    if len(str(socket_dir / "kubelet.sock")) > MAX_SOCKET_PATH:
+        socket_dir = Path(tempfile.mkdtemp(prefix="gpe-kubelet-"))
+        cleanup.append(socket_dir)
+    socket_path = socket_dir / "kubelet.sock"
+
+    scheme = RUNTIMES[section.runtime][0]
+    proc_root = root / "proc"
+    fake_pods: list[FakePod] = []
+    for pod in section.pods:
+        containers = []
+        for container in pod.containers:
+            assigned = tuple(device_id(ref, devices, migs, section.gpu_id_type) for ref in container.gpus)
+            containers.append(FakeContainer(container.name, assigned, sidecar=container.sidecar))
+            cid = container_id(pod.uid, container.name)
+            for pid in container.pids:
+                _write_process(proc_root, pid, _cgroup_file(section, cgroup_path(section, pod, cid)))
+        fake_pods.append(FakePod(pod.namespace, pod.name, tuple(containers)))
+    for pid in section.host_pids:
+        _write_process(proc_root, pid, _cgroup_file(section, "/system.slice/simulated-leftover.service"))
+    proc_root.mkdir(parents=True, exist_ok=True)
+
+    apiserver = FakeApiServer(section.node).start()
+    kubelet = FakeKubelet(socket_path, fake_pods)
+    try:
+        for namespace in section.namespaces:
+            apiserver.add_namespace(namespace.name, dict(namespace.labels))
+        for pod in section.pods:
+            def statuses(sidecars: bool, pod: ScenarioPod = pod) -> list[tuple[str, str]]:
+                return [(c.name, scheme + container_id(pod.uid, c.name)) for c in pod.containers
+                        if c.sidecar == sidecars]
+
+            apiserver.add_pod(pod.namespace, pod.name, uid=pod.uid, labels=dict(pod.labels),
+                              containers=statuses(False), init_containers=statuses(True))
+        kubeconfig = apiserver.write_kubeconfig(root / "kubeconfig")
+        kubelet.start()
+    except BaseException:
+        apiserver.stop()
+        for path in cleanup:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+    return SimulatedCluster(scenario=section, kubelet=kubelet, apiserver=apiserver,
+                            socket_path=str(socket_path), kubeconfig_path=str(kubeconfig),
+                            proc_root=str(proc_root), _cleanup=cleanup)
+
+
+def default_kubernetes_section(devices: Sequence[DeviceIdentity],
+                               migs: Sequence[MigIdentity]) -> KubernetesScenario:
+    """A small cluster that exercises every attribution case on whatever GPUs are simulated.
+
+    The first whole GPU belongs to a training pod (team research, from its namespace); the
+    second is time-sliced between two inference pods (team serving, one set on the pod); the
+    first MIG instance, if any, belongs to a notebook; remaining GPUs stay free. One host
+    process (PID 31337) holds memory outside any pod.
+    """
+    mig_parents = {mig.parent_uuid for mig in migs}
+    whole = [device for device in devices if device.uuid not in mig_parents]
+    pods: list[ScenarioPod] = []
+
+    def pod(namespace: str, name: str, container: str, refs: tuple[GpuRef, ...], *, pids: tuple[int, ...],
+            labels: Mapping[str, str]) -> ScenarioPod:
+        return ScenarioPod(namespace, name, stable_uid("pod", namespace, name), tuple(sorted(labels.items())),
+                           "burstable", (ScenarioContainer(container, gpus=refs, pids=pids),))
+
+    if whole:
+        pods.append(pod("ml-training", "trainer-0", "trainer", (GpuRef(whole[0].index),), pids=(4242,),
+                        labels={"app": "trainer"}))
+    if len(whole) > 1:
+        pods.append(pod("inference", "llm-server-0", "server", (GpuRef(whole[1].index, replica=0),),
+                        pids=(5151,), labels={"app": "llm-server"}))
+        pods.append(pod("inference", "embedder-0", "embedder", (GpuRef(whole[1].index, replica=1),),
+                        pids=(5252,), labels={"app": "embedder", "team": "search"}))
+    if migs:
+        first = migs[0]
+        parent = next((device for device in devices if device.uuid == first.parent_uuid), None)
+        if parent is not None:
+            pods.append(pod("research", "notebook-0", "jupyter",
+                            (GpuRef(parent.index, mig=first.gpu_instance_id),), pids=(6363,),
+                            labels={"app": "notebook"}))
+    namespaces = (
+        ScenarioNamespace("ml-training", (("team", "research"),)),
+        ScenarioNamespace("inference", (("team", "serving"),)),
+        ScenarioNamespace("research", (("team", "research"),)),
+    )
+    return KubernetesScenario(namespaces=namespaces, pods=tuple(pods), host_pids=(31337,), source="<default>")

@@ -1,0 +1,322 @@
+"""Pod and namespace metadata: list+watch against a real HTTP server speaking the API's JSON."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter.kube.metadata import KubernetesMetadata, WatchTimeouts, pod_from_json, strip_container_id
+from exporter.simulate.fakeapiserver import FakeApiServer
+
+from .helpers import poll
+
+NODE = "node-a"
+CID = "containerd://" + "ab" * 32
+FAST = WatchTimeouts(
+    connect_s=1.0,
+    list_read_s=1.0,
+    watch_s=2,
+    watch_read_slack_s=1.0,
+    backoff_initial_s=0.02,
+    backoff_max_s=0.1,
+    stale_after_s=60.0,
+)
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    server = FakeApiServer(NODE, bookmark_interval_s=0.05).start()
+    server.add_namespace("ml", {"team": "research"})
+    server.add_namespace("web", {})
+    server.add_pod(
+        "ml",
+        "trainer-0",
+        labels={"app": "trainer", "team": "vision"},
+        containers=[("trainer", CID)],
+        init_containers=[("log-shipper", "cri-o://" + "cd" * 32)],
+    )
+    server.add_pod("ml", "elsewhere", node_name="node-b")
+    yield server
+    server.stop()
+
+
+def _metadata(
+    api: FakeApiServer, tmp_path: Path, changes: list[int] | None = None, timeouts: WatchTimeouts = FAST
+) -> KubernetesMetadata:
+    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+    sink = changes if changes is not None else []
+    return KubernetesMetadata(NODE, lambda: sink.append(1), kubeconfig=str(kubeconfig), timeouts=timeouts)
+
+
+@pytest.fixture
+def metadata(api: FakeApiServer, tmp_path: Path) -> Iterator[KubernetesMetadata]:
+    watcher = _metadata(api, tmp_path)
+    watcher.start()
+    poll(lambda: watcher.synced and watcher.state.up, what="initial sync")
+    yield watcher
+    watcher.stop()
+
+
+def _pods(metadata: KubernetesMetadata) -> list[tuple[str, str]]:
+    return sorted(metadata.view().pods_by_name)
+
+
+def test_lists_then_watches_only_this_nodes_pods(api: FakeApiServer, metadata: KubernetesMetadata) -> None:
+    view = metadata.view()
+    assert _pods(metadata) == [("ml", "trainer-0")]
+    pod = view.pods_by_name[("ml", "trainer-0")]
+    assert pod.label_map == {"app": "trainer", "team": "vision"}
+    assert pod.uid and view.pods_by_uid[pod.uid] is pod
+    assert view.containers_by_id["ab" * 32] == (pod, "trainer")
+    assert view.containers_by_id["cd" * 32] == (pod, "log-shipper")  # sidecar statuses count too
+    assert view.namespace_labels("ml") == {"kubernetes.io/metadata.name": "ml", "team": "research"}
+
+    api.add_pod("ml", "eval", labels={"app": "eval"})
+    poll(lambda: ("ml", "eval") in metadata.view().pods_by_name, what="the new pod")
+    api.set_pod_labels("ml", "eval", {"app": "eval", "team": "nlp"})
+    poll(lambda: metadata.view().pods_by_name[("ml", "eval")].label_map.get("team") == "nlp", what="relabel")
+    api.delete_pod("ml", "eval")
+    poll(lambda: ("ml", "eval") not in metadata.view().pods_by_name, what="the deletion")
+    api.set_namespace_labels("web", {"team": "frontend"})
+    poll(
+        lambda: (metadata.view().namespace_labels("web") or {}).get("team") == "frontend",
+        what="namespace label",
+    )
+
+    assert api.request_count("list", "pods") == 1  # one list; everything else came through the watch
+    selectors = {query.get("fieldSelector") for verb, resource, query in api.requests if resource == "pods"}
+    assert selectors == {f"spec.nodeName={NODE}"}
+    watch_queries = [q for verb, r, q in api.requests if verb == "watch"]
+    assert all(q.get("allowWatchBookmarks") == "true" and q.get("resourceVersion") for q in watch_queries)
+
+
+def test_bookmarks_carry_the_resume_point_forward(api: FakeApiServer, metadata: KubernetesMetadata) -> None:
+    listed_at = int(
+        api.requests[[r for _, r, _ in api.requests].index("pods")][2].get("resourceVersion") or 0
+    )
+    for index in range(5):  # namespace changes move the resourceVersion without touching pods
+        api.add_namespace(f"ns-{index}")
+    target = api.resource_version
+
+    def resumed_from_bookmark() -> bool:
+        return any(
+            verb == "watch" and resource == "pods" and int(query.get("resourceVersion", "0")) >= target
+            for verb, resource, query in list(api.requests)
+        )
+
+    poll(resumed_from_bookmark, what="a pods watch resumed from a bookmark's resourceVersion")
+    assert target > listed_at
+    assert api.request_count("list", "pods") == 1
+
+
+def test_410_as_watch_error_event_relists(api: FakeApiServer, metadata: KubernetesMetadata) -> None:
+    api.expire_history()
+    api.add_pod("ml", "after-expiry")
+    poll(lambda: api.request_count("list", "pods") == 2, what="a relist")
+    poll(lambda: ("ml", "after-expiry") in metadata.view().pods_by_name, what="the pod created after expiry")
+    assert metadata.state.up
+
+
+def test_410_as_http_status_relists(api: FakeApiServer, metadata: KubernetesMetadata) -> None:
+    api.expire_history(as_http=True)
+    api.delete_pod("ml", "trainer-0")
+    poll(lambda: api.request_count("list", "pods") == 2, what="a relist")
+    poll(lambda: _pods(metadata) == [], what="the deletion seen through the relist")
+    assert metadata.state.up
+
+
+@pytest.mark.parametrize("mode", ["refuse", "503"])
+def test_outage_keeps_last_known_metadata_and_recovers(
+    api: FakeApiServer, metadata: KubernetesMetadata, mode: str
+) -> None:
+    api.set_outage(mode)
+    expected = "unreachable" if mode == "refuse" else "answered 503"
+    poll(lambda: expected in metadata.state.error, what="the outage to be noticed")
+    assert not metadata.state.up
+    assert _pods(metadata) == [("ml", "trainer-0")]  # labels keep flowing from the last known state
+    last_success = metadata.state.last_success_wall
+    api.add_pod("ml", "during-outage")  # the server's state moves on meanwhile
+    api.set_outage(None)
+    poll(lambda: metadata.state.up, what="recovery")
+    poll(lambda: ("ml", "during-outage") in metadata.view().pods_by_name, what="catching up")
+    assert metadata.state.last_success_wall > last_success
+
+
+def test_slow_server_times_out_then_recovers(api: FakeApiServer, tmp_path: Path) -> None:
+    api.set_delay(3.0)
+    watcher = _metadata(
+        api,
+        tmp_path,
+        timeouts=WatchTimeouts(
+            connect_s=0.5,
+            list_read_s=0.3,
+            watch_s=2,
+            watch_read_slack_s=0.5,
+            backoff_initial_s=0.02,
+            backoff_max_s=0.1,
+        ),
+    )
+    watcher.start()
+    try:
+        poll(lambda: watcher.state.error_kind == "timeout", what="a timeout")
+        assert "timed out" in watcher.state.error and not watcher.state.up
+        api.set_delay(0.0)
+        poll(lambda: watcher.state.up and watcher.synced, what="recovery")
+        assert _pods(watcher) == [("ml", "trainer-0")]
+    finally:
+        api.set_delay(0.0)
+        watcher.stop()
+
+
+def test_malformed_list_is_an_error_then_recovers(api: FakeApiServer, tmp_path: Path) -> None:
+    api.malform_next_lists(2)
+    watcher = _metadata(api, tmp_path)
+    watcher.start()
+    try:
+        poll(lambda: watcher.synced and watcher.state.up, what="recovery after malformed lists")
+        assert _pods(watcher) == [("ml", "trainer-0")]
+        assert api.request_count("list", "pods") + api.request_count("list", "namespaces") == 4
+    finally:
+        watcher.stop()
+
+
+def test_malformed_watch_event_forces_a_relist(api: FakeApiServer, metadata: KubernetesMetadata) -> None:
+    lists = api.request_count("list", "pods")
+    api.inject_malformed_watch_line()
+    poll(lambda: api.request_count("list", "pods") > lists, what="a relist")
+    poll(lambda: metadata.state.up, what="recovery")
+    assert _pods(metadata) == [("ml", "trainer-0")]
+
+
+def test_updates_that_change_nothing_kept_do_not_notify(api: FakeApiServer, tmp_path: Path) -> None:
+    changes: list[int] = []
+    watcher = _metadata(api, tmp_path, changes)
+    watcher.start()
+    try:
+        poll(lambda: watcher.synced and watcher.state.up, what="initial sync")
+        version, notified = watcher.cache.version, len(changes)
+        for _ in range(3):  # a status-only update: same labels, same containers
+            api.add_pod(
+                "ml",
+                "trainer-0",
+                labels={"app": "trainer", "team": "vision"},
+                containers=[("trainer", CID)],
+                init_containers=[("log-shipper", "cri-o://" + "cd" * 32)],
+            )
+        api.add_pod("ml", "marker")
+        poll(lambda: ("ml", "marker") in watcher.view().pods_by_name, what="the marker pod")
+        assert watcher.cache.version == version + 1
+        assert len(changes) == notified + 1
+    finally:
+        watcher.stop()
+
+
+def _reachable_objects(root: object) -> int:
+    """Objects reachable from ``root`` (what it keeps alive), not counting types and modules."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen or isinstance(current, type | types.ModuleType | threading.Thread):
+            continue
+        seen.add(id(current))
+        stack.extend(gc.get_referents(current))
+    return len(seen)
+
+
+def test_pod_churn_returns_memory_to_baseline(api: FakeApiServer, tmp_path: Path) -> None:
+    watcher = _metadata(api, tmp_path)
+    try:
+        watcher.start()
+        poll(lambda: watcher.synced and watcher.state.up, what="initial sync")
+        api.delete_pod("ml", "trainer-0")
+        poll(lambda: watcher.cache.pod_count() == 0, what="an empty cache")
+        watcher.view()
+        baseline_tracked = watcher.cache.tracked_objects()
+        baseline = _reachable_objects(watcher.cache)
+
+        for index in range(1000):
+            api.add_pod(
+                "churn",
+                f"pod-{index}",
+                labels={"app": "batch", "index": str(index)},
+                containers=[("main", f"containerd://{index:064x}")],
+            )
+        poll(lambda: watcher.cache.pod_count() == 1000, timeout_s=60, what="1,000 pods")
+        assert watcher.cache.tracked_objects() == baseline_tracked + 3000  # by name, by UID, by container ID
+        assert len(watcher.view().pods_by_name) == 1000
+        peak = _reachable_objects(watcher.cache)
+        for index in range(1000):
+            api.delete_pod("churn", f"pod-{index}")
+        poll(lambda: watcher.cache.pod_count() == 0, timeout_s=60, what="every pod deleted")
+
+        assert watcher.cache.tracked_objects() == baseline_tracked
+        assert watcher.view().pods_by_name == {}
+        assert peak - baseline > 10_000  # the measure is sensitive: 1,000 pods are many objects
+        assert _reachable_objects(watcher.cache) == baseline
+    finally:
+        watcher.stop()
+
+
+def test_metadata_is_dropped_after_a_long_outage(api: FakeApiServer, tmp_path: Path) -> None:
+    changes: list[int] = []
+    watcher = _metadata(
+        api,
+        tmp_path,
+        changes,
+        timeouts=WatchTimeouts(
+            connect_s=0.5,
+            list_read_s=0.5,
+            watch_s=2,
+            watch_read_slack_s=0.5,
+            backoff_initial_s=0.02,
+            backoff_max_s=0.05,
+            stale_after_s=0.3,
+        ),
+    )
+    watcher.start()
+    try:
+        poll(lambda: watcher.synced and watcher.state.up, what="initial sync")
+        api.set_outage("refuse")
+        poll(lambda: not watcher.state.up, what="the outage")
+        poll(lambda: watcher.cache.pod_count() == 0, what="stale metadata to be dropped")
+        assert watcher.view().namespaces == {}
+    finally:
+        watcher.stop()
+
+
+def test_missing_configuration_is_a_visible_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    changes: list[int] = []
+    watcher = KubernetesMetadata(NODE, lambda: changes.append(1))  # no kubeconfig, not in a cluster
+    watcher.start()
+    assert not watcher.state.up
+    assert watcher.state.error.startswith("Kubernetes API not configured")
+    assert changes == [1]
+    missing = KubernetesMetadata(NODE, kubeconfig=str(tmp_path / "absent"))
+    missing.start()
+    assert missing.state.error_kind == "not-configured"
+
+
+def test_pod_json_parsing() -> None:
+    pod = pod_from_json(
+        {
+            "metadata": {"name": "p", "namespace": "n", "uid": "u", "labels": {"b": "2", "a": "1"}},
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [{"name": "c", "containerID": "docker://0123"}, {"name": "waiting"}],
+            },
+        }
+    )
+    assert pod.labels == (("a", "1"), ("b", "2"))
+    assert pod.containers == (("0123", "c"),)
+    assert pod.phase == "Running"
+    with pytest.raises(ValueError, match=r"metadata\.name"):
+        pod_from_json({"metadata": {"namespace": "n"}})
+    assert strip_container_id("cri-o://abc") == "abc"
+    assert strip_container_id("abc") == "abc"
