@@ -516,9 +516,6 @@ class Catalog:
     def all_names(self) -> list[str]:
         return sorted(self._by_name)
 
-    def replace(self, spec: FieldSpec) -> Catalog:
-        """A catalog where the entry with ``spec.name`` is replaced (used when a component starts serving it)."""
-        return Catalog(tuple(spec if existing.name == spec.name else existing for existing in self._fields))
 
 
 CATALOG = Catalog(_FIELDS)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-IDENTITY_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
-
 
 @dataclass(frozen=True)
 class OwnedMetric:

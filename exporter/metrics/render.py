@@ -25,7 +25,7 @@ from exporter import __version__
 from exporter.metrics.catalog import FromExporter, FromQuery
 from exporter.metrics.counters import CounterRow, CounterSet
 from exporter.metrics.owned import family_name, owned
-from exporter.snapshot import DeviceIdentity, DeviceReading, InFlight, MigIdentity, Snapshot
+from exporter.snapshot import DeviceIdentity, InFlight, MigIdentity, Snapshot
 
 WorkloadLabeler = Callable[[DeviceIdentity, int | None], Sequence[Mapping[str, str]]]
 
@@ -180,7 +180,3 @@ def render(ctx: RenderContext, builders: Sequence[FamilyBuilder] = DEFAULT_BUILD
     for builder in builders:
         families.extend(builder(ctx))
     return families
-
-
-def reading_by_uuid(snapshot: Snapshot) -> dict[str, DeviceReading]:
-    return {reading.identity.uuid: reading for reading in snapshot.devices}
