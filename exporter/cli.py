@@ -45,12 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         counters = load_counters(config.collectors)
     except CounterFileError as exc:
         return _fail(f"{config.source_of('collectors')}: {exc}")
-    for warning in counters.warnings:
-        log.warning(warning)
     try:
         security = load_web_security(config.web_config_file)
     except ConfigError as exc:  # WebConfigError names file:line: key itself
         return _fail(str(exc))
+    for warning in counters.warnings:
+        log.warning(warning)
     try:
         app = build_app(config, counters, security)
     except ConfigError as exc:  # e.g. a scenario file (ScenarioError names file:line: key itself)
