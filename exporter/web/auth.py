@@ -40,6 +40,19 @@ CACHE_SIZE = 1024
 
 Verifier = Callable[[bytes, bytes], bool]
 
+_BCRYPT_ALPHABET = "./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def dummy_hash(cost: int) -> bytes:
+    """A well-formed bcrypt hash of nothing: verifying against it costs what a real one costs.
+
+    A random salt plus a random digest: ``checkpw`` still runs the full key schedule at ``cost``
+    before comparing, so a wrong password for a real user and any password for an unknown user
+    take the same time, and building it costs nothing at start (``hashpw`` at cost 14 takes seconds).
+    """
+    digest = "".join(secrets.choice(_BCRYPT_ALPHABET) for _ in range(31))
+    return bcrypt.gensalt(cost) + digest.encode("ascii")
+
 
 def _bcrypt_verify(password: bytes, hashed: bytes) -> bool:
     try:
@@ -57,9 +70,7 @@ class BasicAuth:
         self._verify = verify
         self._users = [(self._name_digest(name), hashed.encode("ascii")) for name, hashed in users.items()]
         cost = max((bcrypt_cost(hashed) for hashed in users.values()), default=DEFAULT_COST)
-        # Same cost as the real hashes, so a wrong password for a real user and any password for an
-        # unknown user take the same time. The password is random and thrown away.
-        self.dummy_hash = bcrypt.hashpw(secrets.token_urlsafe(32).encode("ascii"), bcrypt.gensalt(cost))
+        self.dummy_hash = dummy_hash(cost)
         self._slots = threading.BoundedSemaphore(max_concurrent)
         self._cache_key = secrets.token_bytes(32)
         self._verified: set[bytes] = set()

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import bcrypt
 import pytest
 
-from exporter.web.auth import REALM, BasicAuth, parse_basic_authorization
+from exporter.web.auth import REALM, BasicAuth, dummy_hash, parse_basic_authorization
 from tests.e2e.exporter_process import wait_for
 
 COST = 4  # the cheapest bcrypt cost keeps the suite fast; the code paths are the same
@@ -159,3 +159,10 @@ def test_a_cached_login_is_not_blocked_behind_a_flood_of_bad_passwords() -> None
     finally:
         release.set()
         attacker.join(10)
+
+
+def test_the_dummy_hash_is_a_real_bcrypt_hash_that_matches_nothing() -> None:
+    hashed = dummy_hash(COST)
+    assert len(hashed) == 60 and hashed.startswith(b"$2b$%02d$" % COST)
+    assert bcrypt.checkpw(b"", hashed) is False  # runs bcrypt's full work, then does not match
+    assert dummy_hash(COST) != hashed  # fresh salt each time
