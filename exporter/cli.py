@@ -8,8 +8,11 @@ from collections.abc import Sequence
 
 from exporter.app import App, Extensions
 from exporter.config import EXIT_CONFIG_ERROR, PROGRAM, Config, ConfigError, load_config
+from exporter.health.wiring import health_extensions
 from exporter.logs import configure, get_logger
 from exporter.metrics.counters import CounterFileError, CounterSet, load_counters
+from exporter.web.security import load_web_security
+from exporter.web.server import WebSecurity
 
 log = get_logger("cli")
 
@@ -21,7 +24,7 @@ def _fail(message: str, code: int = EXIT_CONFIG_ERROR) -> int:
     return code
 
 
-def build_app(config: Config, counters: CounterSet) -> App:
+def build_app(config: Config, counters: CounterSet, security: WebSecurity | None = None) -> App:
     """Assemble the app for this configuration (simulation included); raises user-facing errors."""
     extensions = Extensions()
     cluster = None
@@ -38,12 +41,16 @@ def build_app(config: Config, counters: CounterSet) -> App:
         from exporter.kube.wiring import kubernetes_extensions  # noqa: PLC0415 - grpc is only needed with -k
 
         kubernetes = kubernetes_extensions(config, extensions)
+    if kubernetes is not None:
+        config = kubernetes.config  # --kubernetes-process-metrics turns on reading process lists
+    health = health_extensions(config, counters, extensions)
     try:
-        app = App(kubernetes.config if kubernetes else config, counters, extensions=extensions)
+        app = App(config, counters, security=security, extensions=extensions)
     except BaseException:
         if cluster is not None:
             cluster.stop()  # removes its temporary directory; nothing was started yet
         raise
+    health.bind(app)
     if kubernetes is not None:
         kubernetes.bind(app)
     return app
@@ -59,10 +66,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         counters = load_counters(config.collectors)
     except CounterFileError as exc:
         return _fail(f"{config.source_of('collectors')}: {exc}")
+    try:
+        security = load_web_security(config.web_config_file)
+    except ConfigError as exc:  # WebConfigError names file:line: key itself
+        return _fail(str(exc))
     for warning in counters.warnings:
         log.warning(warning)
     try:
-        app = build_app(config, counters)
+        app = build_app(config, counters, security)
     except ConfigError as exc:  # e.g. a scenario file (ScenarioError names file:line: key itself)
         return _fail(f"{config.source_of('simulate')}: {exc}")
     except OSError as exc:

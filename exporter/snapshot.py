@@ -112,3 +112,5 @@ class Snapshot:
 
     devices: tuple[DeviceReading, ...] = ()
     status: SamplerStatus = field(default_factory=lambda: SamplerStatus(nvml_up=False))
+    # Every MIG device (all compute instances) of every GPU, for mapping the kubelet's MIG-<uuid> IDs.
+    migs: tuple[MigIdentity, ...] = ()

@@ -18,10 +18,11 @@ learns about Kubernetes:
   hostPID and a busy ``/proc`` must not delay NVML readings). Only lists the sampler actually
   re-read are handed over; the worker coalesces them, keeping only the newest.
 
-MIG: the GPU instances come from the snapshot's ``DeviceReading.mig`` identities. A MIG-enabled
-GPU is attributed per GPU instance (one ``DCGM_EXP_GPU_ALLOCATED`` series per instance, none for
-the parent, which no pod can hold while MIG is on); the parent's device-level series carry no
-workload labels.
+MIG: the MIG devices come from ``Snapshot.migs`` (every compute instance the sampler tracks, which
+is what the kubelet's ``MIG-<uuid>`` IDs name) and the readings' ``DeviceReading.mig``. A
+MIG-enabled GPU is attributed per GPU instance (one ``DCGM_EXP_GPU_ALLOCATED`` series per instance,
+none for the parent, which no pod can hold while MIG is on); the parent's device-level series
+carry no workload labels.
 """
 
 from __future__ import annotations
@@ -47,14 +48,20 @@ EXTRAS_KEY = "kubernetes.attribution"  # RenderContext.extras key of this render
 ProcessLists = Mapping[str, tuple[GpuProcess, ...]]
 
 
+def mig_identities(snapshot: Snapshot) -> tuple[MigIdentity, ...]:
+    """Every MIG device the snapshot knows: ``Snapshot.migs`` plus any only its readings name."""
+    found: dict[str, MigIdentity] = {}
+    for mig in (*snapshot.migs, *(item.identity for reading in snapshot.devices for item in reading.mig)):
+        found.setdefault(mig.uuid, mig)
+    return tuple(found.values())
+
+
 def mig_instances(snapshot: Snapshot) -> dict[tuple[str, int], MigIdentity]:
     """One MIG identity per (parent UUID, GPU instance id): the first compute instance's, whose
     profile is the GPU instance's (dcgm-exporter labels MIG series per GPU instance)."""
     found: dict[tuple[str, int], MigIdentity] = {}
-    for reading in snapshot.devices:
-        for mig in sorted(reading.mig, key=lambda item: (item.identity.gpu_instance_id,
-                                                          item.identity.compute_instance_id)):
-            found.setdefault((reading.identity.uuid, mig.identity.gpu_instance_id), mig.identity)
+    for mig in sorted(mig_identities(snapshot), key=lambda item: (item.gpu_instance_id, item.compute_instance_id)):
+        found.setdefault((mig.parent_uuid, mig.gpu_instance_id), mig)
     return found
 
 
@@ -187,8 +194,7 @@ class KubernetesWiring:
     def extend_context(self, ctx: RenderContext) -> RenderContext:
         """Join the attribution once for this render; bind the workload labeler to that value."""
         devices: tuple[DeviceIdentity, ...] = tuple(reading.identity for reading in ctx.snapshot.devices)
-        migs = tuple(mig.identity for reading in ctx.snapshot.devices for mig in reading.mig)
-        attribution = self.attribution.snapshot(devices, migs)
+        attribution = self.attribution.snapshot(devices, mig_identities(ctx.snapshot))
         instances = mig_instances(ctx.snapshot)
         config = self.config
 

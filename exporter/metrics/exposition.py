@@ -60,8 +60,11 @@ def encode_text(families: Iterable[Metric]) -> bytes:
         if not family.samples:
             continue
         type_name = "untyped" if family.type == "unknown" else family.type
-        out.append(f"# HELP {family.name} {escape_help(family.documentation)}\n")
-        out.append(f"# TYPE {family.name} {type_name}\n")
+        name = family.name
+        if type_name == "counter" and all(sample.name == name + "_total" for sample in family.samples):
+            name += "_total"  # text 0.0.4 names the family like its samples (an OpenMetrics-style family)
+        out.append(f"# HELP {name} {escape_help(family.documentation)}\n")
+        out.append(f"# TYPE {name} {type_name}\n")
         out.extend(f"{sample.name}{_labels(sample.labels)} {format_value(sample.value)}\n"
                    for sample in family.samples)
     return "".join(out).encode("utf-8")

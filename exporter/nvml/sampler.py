@@ -23,18 +23,29 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
 
 from exporter.logs import StateLog, get_logger
-from exporter.metrics.catalog import FieldSpec, FromFieldRate, FromFieldValue, FromQuery
+from exporter.metrics.catalog import (
+    CATALOG,
+    FieldSpec,
+    FromFieldRate,
+    FromFieldValue,
+    FromGpm,
+    FromQuery,
+    Scope,
+    dcgm_number,
+)
 from exporter.nvml.client import ErrorClass, NvmlClient, classify, describe
+from exporter.nvml.gpm import GpmReader, gpm_unsupported
 from exporter.nvml.inventory import Device, Inventory, discover
+from exporter.nvml.mig import MIG_CHECK_INTERVAL_S, InstancePlan, MigTracker, instance_values, is_gone
 from exporter.nvml.queries import IDENTITY_QUERIES, QUERIES, QueryState, decode_field_value
-from exporter.snapshot import DeviceReading, GpuProcess, InFlight, SamplerStatus, Snapshot
+from exporter.snapshot import DeviceReading, GpuProcess, InFlight, MigIdentity, MigReading, SamplerStatus, Snapshot
 
 log = get_logger("sampler")
 
@@ -42,7 +53,6 @@ LOST_REPROBE_S = 30.0
 INIT_BACKOFF_INITIAL_S = 1.0
 INIT_BACKOFF_MAX_S = 30.0
 NO_DEVICES_RETRY_S = 30.0
-STALE_INTERVALS = 3
 
 
 class _DeviceLostError(Exception):
@@ -59,20 +69,45 @@ class _NvmlDownError(Exception):
 
 @dataclass(frozen=True)
 class SamplingPlan:
-    """What to read per GPU, derived once from the enabled counter rows."""
+    """What to read per GPU, derived once from the enabled counter rows.
+
+    ``dependencies`` are readings other components need every cycle although the CSV does not export
+    them: the ``needs`` of enabled rows (the clock-event reasons bitmask behind DCGM_EXP_CLOCK_EVENTS_*)
+    and readings a component asks for itself (the GPU health gauge's row-remap and retired-page flags).
+    They ride in the same queries and the same batched field call, land in ``DeviceReading.values``
+    under their catalog names, and are not listed as unsupported fields (no CSV row asked for them).
+    """
 
     specs: tuple[FieldSpec, ...]
     queries: tuple[str, ...]
     static_queries: tuple[str, ...]
     field_keys: tuple[tuple[int, int], ...]  # (field id, scope id) for the batched call
+    # GPM and MIG (exporter/nvml/gpm.py, mig.py): metric ids per GPU, those a MIG parent keeps
+    # (device-scoped), field keys only needed when a GPU has no GPM, queries only instance rows use.
+    gpm_metrics: tuple[int, ...] = ()
+    gpm_device_metrics: tuple[int, ...] = ()
+    fallback_keys: frozenset[tuple[int, int]] = frozenset()
+    instance_only_queries: frozenset[str] = frozenset()
+    instance: InstancePlan = field(default_factory=lambda: InstancePlan((), (), ()))
+    # Readings other components need (health, clock events) even when the CSV does not export them.
+    dependencies: tuple[FieldSpec, ...] = ()
+
+    @property
+    def readings(self) -> tuple[FieldSpec, ...]:
+        return (*self.specs, *self.dependencies)
 
     @classmethod
-    def for_specs(cls, specs: Sequence[FieldSpec]) -> SamplingPlan:
+    def for_specs(cls, specs: Sequence[FieldSpec], dependencies: Sequence[FieldSpec] = ()) -> SamplingPlan:
         served = tuple(spec for spec in specs if spec.read is not None and not spec.is_label)
+        wanted = [*dependencies, *(CATALOG.lookup(name) for spec in served for name in spec.needs)]
+        extra: list[FieldSpec] = []
+        for spec in wanted:
+            if spec is not None and spec.read is not None and spec not in served and spec not in extra:
+                extra.append(spec)
         queries: list[str] = []
         static: list[str] = []
         fields: list[tuple[int, int]] = []
-        for spec in served:
+        for spec in (*served, *extra):
             read = spec.read
             if isinstance(read, FromQuery) and read.query not in IDENTITY_QUERIES:
                 target = static if QUERIES[read.query].static else queries
@@ -85,7 +120,25 @@ class SamplingPlan:
                 for field_id in read.field_ids:
                     if (field_id, read.scope_id) not in fields:
                         fields.append((field_id, read.scope_id))
-        return cls(specs=served, queries=tuple(queries), static_queries=tuple(static), field_keys=tuple(fields))
+        direct = set(fields)
+        gpm = [spec for spec in served if isinstance(spec.read, FromGpm)]
+        fallbacks = {(field_id, spec.read.fallback.scope_id) for spec in gpm if isinstance(spec.read, FromGpm)
+                     and spec.read.fallback is not None for field_id in spec.read.fallback.field_ids}
+        fields.extend(sorted(fallbacks - direct))
+        device_queries = {spec.read.query for spec in (*served, *extra)
+                          if isinstance(spec.read, FromQuery) and spec.scope is not Scope.INSTANCE}
+        return cls(specs=served, queries=tuple(queries), static_queries=tuple(static), field_keys=tuple(fields),
+                   gpm_metrics=_unique(spec.read.metric_id for spec in gpm if isinstance(spec.read, FromGpm)),
+                   gpm_device_metrics=_unique(spec.read.metric_id for spec in gpm if isinstance(spec.read, FromGpm)
+                                              and spec.scope is not Scope.INSTANCE),
+                   fallback_keys=frozenset(fallbacks - direct),
+                   instance_only_queries=frozenset(set(queries) - device_queries),
+                   instance=InstancePlan.for_specs(served),
+                   dependencies=tuple(extra))
+
+
+def _unique(items: Iterable[int]) -> tuple[int, ...]:
+    return tuple(dict.fromkeys(items))
 
 
 @dataclass
@@ -102,6 +155,9 @@ class _DeviceState:
     lost_checked_at: float = 0.0
     processes: tuple[GpuProcess, ...] | None = None
     processes_read_at: float = float("-inf")
+    mig: MigTracker = field(default_factory=MigTracker)
+    mig_query_state: QueryState = field(default_factory=QueryState)
+    gpm: GpmReader = field(default_factory=GpmReader)
 
 
 class Sampler:
@@ -116,8 +172,11 @@ class Sampler:
         process_interval_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        mig_check_interval_s: float = MIG_CHECK_INTERVAL_S,
+        dependencies: Sequence[FieldSpec] = (),
     ) -> None:
-        self.plan = SamplingPlan.for_specs(specs)
+        self.plan = SamplingPlan.for_specs(specs, dependencies)
+        self.mig_check_interval_s = mig_check_interval_s
         self.interval_s = interval_s
         self.process_interval_s = process_interval_s  # None: process lists are not read
         self._on_snapshot = on_snapshot
@@ -194,7 +253,8 @@ class Sampler:
             self._publish_status(nvml_up=False, nvml_error=reason)
             return False
         self._inventory = inventory
-        self._states = [_DeviceState(device) for device in inventory.devices]
+        self._states = [_DeviceState(device, mig=MigTracker(self.mig_check_interval_s))
+                        for device in inventory.devices]
         self._log.change("nvml", ("up", len(inventory.devices)), logging.INFO, "NVML initialised",
                          driver_version=inventory.system.driver_version, gpus=len(inventory.devices))
         if not inventory.devices:
@@ -221,7 +281,7 @@ class Sampler:
             return self._snapshot
         self._cycles += 1
         duration = self._clock() - started
-        snapshot = Snapshot(devices=tuple(readings), status=self._status(
+        snapshot = Snapshot(devices=tuple(readings), migs=self.mig_identities(), status=self._status(
             nvml_up=True,
             last_cycle_duration_s=duration,
             last_cycle_nvml_calls=self.nvml.total_calls - calls_before,
@@ -239,18 +299,22 @@ class Sampler:
             return DeviceReading(identity=identity, up=False, error=state.lost_reason)
         self.nvml.gpu = identity.index
         try:
+            self._refresh_mig(state, now)
             values = self._read_values(state)
             processes = self._read_processes(state, now)
+            mig = self._read_mig(state)
         except _DeviceLostError as exc:
             state.lost_reason = exc.reason
             state.lost_checked_at = now
+            state.gpm.reset(self.nvml)  # the sample chain restarts when the GPU answers again
+            state.mig.mark_stale()
             self._log.change(("lost", identity.uuid), True, logging.ERROR,
                              "GPU lost: its readings are dropped until it answers again; other GPUs continue",
                              gpu=identity.index, uuid=identity.uuid, error=exc.reason)
             return DeviceReading(identity=identity, up=False, error=exc.reason)
         finally:
             self.nvml.gpu = None
-        return DeviceReading(identity=identity, values=values, processes=processes)
+        return DeviceReading(identity=identity, values=values, processes=processes, mig=mig)
 
     def _reprobe(self, state: _DeviceState, now: float) -> bool:
         state.lost_checked_at = now
@@ -309,16 +373,22 @@ class Sampler:
                 if result is not None:
                     state.static_results[name] = result
         results.update(state.static_results)
+        mig_enabled = state.mig.enabled
         for name in plan.queries:
+            if mig_enabled and name in plan.instance_only_queries:
+                continue  # read per MIG instance instead (flex mode: no parent framebuffer rows)
             result = self._call_query(state, name)
             if result is not None:
                 results[name] = result
+        gpm_values = self._read_gpm(state)
         field_values, field_times = self._read_fields(state)
 
         values: dict[str, float] = {}
-        for spec in plan.specs:
+        for spec in plan.readings:
             read = spec.read
             value: float | None = None
+            if mig_enabled and spec.scope is Scope.INSTANCE:
+                continue  # reported per GPU instance (MigReading), like dcgm-exporter's flex mode
             if isinstance(read, FromQuery):
                 raw = results.get(read.query, {}).get(read.item)
                 value = None if raw is None else raw * read.scale
@@ -330,16 +400,17 @@ class Sampler:
             elif isinstance(read, FromFieldRate):
                 value = self._rate(state, read, field_values, field_times)
                 integer = read.integer
+            elif isinstance(read, FromGpm):
+                value, integer = self._gpm_value(state, read, gpm_values, field_values, field_times)
             else:
                 continue
             if value is not None:
-                # DCGM stores INT64 fields truncated and prints doubles with six decimals; rounding to six
-                # decimals also hides binary artefacts of unit scaling (632584 mW -> 632.584 W, not ...0001).
-                values[spec.name] = int(value) if integer else round(float(value), 6)
+                values[spec.name] = dcgm_number(value, integer)
         return values
 
     def _read_fields(self, state: _DeviceState) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], float]]:
-        keys = [key for key in self.plan.field_keys if key not in state.unsupported_fields]
+        skipped = self.plan.fallback_keys if state.gpm.supported else frozenset()  # GPM serves those rows
+        keys = [key for key in self.plan.field_keys if key not in state.unsupported_fields and key not in skipped]
         if not keys:
             return {}, {}
         try:
@@ -406,6 +477,168 @@ class Sampler:
         state.processes_read_at = now
         return state.processes
 
+    # -- MIG and GPM (exporter/nvml/mig.py, exporter/nvml/gpm.py) -------------------------------
+
+    def mig_identities(self) -> tuple[MigIdentity, ...]:
+        """Every MIG device of every GPU (all compute instances): what the kubelet's ``MIG-<uuid>`` IDs name.
+
+        Also published as ``Snapshot.migs``; the attribution facade takes ``snapshot(devices, migs)``.
+        """
+        return tuple(identity for state in self._states for identity in state.mig.identities())
+
+    def request_mig_refresh(self, parent_uuid: str | None = None) -> None:
+        """Re-probe the MIG layout at the next cycle (e.g. on an ``nvmlEventMigConfigChange`` event).
+
+        Thread-safe in effect: it only sets a flag the sampling thread reads.
+        """
+        for state in self._states:
+            if parent_uuid is None or state.device.identity.uuid == parent_uuid:
+                state.mig.mark_stale()
+
+    def _refresh_mig(self, state: _DeviceState, now: float) -> None:
+        tracker = state.mig
+        was_enabled = tracker.enabled
+        identity = state.device.identity
+        try:
+            changed = tracker.refresh(self.nvml, state.device.handle, identity.uuid, now)
+        except Exception as exc:  # noqa: BLE001 - classified: lost GPU / NVML down propagate
+            self._handle_error(state, exc, what="MIG layout")
+            return
+        if not changed:
+            return
+        if tracker.enabled != was_enabled:
+            # MIG mode decides which readings exist (utilization is NotSupported with MIG on): ask again.
+            state.unsupported_queries.clear()
+            state.unsupported_fields.clear()
+            state.static_results = None
+            state.gpm.reset(self.nvml)
+        for target in state.gpm.targets():
+            if target is not None:  # GPU-instance ids may be reused by a different instance
+                state.gpm.forget(self.nvml, target)
+        if tracker.enabled or was_enabled:  # a MIG-capable GPU that keeps MIG off is not news
+            layout = ",".join(f"{device.identity.profile}:GI{device.identity.gpu_instance_id}"
+                              f"/CI{device.identity.compute_instance_id}" for device in tracker.devices)
+            self._log.change(("mig", identity.uuid), (tracker.enabled, layout), logging.INFO,
+                             "MIG layout", gpu=identity.index, uuid=identity.uuid, enabled=tracker.enabled,
+                             devices=layout or "-")
+
+    def _wants_gpm(self, state: _DeviceState) -> tuple[int, ...]:
+        plan = self.plan
+        return plan.gpm_device_metrics if state.mig.enabled else plan.gpm_metrics
+
+    def _read_gpm(self, state: _DeviceState) -> dict[int, float]:
+        """This cycle's GPM metrics of the whole GPU (NVML units); probes support once."""
+        metrics = self._wants_gpm(state)
+        needs_probe = bool(metrics) or (state.mig.enabled and bool(self.plan.instance.gpm_metrics))
+        if not needs_probe or state.gpm.supported is False:
+            return {}
+        handle = state.device.handle
+        try:
+            supported = state.gpm.probe(self.nvml, handle)
+        except Exception as exc:  # noqa: BLE001
+            if gpm_unsupported(exc):
+                state.gpm.supported = supported = False
+            else:
+                self._handle_error(state, exc, what="GPM")  # raises for a lost GPU / NVML down
+                return {}
+        if not supported:
+            self._gpm_unsupported(state)
+            return {}
+        if not metrics:
+            return {}
+        try:
+            return state.gpm.read(self.nvml, handle, metrics, self._clock())
+        except Exception as exc:  # noqa: BLE001
+            self._gpm_failed(state, exc, None, metrics)
+            return {}
+
+    def _gpm_failed(self, state: _DeviceState, exc: Exception, target: int | None, metrics: Sequence[int]) -> None:
+        """A GPM sample or metrics call failed for one target (the GPU, or one GPU instance).
+
+        Only NotSupported-like answers stop the target's metrics for good (logged once); a lost GPU or
+        NVML going away propagates; anything else (including InvalidArgument, which NVML also uses
+        for samples it cannot compare) restarts the target's sample chain at the next cycle.
+        """
+        identity = state.device.identity
+        where = "the whole GPU" if target is None else f"GPU instance {target}"
+        if gpm_unsupported(exc):
+            state.gpm.unsupported_metrics.update((target, metric) for metric in metrics)
+            self._log.once(("gpm-target-unsupported", identity.uuid, target is None), logging.WARNING,
+                           "GPM samples are not supported here; its profiling rows are omitted",
+                           gpu=identity.index, uuid=identity.uuid, target=where, error=describe(exc))
+            return
+        if classify(exc) in (ErrorClass.DEVICE_LOST, ErrorClass.NVML_DOWN):
+            self._handle_error(state, exc, what="GPM")  # raises
+        self._log.once(("gpm-transient", identity.uuid, describe(exc)), logging.WARNING,
+                       "GPM sample failed; its sample chain restarts next cycle", gpu=identity.index,
+                       target=where, error=describe(exc))
+        state.gpm.forget(self.nvml, target)
+
+    def _gpm_unsupported(self, state: _DeviceState) -> None:
+        """One warning per GPU naming the profiling rows it cannot serve (a GPU without GPM)."""
+        omitted = [spec.name for spec in self.plan.specs
+                   if isinstance(spec.read, FromGpm) and spec.read.fallback is None]
+        fallback = [spec.name for spec in self.plan.specs
+                    if isinstance(spec.read, FromGpm) and spec.read.fallback is not None]
+        if not omitted:
+            return
+        identity = state.device.identity
+        self._log.once(("gpm-unsupported", identity.uuid), logging.WARNING,
+                       "profiling metrics need NVML GPM (Hopper or newer), which this GPU does not support; "
+                       "their rows are omitted for it", gpu=identity.index, uuid=identity.uuid,
+                       omitted=",".join(omitted), from_field_values=",".join(fallback) or "-")
+
+    def _gpm_value(self, state: _DeviceState, read: FromGpm, gpm_values: dict[int, float],
+                   field_values: dict[tuple[int, int], float],
+                   field_times: dict[tuple[int, int], float]) -> tuple[float | None, bool]:
+        if state.gpm.supported:
+            raw = gpm_values.get(read.metric_id)
+            return (None if raw is None else raw * read.scale), read.integer
+        if state.gpm.supported is False and read.fallback is not None:
+            return self._rate(state, read.fallback, field_values, field_times), read.fallback.integer
+        return None, read.integer
+
+    def _read_mig(self, state: _DeviceState) -> tuple[MigReading, ...]:
+        """One reading per GPU instance: memory on its MIG handle, GPM from its GPU-instance sample."""
+        tracker = state.mig
+        if not tracker.enabled:
+            return ()
+        plan = self.plan.instance
+        identity = state.device.identity
+        readings: list[MigReading] = []
+
+        def unsupported(what: str) -> None:
+            self._log.once(("unsupported", identity.uuid, f"MIG {what}"), logging.INFO,
+                           "reading not supported on this GPU's MIG devices; it is omitted",
+                           gpu=identity.index, reading=what)
+
+        for device in tracker.instances():
+            gpu_instance_id = device.identity.gpu_instance_id
+            try:
+                gpm_values = self._read_instance_gpm(state, gpu_instance_id)
+                values = instance_values(self.nvml, device, plan, state.mig_query_state, gpm_values=gpm_values,
+                                         on_unsupported=unsupported)
+            except Exception as exc:  # noqa: BLE001
+                if is_gone(exc):  # the instance was destroyed: look at the layout again next cycle
+                    tracker.mark_stale()
+                    continue
+                self._handle_error(state, exc, what=f"MIG instance {gpu_instance_id}")
+                continue
+            readings.append(MigReading(identity=device.identity, values=values))
+        return tuple(readings)
+
+    def _read_instance_gpm(self, state: _DeviceState, gpu_instance_id: int) -> dict[int, float]:
+        metrics = self.plan.instance.gpm_metrics
+        if not metrics or not state.gpm.supported:
+            return {}
+        try:
+            return state.gpm.read(self.nvml, state.device.handle, metrics, self._clock(), gpu_instance_id)
+        except Exception as exc:
+            if is_gone(exc):
+                raise  # the GPU instance was destroyed: the caller re-probes the layout
+            self._gpm_failed(state, exc, gpu_instance_id, metrics)
+            return {}
+
     # -- publishing ----------------------------------------------------------------------------
 
     def _unsupported_fields(self) -> tuple[tuple[int, str], ...]:
@@ -419,6 +652,8 @@ class Sampler:
                     missing = (read.field_id, read.scope_id) in state.unsupported_fields
                 elif isinstance(read, FromFieldRate):
                     missing = any((fid, read.scope_id) in state.unsupported_fields for fid in read.field_ids)
+                elif isinstance(read, FromGpm):
+                    missing = _gpm_missing(state, read)
                 else:
                     missing = False
                 if missing:
@@ -443,7 +678,9 @@ class Sampler:
 
     def _publish_status(self, nvml_up: bool, nvml_error: str = "") -> None:
         devices = self._snapshot.devices if nvml_up else ()
-        self._set_snapshot(Snapshot(devices=devices, status=self._status(nvml_up=nvml_up, nvml_error=nvml_error)))
+        migs = self._snapshot.migs if nvml_up else ()
+        self._set_snapshot(Snapshot(devices=devices, migs=migs,
+                                    status=self._status(nvml_up=nvml_up, nvml_error=nvml_error)))
 
     def _set_snapshot(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
@@ -459,3 +696,12 @@ def _instance_id(raw: Any) -> int | None:
         return None
     value = int(raw)
     return None if value == 0xFFFFFFFF else value
+
+
+def _gpm_missing(state: _DeviceState, read: FromGpm) -> bool:
+    """Whether a GPM-backed row is absent on this GPU for good (no GPM and no working fallback)."""
+    if state.gpm.supported is False:
+        fallback = read.fallback
+        return fallback is None or any((fid, fallback.scope_id) in state.unsupported_fields
+                                       for fid in fallback.field_ids)
+    return any(metric == read.metric_id for _, metric in state.gpm.unsupported_metrics)

@@ -10,7 +10,8 @@ labels with no cluster at hand, through the same production code a DaemonSet run
 A setting the user chose wins over the simulated cluster's: a flag, a config-file key or an
 environment variable (``-k false`` keeps Kubernetes off and nothing is started). Two variables are
 ambient rather than chosen - ``KUBECONFIG`` (set for kubectl on many workstations) and
-``NODE_NAME`` (set by DaemonSets) - so they do not pull the demo away from its own cluster.
+``NODE_NAME`` (set by DaemonSets) - so they do not pull the demo away from its own cluster. A node
+name you choose becomes the simulated node's name too, so its pods stay on the node being watched.
 
 Everything lives in one temporary directory, created when the app is built (the paths go into
 the configuration) and removed when the app stops. GPU identities (UUID, minor number) come from
@@ -127,6 +128,8 @@ def simulated_cluster_extensions(config: Config, scenario: Scenario,
         log.info("the scenario describes a Kubernetes node, but Kubernetes mode is off; not simulating it")
         return config, None
     section = parse_kubernetes_section(scenario.kubernetes.node, scenario.kubernetes.source)
+    if chosen_by_user(config, "node_name") and config.node_name:
+        section = dataclasses.replace(section, node=config.node_name)  # the simulated pods run on your node
     runner = SimulatedClusterRunner(section, scenario_devices(scenario), scenario_migs(scenario))
     overrides = {attr: value for attr, value in runner.settings().items() if not chosen_by_user(config, attr)}
     extensions.on_start.append(runner.start)

@@ -24,11 +24,17 @@ Faithfulness rules kept here:
   a few microseconds of Python.
 * ``nvmlDeviceGetPcieThroughput`` always blocks 20 ms (its real sampling window), so a test can
   prove through ``calls`` that production never calls it.
+* Events: ``nvmlEventSetWait_v2`` blocks up to its timeout *outside* the driver lock (a real wait
+  sleeps in the kernel), wakes at once for ``inject_xid``/``inject_event``, picks up the scenario's
+  ``xid_events`` when due, and answers TIMEOUT otherwise. A set only receives events raised after
+  the GPU was registered on it ([H]); a lost registered GPU answers GPU_IS_LOST once per set.
 
 Device handles are opaque integers written into the ``c_nvmlDevice_t`` pointer; they are never
-dereferenced. The handle table maps them to simulated devices; MIG devices can later be added as
-further table entries (a parent-plus-slot handle) with their own symbols registered through
-``_c_symbol`` without changing the dispatch. GPM and event symbols plug in the same way.
+dereferenced. The handle table maps them to simulated devices. A MIG device handle is its parent's
+handle plus one plus its slot (``miglayout.py`` keeps the layout); a device symbol given a MIG
+handle runs the method registered with ``_mig_variant`` (after the parent's lost/error/hang rules)
+or answers NOT_SUPPORTED. GPM sample buffers are opaque pointers too, mapped to the counter
+snapshots ``profiling.py`` computes; event sets are opaque handles mapped to ``_EventSet`` queues.
 """
 
 from __future__ import annotations
@@ -38,16 +44,18 @@ import math
 import os
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
 import pynvml
 
-from exporter.simulate.models import MIB
+from exporter.simulate import profiling
+from exporter.simulate.miglayout import MigLayout, SimulatedMigDevice
+from exporter.simulate.models import MIB, MIG_MAX_DEVICES, check_mig_layout
 from exporter.simulate.patterns import (
     INFINITY,
     CounterSpec,
@@ -57,14 +65,17 @@ from exporter.simulate.patterns import (
     channel_key,
     hash_unit,
 )
+from exporter.simulate.profiling import GpmCounters
 from exporter.simulate.scenario import (
     NVML_ERROR_CODES,
     NVML_SYMBOLS,
     ErrorFault,
     GpuSpec,
     InitFailure,
+    MigInstanceSpec,
     ProcessSpec,
     Scenario,
+    XidEventSpec,
     load_scenario,
     parse_error_code,
     parse_pci_bus_id,
@@ -79,6 +90,7 @@ INSUFFICIENT_SIZE: int = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
 GPU_IS_LOST: int = pynvml.NVML_ERROR_GPU_IS_LOST
 LIBRARY_NOT_FOUND: int = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
 VERSION_MISMATCH: int = pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+TIMEOUT: int = pynvml.NVML_ERROR_TIMEOUT
 
 PCIE_THROUGHPUT_WINDOW_S = 0.020  # [H]: measured by a byte counter over a 20 ms interval
 FIXED_WALL_EPOCH = 1_700_000_000.0  # wall time of scenario t=0 when a test injects its clock
@@ -139,7 +151,7 @@ _SUPPORTED_REASONS: int = (
     | _SYNC_BOOST | _SW_THERMAL | _HW_THERMAL | _HW_POWER_BRAKE
     | pynvml.nvmlClocksEventReasonDisplayClockSetting
 )
-_VIOLATION_BITS = (_SW_POWER_CAP, _SYNC_BOOST, _SW_THERMAL, _HW_THERMAL, _HW_POWER_BRAKE)
+_VIOLATION_BITS = (_SW_POWER_CAP, _SYNC_BOOST, _SW_THERMAL, _HW_THERMAL, _HW_POWER_BRAKE, _GPU_IDLE)
 _POWER_CAP_FRACTION = 0.97
 # A "*" fault (every symbol) spares these, so a test can always shut down and print errors.
 _WILDCARD_EXEMPT = frozenset({"nvmlShutdown", "nvmlErrorString"})  # a capped GPU settles just below its limit
@@ -193,6 +205,21 @@ class SimulatedGpu:
                 rate_key = key(f"counter:{name}")
                 integral = Integral(partial(rate.at, key=rate_key))
             self._counters[name] = (counter, integral)
+        # MIG layout (None: MIG disabled) and GPM counters (None: no GPM); the library sets both.
+        self.mig: MigLayout | None = None
+        self.gpm: GpmCounters | None = None
+        if spec.mig is not None:
+            self.mig = MigLayout.create(spec.index, spec.model, spec.name, seed, key, specs=spec.mig)
+        if spec.features.gpm:
+            byte_rates: dict[int, Callable[[float], float]] = {
+                profiling.PCIE_TX: partial(self.pcie_rate, tx=True),
+                profiling.PCIE_RX: partial(self.pcie_rate, tx=False),
+            }
+            if spec.features.nvlink_links:
+                byte_rates[profiling.NVLINK_TX] = partial(self.nvlink_rate, tx=True)
+                byte_rates[profiling.NVLINK_RX] = partial(self.nvlink_rate, tx=False)
+            self.gpm = GpmCounters(profiling.ActivityModel(spec.profiling, key, self.load, self.memory_util,
+                                                           byte_rates))
 
     def _level(self, pattern: Pattern | None, channel: str, t: float, default: float) -> float:
         return default if pattern is None else pattern.at(t, self._key(channel))
@@ -200,6 +227,8 @@ class SimulatedGpu:
     # --- activity -------------------------------------------------------------------------
 
     def load(self, t: float) -> float:
+        if self.mig is not None:
+            return _clamp(self.mig.load(t), 0.0, 100.0)  # a MIG GPU is as busy as its instances
         return _clamp(self.spec.load.at(t, self._k_load), 0.0, 100.0)
 
     def busy(self, t: float) -> bool:
@@ -220,6 +249,8 @@ class SimulatedGpu:
     def memory_used(self, t: float) -> int:
         """Allocated framebuffer bytes (v2 ``used``): the pattern, else the processes' sum."""
         usable = self.model.memory_total - self.model.memory_reserved
+        if self.mig is not None:
+            return int(_clamp(self.mig.memory_used(t), 0.0, usable))
         if self.spec.memory_used is not None:
             used = self.spec.memory_used.at(t, self._key("memory_used"))
         else:
@@ -510,6 +541,13 @@ def _fields() -> dict[int, tuple[int, FieldReader]]:
         fi.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN: (ull, violation(_SW_THERMAL)),
         fi.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: (ull, violation(_HW_THERMAL)),
         fi.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN: (ull, violation(_HW_POWER_BRAKE)),
+        # The other perf-policy counters: nvml.h maps the thermal policy (75) onto the SW thermal
+        # slowdown counter; low utilisation accrues while the GPU idles; board-limit and reliability
+        # episodes are not modelled, and a limiter that never fired reads 0 (not NOT_SUPPORTED).
+        fi.NVML_FI_DEV_PERF_POLICY_THERMAL: (ull, violation(_SW_THERMAL)),
+        fi.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT: (ull, _when(violations, lambda gpu, t: 0)),
+        fi.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION: (ull, violation(_GPU_IDLE)),
+        fi.NVML_FI_DEV_PERF_POLICY_RELIABILITY: (ull, _when(violations, lambda gpu, t: 0)),
         fi.NVML_FI_DEV_MEMORY_TEMP: (uint, _when(lambda gpu: gpu.features.memory_temperature,
                                                  lambda gpu, t: gpu.memory_temperature(t))),
         fi.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: (ull, energy),
@@ -561,15 +599,18 @@ class _Symbol:
     name: str
     method: str
     takes_device: bool
+    blocking: bool = False  # runs outside the driver lock (an event wait sleeps in the kernel, not in RM)
 
 
 _REGISTRY: list[_Symbol] = []
+# Symbol -> method answering it for a MIG device handle; symbols not listed answer NOT_SUPPORTED there.
+_MIG_VARIANTS: dict[str, str] = {}
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
-def _c_symbol(name: str, *, device: bool = False) -> Callable[[_Method], _Method]:
+def _c_symbol(name: str, *, device: bool = False, blocking: bool = False) -> Callable[[_Method], _Method]:
     """Register an implementation method as C symbol ``name``.
 
     ``device=True``: the first C argument is a device handle; the dispatcher resolves it and
@@ -578,7 +619,22 @@ def _c_symbol(name: str, *, device: bool = False) -> Callable[[_Method], _Method
     """
 
     def register(method: _Method) -> _Method:
-        _REGISTRY.append(_Symbol(name, method.__name__, device))
+        _REGISTRY.append(_Symbol(name, method.__name__, device, blocking))
+        return method
+
+    return register
+
+
+def _mig_variant(name: str) -> Callable[[_Method], _Method]:
+    """Register the method that answers device symbol ``name`` when it is given a MIG device handle.
+
+    It runs as ``method(mig_device, t, *other_args)`` after the parent GPU's rules (lost GPU,
+    injected errors, hangs) have been applied, as on a real driver where a MIG device shares its
+    parent's fate.
+    """
+
+    def register(method: _Method) -> _Method:
+        _MIG_VARIANTS[name] = method.__name__
         return method
 
     return register
@@ -660,6 +716,72 @@ class _ErrorRule:
         return (self.gpu is None or self.gpu == gpu) and self.start <= t < self.end
 
 
+@dataclass(frozen=True)
+class _GpmSample:
+    """Contents of a filled GPM sample buffer: whose counters, when, and their values."""
+
+    gpu: int
+    instance: int | None  # GPU instance id for nvmlGpmMigSampleGet samples
+    t: float
+    counters: dict[int, float]
+
+
+_MISSING = object()
+_GPM_SAMPLE_BASE = 0x47504D000000  # "GPM" in ASCII
+
+
+XID_EVENT: int = pynvml.nvmlEventTypeXidCriticalError
+_GPU_UNAVAILABLE_EVENT: int = getattr(pynvml, "nvmlEventTypeGpuUnavailableError", 0x4000)
+_EVENT_SET_BASE = 0x45564E540000  # "EVNT"
+_EVENT_DEVICE_OFFSET: int = pynvml.c_nvmlEventData_t.device.offset
+EVENT_POLL_S = 0.05  # longest sleep of a waiter between checks of scenario time
+
+
+def _supported_events(gpu: SimulatedGpu) -> int:
+    """What ``nvmlDeviceGetSupportedEventTypes`` reports: Xid and P-state everywhere, ECC events on ECC
+    boards, DRAM retirement where pages are retired or rows remapped, MIG changes on MIG boards."""
+    mask = XID_EVENT | pynvml.nvmlEventTypePState | _GPU_UNAVAILABLE_EVENT
+    features = gpu.features
+    if features.ecc:
+        mask |= pynvml.nvmlEventTypeSingleBitEccError | pynvml.nvmlEventTypeDoubleBitEccError
+    if features.page_retirement or features.row_remapping:
+        mask |= pynvml.nvmlEventTypeDramRetirementEvent | pynvml.nvmlEventTypeDramRetirementFailure
+    if features.mig:
+        mask |= pynvml.nvmlEventMigConfigChange
+    return int(mask)
+
+
+@dataclass(frozen=True)
+class _FakeEvent:
+    at: float
+    gpu: int
+    event_type: int
+    data: int
+    gpu_instance_id: int = NOT_MIG
+    compute_instance_id: int = NOT_MIG
+
+    @classmethod
+    def xid(cls, spec: XidEventSpec) -> _FakeEvent:
+        return cls(spec.at, spec.gpu, XID_EVENT, spec.xid,
+                   NOT_MIG if spec.gpu_instance is None else spec.gpu_instance,
+                   NOT_MIG if spec.compute_instance is None else spec.compute_instance)
+
+
+@dataclass
+class _EventSet:
+    """One ``nvmlEventSet_t``: which GPUs are registered for which types since when, and its queue."""
+
+    cursor: int = 0  # next scheduled scenario event to look at
+    types: dict[int, int] = field(default_factory=dict)  # GPU index -> registered event types
+    since: dict[int, float] = field(default_factory=dict)  # GPU index -> scenario time of registration
+    queue: deque[_FakeEvent] = field(default_factory=deque)
+    lost_reported: set[int] = field(default_factory=set)
+
+    def accepts(self, event: _FakeEvent) -> bool:
+        """Registered for this GPU and type, and registered before the event happened ([H])."""
+        return bool(self.types.get(event.gpu, 0) & event.event_type) and event.at >= self.since[event.gpu]
+
+
 class FakeNvmlLibrary:
     """The fake ``libnvidia-ml.so``: attributes named after C symbols, driven by a Scenario.
 
@@ -695,6 +817,9 @@ class FakeNvmlLibrary:
         self._gpus = tuple(SimulatedGpu(spec, scenario.seed) for spec in scenario.gpus)
         self._handles = {_HANDLE_BASE + gpu.index * _HANDLE_STRIDE: gpu for gpu in self._gpus}
         self._by_uuid = {gpu.spec.uuid: gpu for gpu in self._gpus}
+        self._gpm_samples: dict[int, _GpmSample | None] = {}  # allocated GPM sample buffers
+        self._gpm_next_sample = 0
+        self.gpm_short_intervals = 0  # nvmlGpmMetricsGet calls on samples < 100 ms apart (NVML: too close)
         self._by_pci = {(g.spec.pci_domain, g.spec.pci_bus, g.spec.pci_device): g for g in self._gpus}
         self._lost_at = [INFINITY] * len(self._gpus)
         for lost in scenario.lost:
@@ -707,6 +832,12 @@ class FakeNvmlLibrary:
             _HangRule(h.symbol, h.gpu, h.at, h.at + h.duration, h.holds_driver_lock, h.error)
             for h in scenario.hangs
         ]
+        # NVML events: sets by handle value, scheduled scenario Xids, and a condition that wakes waiters.
+        self._events = threading.Condition()
+        self._event_sets: dict[int, _EventSet] = {}
+        self._next_event_set = 0
+        self._scheduled: tuple[_FakeEvent, ...] = tuple(_FakeEvent.xid(spec) for spec in scenario.xid_events)
+        self._wait_generation = 0
         for symbol in _REGISTRY:
             if symbol.name not in scenario.library.missing_symbols:
                 setattr(self, symbol.name, self._entry(symbol))
@@ -795,6 +926,42 @@ class FakeNvmlLibrary:
         with self._state_lock:
             self._lost_at[index] = -INFINITY
 
+    def inject_xid(self, gpu: int, xid: int, count: int = 1, gi: int | None = None, ci: int | None = None) -> None:
+        """Raise ``count`` Xid ``xid`` events on ``gpu`` now (in MIG instance ``gi``/``ci`` when given).
+
+        Every event set that has the GPU registered for Xid events receives them, and blocked
+        ``nvmlEventSetWait_v2`` calls wake at once.
+        """
+        if not 0 < xid <= 0xFFFFFFFF or count < 1:
+            raise ValueError("xid must be positive and count at least 1")
+        self.inject_event(gpu, XID_EVENT, xid, count=count, gi=gi, ci=ci)
+
+    def inject_event(self, gpu: int, event_type: int, data: int = 0, *, count: int = 1,
+                     gi: int | None = None, ci: int | None = None) -> None:
+        """Raise ``count`` NVML events of ``event_type`` (an ``nvmlEventType*`` bit) on ``gpu`` now."""
+        self._check_gpu(gpu)
+        if event_type <= 0 or event_type & (event_type - 1):
+            raise ValueError("event_type must be a single nvmlEventType* bit")
+        event = _FakeEvent(self.elapsed(), gpu, event_type, data, NOT_MIG if gi is None else gi,
+                           NOT_MIG if ci is None else ci)
+        with self._events:
+            for event_set in self._event_sets.values():
+                if event_set.accepts(event):
+                    event_set.queue.extend([event] * count)
+            self._events.notify_all()
+
+    def release_waits(self) -> None:
+        """Wake every blocked ``nvmlEventSetWait_v2`` now: it returns TIMEOUT, as on an interrupt ([H])."""
+        with self._events:
+            self._wait_generation += 1
+            self._events.notify_all()
+
+    @property
+    def open_event_sets(self) -> int:
+        """Event sets created and not yet freed (a clean shutdown leaves none)."""
+        with self._events:
+            return len(self._event_sets)
+
     def hang(self, symbol: str, seconds: float, gpu: int | None = None, *,
              holds_driver_lock: bool = False) -> None:
         """Calls of ``symbol`` (on ``gpu``) block for ``seconds`` from now; ``release_hangs`` ends it."""
@@ -812,6 +979,7 @@ class FakeNvmlLibrary:
                 rule.released = True
             released, self._release = self._release, threading.Event()
         released.set()
+        self.release_waits()
 
     def fail_init(self, code: int | str, calls: int | None = None, until_s: float | None = None) -> None:
         """Make the next ``calls`` init attempts and/or those before ``until_s`` fail with ``code``."""
@@ -848,23 +1016,25 @@ class FakeNvmlLibrary:
                     return UNINITIALIZED
                 gpu = self._handles.get(_handle_value(args[0]) or 0) if args else None
                 if gpu is None:
-                    return INVALID_ARGUMENT
+                    return self._call_mig_device(name, t, args)
                 return self._dispatch(name, gpu.index, t, implementation, (gpu, t, *args[1:]))
 
             call_device.__name__ = name
             return call_device
 
+        blocking = symbol.blocking
+
         def call(*args: Any) -> int:
             with state_lock:
                 calls[name] += 1
             t = self._clock()
-            return self._dispatch(name, None, t, implementation, (t, *args))
+            return self._dispatch(name, None, t, implementation, (t, *args), blocking=blocking)
 
         call.__name__ = name
         return call
 
-    def _dispatch(self, name: str, gpu: int | None, t: float, implementation: Callable[..., int],
-                  args: tuple[Any, ...]) -> int:
+    def _dispatch(self, name: str, gpu: int | None, t: float, implementation: Callable[..., int],  # noqa: PLR0917
+                  args: tuple[Any, ...], blocking: bool = False) -> int:
         after_hang: int | None = None
         if self._hangs:
             after_hang = self._maybe_hang(name, gpu, t)
@@ -877,7 +1047,9 @@ class FakeNvmlLibrary:
                 return code
             if after_hang:
                 return after_hang
-            return implementation(*args)
+            if not blocking:
+                return implementation(*args)
+        return implementation(*args)  # a blocking call (event wait) must not stall other callers
 
     def _device_gate(self, name: str, gpu: int, t: float) -> int:
         """The per-GPU answer that preempts the real one: lost GPU first, then injected errors."""
@@ -1017,6 +1189,8 @@ class FakeNvmlLibrary:
     def _impl_handle_by_uuid(self, t: float, uuid: Any, out: Any) -> int:
         raw = getattr(uuid, "value", uuid)
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        if text.startswith("MIG-"):  # current drivers resolve MIG UUIDs to MIG device handles
+            return self._give_mig_handle(text, t, out)
         return self._give_handle("nvmlDeviceGetHandleByUUID", self._by_uuid.get(text), t, out, NOT_FOUND)
 
     @_c_symbol("nvmlDeviceGetHandleByPciBusId_v2")
@@ -1090,6 +1264,8 @@ class FakeNvmlLibrary:
 
     @_c_symbol("nvmlDeviceGetUtilizationRates", device=True)
     def _impl_utilization(self, gpu: SimulatedGpu, t: float, out: Any) -> int:
+        if gpu.mig is not None:
+            return NOT_SUPPORTED  # [H]: not supported on MIG-enabled GPUs
         utilization = _target(out)
         utilization.gpu = round(gpu.load(t))
         utilization.memory = round(gpu.memory_util(t))
@@ -1104,11 +1280,11 @@ class FakeNvmlLibrary:
 
     @_c_symbol("nvmlDeviceGetEncoderUtilization", device=True)
     def _impl_encoder(self, gpu: SimulatedGpu, t: float, util: Any, period: Any) -> int:
-        return self._media(gpu.features.encoder, gpu.encoder_util(t), util, period)
+        return self._media(gpu.features.encoder and gpu.mig is None, gpu.encoder_util(t), util, period)
 
     @_c_symbol("nvmlDeviceGetDecoderUtilization", device=True)
     def _impl_decoder(self, gpu: SimulatedGpu, t: float, util: Any, period: Any) -> int:
-        return self._media(gpu.features.decoder, gpu.decoder_util(t), util, period)
+        return self._media(gpu.features.decoder and gpu.mig is None, gpu.decoder_util(t), util, period)
 
     @_c_symbol("nvmlDeviceGetMemoryInfo", device=True)
     def _impl_memory_v1(self, gpu: SimulatedGpu, t: float, out: Any) -> int:
@@ -1357,30 +1533,30 @@ class FakeNvmlLibrary:
 
     # --- processes ------------------------------------------------------------------------
 
-    def _process_list(self, processes: list[ProcessSpec], count: Any, infos: Any) -> int:
+    def _process_list(self, processes: list[tuple[ProcessSpec, int, int]], count: Any, infos: Any) -> int:
         """Two-call protocol: probe with count=0 and NULL -> INSUFFICIENT_SIZE (or SUCCESS when
         there are none) and the count; then fill a buffer of at least that many entries."""
         capacity = _target(count)
         if infos is None or capacity.value < len(processes):
             capacity.value = len(processes)
             return INSUFFICIENT_SIZE if processes else SUCCESS
-        for slot, process in enumerate(processes):
+        for slot, (process, gpu_instance_id, compute_instance_id) in enumerate(processes):
             info = infos[slot]
             info.pid = process.pid
             used = process.used_memory
             info.usedGpuMemory = _NOT_AVAILABLE if used is None else used
-            info.gpuInstanceId = NOT_MIG
-            info.computeInstanceId = NOT_MIG
+            info.gpuInstanceId = gpu_instance_id
+            info.computeInstanceId = compute_instance_id
         capacity.value = len(processes)
         return SUCCESS
 
     @_c_symbol("nvmlDeviceGetComputeRunningProcesses_v3", device=True)
     def _impl_compute_processes(self, gpu: SimulatedGpu, t: float, count: Any, infos: Any) -> int:
-        return self._process_list([p for p in gpu.processes(t) if p.compute], count, infos)
+        return self._process_list(self._processes_on(gpu, t, compute=True), count, infos)
 
     @_c_symbol("nvmlDeviceGetGraphicsRunningProcesses_v3", device=True)
     def _impl_graphics_processes(self, gpu: SimulatedGpu, t: float, count: Any, infos: Any) -> int:
-        return self._process_list([p for p in gpu.processes(t) if p.graphics], count, infos)
+        return self._process_list(self._processes_on(gpu, t, compute=False), count, infos)
 
     # --- PCIe throughput (the call production must never make) ----------------------------
 
@@ -1394,20 +1570,126 @@ class FakeNvmlLibrary:
         _target(out).value = int(gpu.pcie_rate(t, tx=which == pynvml.NVML_PCIE_UTIL_TX_BYTES) / 1000)
         return SUCCESS
 
-    # --- MIG probing (full MIG emulation plugs in here later) -----------------------------
+    # --- MIG probing (the MIG device symbols are further down) -----------------------------
 
     @_c_symbol("nvmlDeviceGetMaxMigDeviceCount", device=True)
     def _impl_max_mig_devices(self, gpu: SimulatedGpu, t: float, out: Any) -> int:
-        _target(out).value = 0  # [H]: zero when MIG is unsupported or disabled
+        # [H]: zero when MIG is unsupported or disabled
+        _target(out).value = MIG_MAX_DEVICES if gpu.mig is not None else 0
         return SUCCESS
 
     @_c_symbol("nvmlDeviceGetMigMode", device=True)
     def _impl_mig_mode(self, gpu: SimulatedGpu, t: float, current: Any, pending: Any) -> int:
         if not gpu.features.mig:
             return NOT_SUPPORTED
-        _target(current).value = pynvml.NVML_DEVICE_MIG_DISABLE
-        _target(pending).value = pynvml.NVML_DEVICE_MIG_DISABLE
+        mode = pynvml.NVML_DEVICE_MIG_ENABLE if gpu.mig is not None else pynvml.NVML_DEVICE_MIG_DISABLE
+        _target(current).value = mode
+        _target(pending).value = mode
         return SUCCESS
+
+    # --- events ---------------------------------------------------------------------------
+
+    def _event_set(self, handle: Any) -> _EventSet | None:
+        return self._event_sets.get(_handle_value(handle) or 0)
+
+    @_c_symbol("nvmlEventSetCreate")
+    def _impl_event_set_create(self, t: float, out: Any) -> int:
+        code = self._system(t)
+        if code:
+            return code
+        with self._events:
+            self._next_event_set += 1
+            value = _EVENT_SET_BASE + self._next_event_set * 0x10
+            self._event_sets[value] = _EventSet(cursor=self._first_due(t))
+        _write_handle(out, value)
+        return SUCCESS
+
+    @_c_symbol("nvmlEventSetFree")
+    def _impl_event_set_free(self, t: float, event_set: Any) -> int:
+        code = self._system(t)
+        if code:
+            return code
+        with self._events:
+            if self._event_sets.pop(_handle_value(event_set) or 0, None) is None:
+                return INVALID_ARGUMENT
+            self._events.notify_all()
+        return SUCCESS
+
+    @_c_symbol("nvmlDeviceGetSupportedEventTypes", device=True)
+    def _impl_supported_event_types(self, gpu: SimulatedGpu, t: float, out: Any) -> int:
+        _target(out).value = _supported_events(gpu)
+        return SUCCESS
+
+    @_c_symbol("nvmlDeviceRegisterEvents", device=True)
+    def _impl_register_events(self, gpu: SimulatedGpu, t: float, event_types: Any, event_set: Any) -> int:
+        """[H]: NOT_SUPPORTED when any requested type is unsupported, and then none is registered."""
+        mask = _int(event_types)
+        with self._events:
+            target = self._event_set(event_set)
+            if target is None:
+                return INVALID_ARGUMENT
+            if mask & ~_supported_events(gpu):
+                return NOT_SUPPORTED
+            target.types[gpu.index] = target.types.get(gpu.index, 0) | mask
+            target.since.setdefault(gpu.index, t)
+        return SUCCESS
+
+    @_c_symbol("nvmlEventSetWait_v2", blocking=True)
+    def _impl_event_set_wait(self, t: float, event_set: Any, data: Any, timeout_ms: Any) -> int:
+        """Block up to ``timeout_ms`` (real time) for the next event; TIMEOUT when none comes.
+
+        Runs outside the driver lock. Wakes at once for injected events, frees and ``release_waits``;
+        scenario Xids are picked up when due (re-checked at least every 50 ms, so a test that moves an
+        injected clock needs no real waiting). A registered GPU that is lost answers GPU_IS_LOST once
+        per set, after the events that happened before it.
+        """
+        deadline = time.monotonic() + _int(timeout_ms) / 1000.0
+        with self._events:
+            generation = self._wait_generation
+            while True:
+                if not self._refcount:
+                    return UNINITIALIZED
+                target = self._event_set(event_set)
+                if target is None:
+                    return INVALID_ARGUMENT
+                now = self._clock()
+                self._collect_due(target, now)
+                if target.queue:
+                    self._write_event(_target(data), target.queue.popleft())
+                    return SUCCESS
+                lost = next((index for index in sorted(target.types) if now >= self._lost_at[index]
+                             and index not in target.lost_reported), None)
+                if lost is not None:
+                    target.lost_reported.add(lost)
+                    return GPU_IS_LOST
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or generation != self._wait_generation:
+                    return TIMEOUT
+                due = self._scheduled[target.cursor].at - now if target.cursor < len(self._scheduled) else remaining
+                self._events.wait(max(0.0, min(remaining, due, EVENT_POLL_S)))
+
+    def _first_due(self, t: float) -> int:
+        """Index of the first scheduled event at or after ``t`` (a new set sees nothing older)."""
+        index = 0
+        while index < len(self._scheduled) and self._scheduled[index].at < t:
+            index += 1
+        return index
+
+    def _collect_due(self, target: _EventSet, now: float) -> None:
+        scheduled = self._scheduled
+        while target.cursor < len(scheduled) and scheduled[target.cursor].at <= now:
+            event = scheduled[target.cursor]
+            target.cursor += 1
+            if target.accepts(event):
+                target.queue.append(event)
+
+    def _write_event(self, data: Any, event: _FakeEvent) -> None:
+        ctypes.c_void_p.from_address(ctypes.addressof(data) + _EVENT_DEVICE_OFFSET).value = (
+            _HANDLE_BASE + event.gpu * _HANDLE_STRIDE)
+        data.eventType = event.event_type
+        data.eventData = event.data
+        data.gpuInstanceId = event.gpu_instance_id
+        data.computeInstanceId = event.compute_instance_id
 
     # --- field values ---------------------------------------------------------------------
 
@@ -1460,6 +1742,275 @@ class FakeNvmlLibrary:
                 _FV_VALUE_TYPE.__set__(entry, value_type)
                 _UNION_MEMBER[value_type].__set__(_FV_VALUE.__get__(entry, _FieldValue), value)
         return SUCCESS
+
+    # --- MIG devices ----------------------------------------------------------------------
+    # A MIG device handle is parent handle + 1 + slot: when a slot is reused after a
+    # reconfiguration the handle value comes back with different properties, as [H] warns.
+
+    def set_mig_layout(self, gpu: int, instances: list[str | MigInstanceSpec] | None) -> None:
+        """Reconfigure MIG on ``gpu`` now, as an administrator would with ``nvidia-smi mig``.
+
+        ``instances`` lists GPU instances (profile names or full specs); instances already there
+        and still wanted (same profile, oldest first) keep their slot, ids and UUID, the others are
+        destroyed and the new ones created in the lowest free slots. ``None`` disables MIG (the
+        mode change itself needs a GPU reset on real hardware; here it takes effect at once).
+        """
+        self._check_gpu(gpu)
+        target = self._gpus[gpu]
+        if not target.features.mig:
+            raise ValueError(f"GPU {gpu} ({target.model.key}) does not support MIG")
+        specs = None if instances is None else [
+            item if isinstance(item, MigInstanceSpec) else MigInstanceSpec(item) for item in instances]
+        if specs is not None:
+            check_mig_layout(target.model.key, [spec.profile for spec in specs])
+        with self._driver_lock:
+            if specs is None:
+                target.mig = None
+            elif target.mig is None:
+                target.mig = MigLayout.create(gpu, target.model, target.spec.name, self.scenario.seed,
+                                              partial(channel_key, self.scenario.seed, gpu), specs=specs)
+            else:
+                target.mig = target.mig.changed(specs)
+
+    def _mig_device(self, handle: Any) -> SimulatedMigDevice | None:
+        value = (_handle_value(handle) or 0) - _HANDLE_BASE
+        parent, offset = divmod(value, _HANDLE_STRIDE)
+        gpu: SimulatedGpu | None = self._gpu_for_index(parent) if value >= 0 and offset else None
+        if gpu is None or gpu.mig is None:
+            return None
+        return gpu.mig.slots.get(offset - 1)
+
+    def _call_mig_device(self, name: str, t: float, args: tuple[Any, ...]) -> int:
+        device = self._mig_device(args[0]) if args else None
+        if device is None:
+            return INVALID_ARGUMENT
+        method = _MIG_VARIANTS.get(name)
+        implementation = getattr(self, method) if method else _not_on_mig_device
+        return self._dispatch(name, device.parent, t, implementation, (device, t, *args[1:]))
+
+    def _give_mig_handle(self, uuid: str, t: float, out: Any) -> int:
+        if not self._refcount:
+            return UNINITIALIZED
+        for gpu in self._gpus:
+            for slot, device in (gpu.mig.slots.items() if gpu.mig is not None else ()):
+                if device.uuid == uuid:
+                    code = self._device_gate("nvmlDeviceGetHandleByUUID", gpu.index, t)
+                    if not code:
+                        _write_handle(out, _HANDLE_BASE + gpu.index * _HANDLE_STRIDE + 1 + slot)
+                    return code
+        return NOT_FOUND
+
+    def _processes_on(self, gpu: SimulatedGpu, t: float, *, compute: bool) -> list[tuple[ProcessSpec, int, int]]:
+        """The GPU's processes with their GPU/compute instance ids (all of them, as root sees them)."""
+        found = [(p, NOT_MIG, NOT_MIG) for p in gpu.processes(t)]
+        if gpu.mig is not None:
+            found.extend(gpu.mig.processes(t))
+        return [entry for entry in found if (entry[0].compute if compute else entry[0].graphics)]
+
+    @_c_symbol("nvmlDeviceGetMigDeviceHandleByIndex", device=True)
+    def _impl_mig_handle_by_index(self, gpu: SimulatedGpu, t: float, index: Any, out: Any) -> int:
+        if not gpu.features.mig:
+            return NOT_SUPPORTED
+        slot = _int(index)
+        if gpu.mig is None or not 0 <= slot < MIG_MAX_DEVICES:
+            return INVALID_ARGUMENT
+        if slot not in gpu.mig.slots:
+            return NOT_FOUND  # [H]: an empty slot; callers continue with the next index
+        _write_handle(out, _HANDLE_BASE + gpu.index * _HANDLE_STRIDE + 1 + slot)
+        return SUCCESS
+
+    @_c_symbol("nvmlDeviceIsMigDeviceHandle", device=True)
+    def _impl_is_mig_handle(self, gpu: SimulatedGpu, t: float, out: Any) -> int:
+        _target(out).value = 0
+        return SUCCESS
+
+    @_mig_variant("nvmlDeviceIsMigDeviceHandle")
+    def _mig_is_mig_handle(self, device: SimulatedMigDevice, t: float, out: Any) -> int:
+        _target(out).value = 1
+        return SUCCESS
+
+    @_c_symbol("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", device=True)
+    def _impl_parent_handle(self, gpu: SimulatedGpu, t: float, out: Any) -> int:
+        return NOT_SUPPORTED  # a full-GPU handle is not a MIG device (estimate of the code)
+
+    @_mig_variant("nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+    def _mig_parent_handle(self, device: SimulatedMigDevice, t: float, out: Any) -> int:
+        _write_handle(out, _HANDLE_BASE + device.parent * _HANDLE_STRIDE)
+        return SUCCESS
+
+    @_c_symbol("nvmlDeviceGetGpuInstanceId", device=True)
+    def _impl_gpu_instance_id(self, gpu: SimulatedGpu, t: float, out: Any) -> int:
+        return NOT_SUPPORTED
+
+    @_mig_variant("nvmlDeviceGetGpuInstanceId")
+    def _mig_gpu_instance_id(self, device: SimulatedMigDevice, t: float, out: Any) -> int:
+        _target(out).value = device.gpu_instance_id
+        return SUCCESS
+
+    @_c_symbol("nvmlDeviceGetComputeInstanceId", device=True)
+    def _impl_compute_instance_id(self, gpu: SimulatedGpu, t: float, out: Any) -> int:
+        return NOT_SUPPORTED
+
+    @_mig_variant("nvmlDeviceGetComputeInstanceId")
+    def _mig_compute_instance_id(self, device: SimulatedMigDevice, t: float, out: Any) -> int:
+        _target(out).value = device.compute_instance_id
+        return SUCCESS
+
+    @_c_symbol("nvmlDeviceGetAttributes_v2", device=True)
+    def _impl_attributes(self, gpu: SimulatedGpu, t: float, out: Any) -> int:
+        return NOT_SUPPORTED  # [H]: only supports MIG device handles
+
+    @_mig_variant("nvmlDeviceGetAttributes_v2")
+    def _mig_attributes(self, device: SimulatedMigDevice, t: float, out: Any) -> int:
+        attributes = _target(out)
+        profile = device.instance.profile
+        share = device.instance.spec.compute_instances
+        attributes.multiprocessorCount = profile.multiprocessors // share
+        attributes.sharedCopyEngineCount = profile.compute_slices
+        attributes.sharedDecoderCount = profile.compute_slices // 2
+        attributes.sharedEncoderCount = 0
+        attributes.sharedJpegCount = profile.compute_slices // 7
+        attributes.sharedOfaCount = profile.compute_slices // 7
+        attributes.gpuInstanceSliceCount = profile.compute_slices
+        attributes.computeInstanceSliceCount = profile.compute_slices // share
+        attributes.memorySizeMB = profile.memory_bytes // MIB
+        return SUCCESS
+
+    @_mig_variant("nvmlDeviceGetUUID")
+    def _mig_uuid(self, device: SimulatedMigDevice, t: float, buffer: Any, length: Any) -> int:
+        return _write_string(buffer, length, device.uuid)
+
+    @_mig_variant("nvmlDeviceGetName")
+    def _mig_name(self, device: SimulatedMigDevice, t: float, buffer: Any, length: Any) -> int:
+        return _write_string(buffer, length, device.name)
+
+    @_mig_variant("nvmlDeviceGetMemoryInfo")
+    def _mig_memory_v1(self, device: SimulatedMigDevice, t: float, out: Any) -> int:
+        instance = device.instance
+        memory = _target(out)
+        used = instance.memory_used(t) + instance.memory_reserved
+        memory.total = instance.memory_total
+        memory.used = used
+        memory.free = instance.memory_total - used
+        return SUCCESS
+
+    @_mig_variant("nvmlDeviceGetMemoryInfo_v2")
+    def _mig_memory_v2(self, device: SimulatedMigDevice, t: float, out: Any) -> int:
+        memory = _target(out)
+        if memory.version != pynvml.nvmlMemory_v2:
+            return VERSION_MISMATCH
+        instance = device.instance
+        used = instance.memory_used(t)
+        memory.total = instance.memory_total
+        memory.reserved = instance.memory_reserved
+        memory.used = used
+        memory.free = instance.memory_total - instance.memory_reserved - used
+        return SUCCESS
+
+    def _mig_processes(self, device: SimulatedMigDevice, t: float, compute: bool, count: Any, infos: Any) -> int:
+        instance = device.instance
+        entries = [(p, instance.gpu_instance_id, device.compute_instance_id) for p in instance.processes(t)
+                   if (p.compute if compute else p.graphics)]
+        if device.compute_instance_id:  # processes are listed once, on the first compute instance
+            entries = []
+        return self._process_list(entries, count, infos)
+
+    @_mig_variant("nvmlDeviceGetComputeRunningProcesses_v3")
+    def _mig_compute_processes(self, device: SimulatedMigDevice, t: float, count: Any, infos: Any) -> int:
+        return self._mig_processes(device, t, True, count, infos)
+
+    @_mig_variant("nvmlDeviceGetGraphicsRunningProcesses_v3")
+    def _mig_graphics_processes(self, device: SimulatedMigDevice, t: float, count: Any, infos: Any) -> int:
+        return self._mig_processes(device, t, False, count, infos)
+
+    # --- GPM (Hopper+ profiling counters) --------------------------------------------------
+    # A sample buffer is an opaque pointer; the fake keeps its contents (the GpmCounters
+    # integrals at the sample's time) in a table, and nvmlGpmMetricsGet divides their difference
+    # by the time between the samples, so a metric is the mean rate over the interval.
+
+    @_c_symbol("nvmlGpmQueryDeviceSupport", device=True)
+    def _impl_gpm_support(self, gpu: SimulatedGpu, t: float, out: Any) -> int:
+        support = _target(out)
+        if support.version != pynvml.NVML_GPM_SUPPORT_VERSION:
+            return VERSION_MISMATCH
+        support.isSupportedDevice = 1 if gpu.gpm is not None else 0
+        return SUCCESS
+
+    @_c_symbol("nvmlGpmSampleAlloc")
+    def _impl_gpm_alloc(self, t: float, out: Any) -> int:
+        if not self._refcount:
+            return UNINITIALIZED
+        self._gpm_next_sample += 1
+        handle = _GPM_SAMPLE_BASE + self._gpm_next_sample * 0x10
+        self._gpm_samples[handle] = None
+        _write_handle(out, handle)
+        return SUCCESS
+
+    @_c_symbol("nvmlGpmSampleFree")
+    def _impl_gpm_free(self, t: float, sample: Any) -> int:
+        if self._gpm_samples.pop(_handle_value(sample) or 0, _MISSING) is _MISSING:
+            return INVALID_ARGUMENT
+        return SUCCESS
+
+    def _fill_gpm_sample(self, sample: Any, gpu: int, instance: int | None, counters: GpmCounters, t: float) -> int:
+        key = _handle_value(sample) or 0
+        if key not in self._gpm_samples:
+            return INVALID_ARGUMENT
+        self._gpm_samples[key] = _GpmSample(gpu, instance, t, counters.sample(t))
+        return SUCCESS
+
+    @_c_symbol("nvmlGpmSampleGet", device=True)
+    def _impl_gpm_sample(self, gpu: SimulatedGpu, t: float, sample: Any) -> int:
+        if gpu.gpm is None:
+            return NOT_SUPPORTED
+        return self._fill_gpm_sample(sample, gpu.index, None, gpu.gpm, t)
+
+    @_c_symbol("nvmlGpmMigSampleGet", device=True)
+    def _impl_gpm_mig_sample(self, gpu: SimulatedGpu, t: float, gpu_instance_id: Any, sample: Any) -> int:
+        if gpu.gpm is None or gpu.mig is None:
+            return NOT_SUPPORTED
+        instance = gpu.mig.instances.get(_int(gpu_instance_id))
+        if instance is None:
+            return NOT_FOUND  # the GPU instance was destroyed (estimate of the code)
+        return self._fill_gpm_sample(sample, gpu.index, instance.gpu_instance_id, instance.counters, t)
+
+    @_c_symbol("nvmlGpmMetricsGet")
+    def _impl_gpm_metrics(self, t: float, request_ref: Any) -> int:
+        if not self._refcount:
+            return UNINITIALIZED
+        request = _target(request_ref)
+        if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+            return VERSION_MISMATCH
+        count = int(request.numMetrics)
+        if count > pynvml.NVML_GPM_METRIC_MAX:
+            return INVALID_ARGUMENT
+        first = self._gpm_samples.get(_handle_value(request.sample1) or 0)
+        second = self._gpm_samples.get(_handle_value(request.sample2) or 0)
+        if first is None or second is None or (first.gpu, first.instance) != (second.gpu, second.instance):
+            return INVALID_ARGUMENT  # unfilled buffers, or samples of different devices
+        elapsed = second.t - first.t
+        if elapsed <= 0:
+            return INVALID_ARGUMENT  # sample2 must be the later one (estimate of the code)
+        if elapsed < 0.1:
+            self.gpm_short_intervals += 1
+        for slot in range(count):
+            metric = request.metrics[slot]
+            metric_id = int(metric.metricId)
+            if metric_id not in second.counters:
+                metric.nvmlReturn = INVALID_ARGUMENT if not 0 < metric_id < pynvml.NVML_GPM_METRIC_MAX \
+                    else NOT_SUPPORTED
+                continue
+            metric.value = profiling.metric_between(first.counters, second.counters, elapsed, metric_id)
+            metric.nvmlReturn = SUCCESS
+            short, long, unit = profiling.METRIC_INFO[metric_id]
+            info = metric.metricInfo
+            info.shortName, info.longName, info.unit = short.encode(), long.encode(), unit.encode()
+        return SUCCESS
+
+
+def _not_on_mig_device(device: SimulatedMigDevice, t: float, *args: Any) -> int:
+    """What a device symbol without a MIG variant answers for a MIG device handle."""
+    return NOT_SUPPORTED
 
 
 def _check_symbol(symbol: str) -> None:

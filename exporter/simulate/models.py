@@ -43,10 +43,11 @@ class Features:
     mig: bool = False
     serial_number: bool = True
     clock_event_reasons: bool = True
-    violation_counters: bool = True  # field ids 74, 76, 269-271 (ns spent in each clock event)
+    violation_counters: bool = True  # field ids 74-79, 269-271 (ns spent in each clock event / policy)
     tlimit_fields: bool = True  # field ids 193-196 (T.Limit temperatures, Ada and newer)
     pcie_byte_counters: bool = True  # field ids 197-198
     power_usage: bool = True
+    gpm: bool = False  # NVML GPM profiling counters (Hopper and newer datacenter parts)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -111,7 +112,7 @@ class GpuModel:
 
 
 # HGX H100 / H200 baseboards: 8 GPUs, 18 NVLink4 links each, passively cooled, HBM3(e).
-_HOPPER_SXM_FEATURES = Features(nvlink_links=18, mig=True)
+_HOPPER_SXM_FEATURES = Features(nvlink_links=18, mig=True, gpm=True)
 
 _PRESETS: tuple[GpuModel, ...] = (
     GpuModel(
@@ -384,3 +385,69 @@ DEFAULT_MODEL = "H100-SXM5-80GB"
 
 def preset_names() -> tuple[str, ...]:
     return tuple(PRESETS)
+
+
+# --- MIG profiles ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One GPU-instance profile of a MIG-capable model, as ``nvidia-smi mig -lgip`` lists it.
+
+    ``compute_slices`` of the GPU's 7, ``memory_slices`` of its 8; ``memory_bytes`` is what
+    ``nvmlDeviceGetMemoryInfo`` on the MIG device reports as total and ``multiprocessors`` what
+    ``nvmlDeviceGetAttributes`` reports. Sizes are estimates close to what the MIG user guide lists.
+    """
+
+    name: str
+    compute_slices: int
+    memory_slices: int
+    memory_bytes: int
+    multiprocessors: int
+
+
+MIG_MAX_DEVICES = 7  # nvmlDeviceGetMaxMigDeviceCount on A100 / H100 / H200 with MIG enabled
+MIG_COMPUTE_SLICES = 7
+MIG_MEMORY_SLICES = 8
+
+
+def _mig_profiles(sizes: tuple[str, str, str, str], slice_mib: int, sms_per_slice: int,
+                  sms_total: int) -> dict[str, MigProfile]:
+    """The usual profile ladder: 1g (+me), 1g with two memory slices, 2g, 3g, 4g, 7g."""
+    one, one_double, half, full = sizes
+    table = (
+        (f"1g.{one}", 1, 1), (f"1g.{one}+me", 1, 1), (f"1g.{one_double}", 1, 2), (f"2g.{one_double}", 2, 2),
+        (f"3g.{half}", 3, 4), (f"4g.{half}", 4, 4), (f"7g.{full}", 7, 8),
+    )
+    return {name: MigProfile(name, compute, memory, memory * slice_mib * MIB,
+                             sms_total if compute == MIG_COMPUTE_SLICES else compute * sms_per_slice)
+            for name, compute, memory in table}
+
+
+MIG_PROFILES: dict[str, dict[str, MigProfile]] = {
+    "H100-SXM5-80GB": _mig_profiles(("10gb", "20gb", "40gb", "80gb"), 9984, 16, 132),
+    "H200-SXM-141GB": _mig_profiles(("18gb", "35gb", "71gb", "141gb"), 17920, 16, 132),
+    "A100-SXM4-80GB": _mig_profiles(("10gb", "20gb", "40gb", "80gb"), 9728, 14, 98),
+}
+
+
+def check_mig_layout(model_key: str, profiles: list[str]) -> None:
+    """Raise ValueError unless ``profiles`` (GPU instances) fit on one ``model_key`` GPU.
+
+    Checks what makes a layout impossible on any placement: unknown profiles, more instances than
+    MIG devices, more compute or memory slices than the GPU has. (NVML's placement rules are
+    stricter; the simulator does not need them.)
+    """
+    table = MIG_PROFILES.get(model_key)
+    if table is None:
+        raise ValueError(f"{model_key} has no MIG profiles")
+    unknown = [name for name in profiles if name not in table]
+    if unknown:
+        raise ValueError(f"unknown MIG profile {unknown[0]!r} on {model_key} (known: {', '.join(table)})")
+    if len(profiles) > MIG_MAX_DEVICES:
+        raise ValueError(f"at most {MIG_MAX_DEVICES} GPU instances fit on one GPU, got {len(profiles)}")
+    compute = sum(table[name].compute_slices for name in profiles)
+    memory = sum(table[name].memory_slices for name in profiles)
+    if compute > MIG_COMPUTE_SLICES or memory > MIG_MEMORY_SLICES:
+        raise ValueError(f"the instances need {compute} compute and {memory} memory slices; a {model_key} "
+                         f"has {MIG_COMPUTE_SLICES} and {MIG_MEMORY_SLICES}")

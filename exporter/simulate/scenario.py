@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -28,7 +28,7 @@ from yaml.constructor import SafeConstructor
 
 from exporter.config import ConfigError
 from exporter.simulate import patterns
-from exporter.simulate.models import DEFAULT_MODEL, PRESETS, Features, GpuModel
+from exporter.simulate.models import DEFAULT_MODEL, MIG_PROFILES, PRESETS, Features, GpuModel, check_mig_layout
 from exporter.simulate.patterns import (
     ALWAYS,
     INFINITY,
@@ -68,6 +68,10 @@ faults:
   - {type: hang, symbol: SYMBOL, gpu: int, at: DURATION, duration: DURATION,
      holds_driver_lock: bool, error: CODE}
 kubernetes: any                       # reserved: stored raw for the kubelet/API-server fakes
+xid_events:                           # Xids the NVML event set delivers (to sets registered before `at`)
+  - {gpu: int | [int, ...], xid: int, at: DURATION, count: int, over: DURATION,
+     gpu_instance: int, compute_instance: int}   # count events spread evenly over `over` (a burst);
+                                                 # gpu_instance/compute_instance: a MIG attribution
 
 GPU:
   model: H100-SXM5-80GB | H200-SXM-141GB | A100-SXM4-80GB | L4 | RTX-4090 | V100-SXM2-32GB
@@ -75,7 +79,7 @@ GPU:
   pci_bus_id: "00000000:18:00.0", minor: int, power_limit: POWER
   features: {ecc, memory_temperature, row_remapping, page_retirement, energy_counter, encoder,
              decoder, mig, serial_number, clock_event_reasons, violation_counters, tlimit_fields,
-             pcie_byte_counters, power_usage: bool; fans, nvlink_links: int}
+             pcie_byte_counters, power_usage, gpm: bool; fans, nvlink_links: int}
   load, memory_util, encoder_util, decoder_util, fan: PATTERN of percent
   memory_used: PATTERN of SIZE ("40GiB", "512MiB", bytes, or "60%" of total)
   temperature, memory_temperature: PATTERN of degrees C
@@ -90,6 +94,15 @@ GPU:
   remapped_rows: {correctable: COUNTER, uncorrectable: COUNTER, pending: FLAG, failure: FLAG}
   processes: [{pid: int, used_memory: SIZE | unavailable, type: compute | graphics | both,
                from: DURATION, until: DURATION}]
+  mig: [MIG_INSTANCE, ...]            # MIG enabled with these GPU instances ([]: enabled, none created);
+                                      # on a MIG GPU the parent's load/memory follow its instances
+  profiling: {workload: training | inference | hpc | graphics,   # GPM counters (features.gpm)
+              gr_active, sm_active, sm_occupancy, tensor_active, dram_active, fp64_active, fp32_active,
+              fp16_active: PATTERN of percent}   # explicit channels override the workload mix
+
+MIG_INSTANCE: a profile name ("1g.10gb", "3g.40gb", ... of the GPU's model), or
+  {profile: PROFILE, compute_instances: int, load: PATTERN of percent, memory_used: PATTERN of SIZE,
+   workload: training | inference | hpc | graphics, processes: [PROCESS, ...]}
 
 PATTERN: a plain value (constant) or {pattern: KIND, ..., jitter: AMOUNT, jitter_period: DURATION}
   constant: value | sine: low, high, period, phase | square: low, high, period, duty, phase
@@ -161,7 +174,25 @@ REALISTIC_LATENCY_S: Mapping[str, float] = MappingProxyType({
     "nvmlDeviceGetPcieThroughput": 0.0,  # its 20 ms sampling window is always simulated
     "nvmlDeviceGetMaxMigDeviceCount": 2e-6,  # estimate
     "nvmlDeviceGetMigMode": 5e-6,  # estimate
+    "nvmlDeviceGetMigDeviceHandleByIndex": 5e-6,  # estimate (DRA driver: a full MIG walk under load "O(10 s)")
+    "nvmlDeviceIsMigDeviceHandle": 1e-6,  # estimate
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle": 1e-6,  # estimate
+    "nvmlDeviceGetGpuInstanceId": 2e-6,  # estimate
+    "nvmlDeviceGetComputeInstanceId": 2e-6,  # estimate
+    "nvmlDeviceGetAttributes_v2": 5e-6,  # estimate
+    "nvmlGpmQueryDeviceSupport": 5e-6,  # estimate
+    "nvmlGpmSampleAlloc": 2e-6,  # estimate (host memory only)
+    "nvmlGpmSampleFree": 1e-6,  # estimate
+    "nvmlGpmSampleGet": 50e-6,  # estimate (reads the perf-monitor counters through RM)
+    "nvmlGpmMigSampleGet": 50e-6,  # estimate
+    "nvmlGpmMetricsGet": 10e-6,  # estimate (host-side arithmetic on two samples)
     "nvmlDeviceGetFieldValues": 10e-6,  # estimate: per call, plus FIELD_VALUE_LATENCY per entry
+    # NVML events (the wait's own blocking is simulated separately; this is the call overhead)
+    "nvmlEventSetCreate": 5e-6,  # estimate
+    "nvmlEventSetFree": 5e-6,  # estimate
+    "nvmlDeviceGetSupportedEventTypes": 2e-6,  # estimate
+    "nvmlDeviceRegisterEvents": 50e-6,  # estimate
+    "nvmlEventSetWait_v2": 5e-6,  # estimate
 })
 REALISTIC_FIELD_VALUE_LATENCY_S = 5e-6  # estimate, per requested field
 FIELD_VALUE_LATENCY_KEY = "field_value"
@@ -589,6 +620,35 @@ class ProcessSpec:
         return self.kind in ("graphics", "both")
 
 
+PROFILING_WORKLOADS = ("training", "inference", "hpc", "graphics")
+PROFILING_CHANNELS = ("gr_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active", "fp64_active",
+                      "fp32_active", "fp16_active")
+
+
+@dataclass(frozen=True)
+class ProfilingSpec:
+    """What the GPM profiling counters (Hopper+) show: a workload mix derived from the load, or
+    explicit percent patterns per channel (``channels`` keys are ``PROFILING_CHANNELS``)."""
+
+    workload: str = "training"
+    channels: Mapping[str, Pattern] = field(default_factory=dict)
+
+
+DEFAULT_PROFILING = ProfilingSpec()
+
+
+@dataclass(frozen=True)
+class MigInstanceSpec:
+    """One MIG GPU instance: its profile, compute instances, load, memory and processes."""
+
+    profile: str
+    compute_instances: int = 1
+    load: Pattern = IDLE
+    memory_used: Pattern | None = None  # bytes; default: the processes' sum
+    profiling: ProfilingSpec = DEFAULT_PROFILING
+    processes: tuple[ProcessSpec, ...] = ()
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """One simulated GPU. Channel patterns left as None are derived from ``load`` by the fake."""
@@ -627,6 +687,8 @@ class GpuSpec:
     retired_pages: RetiredPagesSpec = field(default_factory=RetiredPagesSpec)
     remapped_rows: RemappedRowsSpec = field(default_factory=RemappedRowsSpec)
     processes: tuple[ProcessSpec, ...] = ()
+    mig: tuple[MigInstanceSpec, ...] | None = None  # None: MIG disabled; () enabled without instances
+    profiling: ProfilingSpec = field(default_factory=lambda: DEFAULT_PROFILING)
 
     @property
     def pci_bus_id(self) -> str:
@@ -666,6 +728,17 @@ class HangFault:
     gpu: int | None = None
     holds_driver_lock: bool = False
     error: int | None = None
+
+
+@dataclass(frozen=True)
+class XidEventSpec:
+    """One Xid the simulated driver raises on ``gpu`` at scenario time ``at`` (optionally in a MIG instance)."""
+
+    gpu: int
+    xid: int
+    at: float
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
 
 
 @dataclass(frozen=True)
@@ -722,14 +795,16 @@ class Scenario:
     hangs: tuple[HangFault, ...] = ()
     lost: tuple[GpuLostFault, ...] = ()
     kubernetes: RawSection | None = None
+    xid_events: tuple[XidEventSpec, ...] = ()  # sorted by time
 
 
 # ---------------------------------------------------------------------------------------------
 # Parsing.
 
 _TOP_KEYS = ("description", "seed", "driver", "gpu_count", "gpu_defaults", "gpus", "latency_profile",
-             "latency", "library", "faults", "kubernetes")
-_GPU_KEYS = ("model", "name", "uuid", "serial", "vbios", "pci_bus_id", "minor", "power_limit", "features",
+             "latency", "library", "faults", "kubernetes", "xid_events")
+_GPU_KEYS = ("model", "name", "uuid", "serial", "vbios", "pci_bus_id", "minor", "power_limit", "features", "mig",
+             "profiling",
              "clock_events", "pcie_replays", "ecc_errors", "retired_pages", "remapped_rows", "processes",
              *CHANNELS)
 _UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -949,6 +1024,55 @@ def _remapped_rows(value: YamlValue) -> RemappedRowsSpec:
     )
 
 
+def _profiling(value: YamlValue) -> ProfilingSpec:
+    keys = value.mapping(("workload", *PROFILING_CHANNELS))
+    percent = _channel_units(PRESETS[DEFAULT_MODEL])["load"]
+    return ProfilingSpec(
+        workload=_get(keys, "workload", lambda v: v.choice(PROFILING_WORKLOADS, "workload"), "training"),
+        channels=MappingProxyType({name: _pattern(item, percent) for name, item in keys.items()
+                                   if name != "workload"}),
+    )
+
+
+def _mig_instance(item: YamlValue, model: GpuModel) -> MigInstanceSpec:
+    profiles = MIG_PROFILES.get(model.key, {})
+    if not item.is_mapping():
+        return MigInstanceSpec(item.choice(profiles, f"MIG profile on {model.key}"))
+    keys = item.mapping(("profile", "compute_instances", "load", "memory_used", "workload", "processes"))
+    if "profile" not in keys:
+        raise item.error("a MIG instance needs 'profile' (e.g. 1g.10gb)")
+    profile = profiles[keys["profile"].choice(profiles, f"MIG profile on {model.key}")]
+    compute_instances = keys["compute_instances"].integer(1, profile.compute_slices) \
+        if "compute_instances" in keys else 1
+    if profile.compute_slices % compute_instances:
+        raise keys["compute_instances"].error(
+            f"{profile.name} has {profile.compute_slices} compute slices; it splits into 1 or a divisor of that")
+    size = _Unit(_size_parser(profile.memory_bytes), 0.0, float(profile.memory_bytes),
+                 f"bytes (at most {profile.memory_bytes} in a {profile.name} instance)")
+    instance_model = replace(model, memory_total=profile.memory_bytes)
+    return MigInstanceSpec(
+        profile=profile.name,
+        compute_instances=compute_instances,
+        load=_pattern(keys["load"], _channel_units(model)["load"]) if "load" in keys else IDLE,
+        memory_used=_pattern(keys["memory_used"], size) if "memory_used" in keys else None,
+        profiling=ProfilingSpec(workload=keys["workload"].choice(PROFILING_WORKLOADS, "workload"))
+        if "workload" in keys else DEFAULT_PROFILING,
+        processes=_processes(keys["processes"], instance_model) if "processes" in keys else (),
+    )
+
+
+def _mig_layout(value: YamlValue, model: GpuModel) -> tuple[MigInstanceSpec, ...]:
+    """``mig: [1g.10gb, {profile: 3g.40gb, load: 80}, ...]``: MIG enabled with these GPU instances."""
+    if model.key not in MIG_PROFILES:
+        raise value.error(f"{model.key} does not support MIG")
+    instances = tuple(_mig_instance(item, model) for item in value.sequence())
+    try:
+        check_mig_layout(model.key, [instance.profile for instance in instances])
+    except ValueError as exc:
+        raise value.error(str(exc)) from None
+    return instances
+
+
 def _model(settings: Mapping[str, YamlValue]) -> GpuModel:
     if "model" not in settings:
         return PRESETS[DEFAULT_MODEL]
@@ -1000,6 +1124,10 @@ def _gpu_settings(settings: Mapping[str, YamlValue], model: GpuModel) -> dict[st
             parsed["remapped_rows"] = _remapped_rows(item)
         elif name == "processes":
             parsed["processes"] = _processes(item, model)
+        elif name == "mig":
+            parsed["mig"] = _mig_layout(item, model)
+        elif name == "profiling":
+            parsed["profiling"] = _profiling(item)
     return parsed
 
 
@@ -1020,6 +1148,8 @@ def _build_gpu(index: int, settings: Mapping[str, YamlValue], features: Features
     # Beyond the usual slots of one board, further GPUs go to further PCI domains (segments).
     slots = model.default_pci_buses
     domain, bus, device = parsed.pop("pci", (index // len(slots), slots[index % len(slots)], 0))
+    if parsed.get("mig") is not None and not features.mig:
+        raise settings["mig"].error(f"MIG is not supported on this GPU ({model.key} with features.mig false)")
     return GpuSpec(
         index=index,
         model=model,
@@ -1144,6 +1274,38 @@ def _faults(value: YamlValue, count: int) -> tuple[tuple[ErrorFault, ...], tuple
     return tuple(errors), tuple(hangs), tuple(lost)
 
 
+MAX_XID_EVENTS = 1_000_000
+MAX_XID = 0xFFFF
+
+
+def _xid_events(value: YamlValue, count: int) -> tuple[XidEventSpec, ...]:
+    """``xid_events:`` entries, bursts expanded into single events, sorted by time."""
+    events: list[XidEventSpec] = []
+    for item in value.sequence():
+        keys = item.mapping(("gpu", "xid", "at", "count", "over", "gpu_instance", "compute_instance"))
+        for needed in ("gpu", "xid"):
+            if needed not in keys:
+                raise item.error(f"an Xid event needs '{needed}'")
+        gpus = ([_gpu_index(entry, count) for entry in keys["gpu"].sequence()] if keys["gpu"].is_sequence()
+                else [_gpu_index(keys["gpu"], count)])
+        xid = keys["xid"].integer(1, MAX_XID)
+        at = keys["at"].duration() if "at" in keys else 0.0
+        burst = keys["count"].integer(1, MAX_XID_EVENTS) if "count" in keys else 1
+        over = keys["over"].duration() if "over" in keys else 0.0
+        gpu_instance = keys["gpu_instance"].integer(0, 0xFFFFFFFE) if "gpu_instance" in keys else None
+        compute_instance = None
+        if "compute_instance" in keys:
+            if gpu_instance is None:
+                raise keys["compute_instance"].error("'compute_instance' needs 'gpu_instance'")
+            compute_instance = keys["compute_instance"].integer(0, 0xFFFFFFFE)
+        if len(events) + burst * len(gpus) > MAX_XID_EVENTS:
+            raise item.error(f"too many Xid events (at most {MAX_XID_EVENTS} in one scenario)")
+        for gpu in gpus:
+            events.extend(XidEventSpec(gpu, xid, at + over * slot / burst, gpu_instance, compute_instance)
+                          for slot in range(burst))
+    return tuple(sorted(events, key=lambda event: event.at))
+
+
 def _error_window(keys: Mapping[str, YamlValue]) -> Window:
     start = keys["from"].duration() if "from" in keys else 0.0
     end = keys["until"].duration() if "until" in keys else INFINITY
@@ -1242,6 +1404,7 @@ def parse_scenario(text: str, source: str, name: str) -> Scenario:
         hangs=hangs,
         lost=lost,
         kubernetes=kubernetes,
+        xid_events=_xid_events(keys["xid_events"], len(gpus)) if "xid_events" in keys else (),
     )
 
 

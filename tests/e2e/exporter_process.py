@@ -43,6 +43,18 @@ def wait_for(check: Callable[[], T | None], deadline_s: float, what: str, interv
     raise AssertionError(f"timed out after {deadline_s} s waiting for {what} (last: {last!r})")
 
 
+def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of every sample, with names exactly as Prometheus stores them.
+
+    prometheus-client's parser appends ``_total`` to the samples of any ``counter`` family; Prometheus
+    does not, and dcgm-exporter's counters have no such suffix. Without the TYPE lines every family is
+    untyped and the library's parser (which does the label unescaping) keeps names as written.
+    """
+    untyped = "\n".join(line for line in text.splitlines() if not line.startswith("# TYPE "))
+    return [(sample.name, dict(sample.labels), sample.value)
+            for family in text_string_to_metric_families(untyped + "\n") for sample in family.samples]
+
+
 class Response:
     def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
         self.status = status
@@ -55,14 +67,16 @@ class Response:
 
 
 class ExporterProcess:
-    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None, cwd: Path | None = None,
+                 wrapper: Sequence[str] = ()) -> None:
+        """``wrapper`` runs before the interpreter, e.g. ``setpriv --reuid ...`` to drop privileges."""
         self.port = free_port()
         self.args = ["--address", f"127.0.0.1:{self.port}", *args]
         environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu-pod-exporter-{self.port}.log"
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "exporter", *self.args], cwd=cwd or REPO_ROOT, env=environ,
+            [*wrapper, sys.executable, "-m", "exporter", *self.args], cwd=cwd or REPO_ROOT, env=environ,
             stdout=self._log, stderr=subprocess.STDOUT)
 
     def get(self, path: str, headers: dict[str, str] | None = None, timeout: float = 5.0) -> Response:
@@ -104,12 +118,7 @@ class ExporterProcess:
         return response.text
 
     def samples(self, name: str) -> list[tuple[dict[str, str], float]]:
-        found: list[tuple[dict[str, str], float]] = []
-        for family in text_string_to_metric_families(self.metrics()):
-            for sample in family.samples:
-                if sample.name == name:
-                    found.append((dict(sample.labels), sample.value))
-        return found
+        return [(labels, value) for sample_name, labels, value in parse_samples(self.metrics()) if sample_name == name]
 
     def assert_running(self) -> None:
         code = self.process.poll()
@@ -133,8 +142,9 @@ class ExporterProcess:
 
 
 @contextmanager
-def running_exporter(args: Sequence[str], env: dict[str, str] | None = None) -> Iterator[ExporterProcess]:
-    exporter = ExporterProcess(args, env)
+def running_exporter(args: Sequence[str], env: dict[str, str] | None = None,
+                     wrapper: Sequence[str] = ()) -> Iterator[ExporterProcess]:
+    exporter = ExporterProcess(args, env, wrapper=wrapper)
     try:
         yield exporter
     finally:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.simulate.scenario import GpuSpec, ScenarioError, parse_scenario
+from exporter.simulate.scenario import GpuSpec
 from tests.e2e.exporter_process import ExporterProcess, running_exporter, wait_for
 from tests.e2e.kube_cluster import NodeCluster, PodSpec, node_cluster, replica, scenario_gpus, series_for, whole_gpu
 
@@ -156,17 +156,6 @@ gpus:
 """
 
 
-def _mig_scenario_supported() -> bool:
-    try:
-        parse_scenario(MIG_SCENARIO, "mig.yaml", "mig")
-    except ScenarioError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _mig_scenario_supported(),
-                    reason="MIG is not in the simulator and sampler of this branch yet (it lands from branch "
-                           "'mig'); the MIG mapping is covered by tests/kube/test_wiring.py meanwhile")
 def test_mig_instances_map_to_their_pods(tmp_path: Path) -> None:
     scenario = tmp_path / "mig.yaml"
     scenario.write_text(MIG_SCENARIO)

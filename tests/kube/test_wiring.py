@@ -260,3 +260,22 @@ def test_extensions_only_with_kubernetes_mode() -> None:
     assert extensions.builders == [wiring.families] and extensions.context_hooks == [wiring.extend_context]
     assert extensions.on_start == [wiring.start] and extensions.on_stop == [wiring.stop]
     assert extensions.on_snapshot == []  # process lists are not read without process attribution
+
+
+def test_mig_devices_known_only_from_the_inventory_are_attributed_too() -> None:
+    notebook = AttributionSnapshot(
+        status=AttributionStatus(enabled=True, kubelet_up=True),
+        allocation_known=True,
+        allocations=MappingProxyType({GpuKey(GPU2, 5): DeviceAllocation(GPU2, 5, (
+            AllocationHolder(Workload("lab", "nb", "jupyter")),), shared=False)}),
+    )
+    wiring, stub = _stub_wiring(notebook)
+    # No per-instance readings yet (e.g. the first cycle after a MIG reconfiguration), but the sampler's
+    # MIG inventory already names the instances: the kubelet's MIG-<uuid> IDs can be matched.
+    snapshot = Snapshot(devices=(DeviceReading(DEVICES[2], values={"DCGM_FI_DEV_GPU_TEMP": 50}),), migs=MIGS,
+                        status=STATUS)
+    families = _render(wiring, snapshot)
+    assert stub.snapshot_calls[0][1] == MIGS
+    allocated = [(labels.get("GPU_I_ID"), labels.get("GPU_I_PROFILE"), value)
+                 for labels, value in _samples(families, "DCGM_EXP_GPU_ALLOCATED")]
+    assert allocated == [("3", "3g.40gb", 0.0), ("5", "1g.10gb", 1.0)]

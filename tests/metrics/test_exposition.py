@@ -32,7 +32,7 @@ def test_text_keeps_dcgm_names_types_and_label_order() -> None:
     assert ('DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-1",pci_bus_id="00000000:8D:00.0",'
             'device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="node-1"} 123456789\n') in text
     assert "DCGM_FI_DEV_POWER_USAGE{" in text and "} 301.25\n" in text
-    assert "gpu_pod_exporter_nvml_calls_total 42\n" in text
+    assert "# TYPE gpu_pod_exporter_nvml_calls_total counter\ngpu_pod_exporter_nvml_calls_total 42\n" in text
     assert "FAN_SPEED" not in text  # a family without samples is not written at all
 
 

@@ -108,8 +108,8 @@ def test_mig_instances_carry_gpu_instance_labels_after_model_name() -> None:
                             mig=(MigReading(identity=mig, values={"DCGM_FI_DEV_FB_USED": 1024}),))
     families = render(context(Snapshot(devices=(reading,), status=STATUS)))
     [(labels, value)] = samples(families, "DCGM_FI_DEV_FB_USED")
-    assert list(labels)[:8] == ["gpu", "UUID", "pci_bus_id", "device", "modelName", "GPU_I_PROFILE", "GPU_I_ID",
-                                "Hostname"]
+    assert list(labels) == ["gpu", "UUID", "pci_bus_id", "device", "modelName", "GPU_I_PROFILE", "GPU_I_ID",
+                            "Hostname", "DCGM_FI_DRIVER_VERSION"]
     assert (labels["GPU_I_PROFILE"], labels["GPU_I_ID"], value) == ("1g.10gb", "7", 1024)
     [(temp_labels, _)] = samples(families, "DCGM_FI_DEV_GPU_TEMP")
     assert "GPU_I_ID" not in temp_labels  # device-wide readings stay on the parent

@@ -46,13 +46,13 @@ def test_the_app_runs_against_the_simulated_node(tmp_path: Path) -> None:
     workdir = Path(app.config.pod_resources_socket).parents[1]
     app.start()
     try:
+        wanted = ('pod="trainer-0"', 'team="research"', 'DCGM_EXP_CONTAINER_FB_USED{gpu="1"')
         deadline = time.monotonic() + 15
-        while b'pod="trainer-0"' not in app.cache.current.body(False, False) or b'team="research"' not in (
-                app.cache.current.body(False, False)):
-            assert time.monotonic() < deadline, app.cache.current.body(False, False).decode()
+        while not all(part in (text := app.cache.current.body(False, False).decode()) for part in wanted):
+            assert time.monotonic() < deadline, text
             time.sleep(0.02)
-        text = app.cache.current.body(False, False).decode()
-        assert 'DCGM_EXP_CONTAINER_FB_USED{gpu="1"' in text
+        [memory] = [line for line in text.splitlines() if line.startswith("DCGM_EXP_CONTAINER_FB_USED{")]
+        assert 'pod="trainer-0"' in memory and memory.endswith(" 2048.0")
         assert 'Hostname="sim-7"' in text
         assert Path(app.config.pod_resources_socket).is_socket()
     finally:
@@ -65,6 +65,7 @@ def _planned(tmp_path: Path, *args: str, environ: dict[str, str] | None = None, 
     config = _config(tmp_path, *args, environ=environ, text=text)
     planned, runner = simulated_cluster_extensions(config, load_scenario(config.simulate), Extensions())
     if runner is not None:
+        assert runner.section.node == planned.node_name  # the fake API server puts the pods on that node
         runner.stop()  # removes the planned directory
     return planned
 

@@ -872,11 +872,23 @@ DEVICE_CALLS: dict[str, Callable[[Any], object]] = {
     "nvmlDeviceGetMaxMigDeviceCount": pynvml.nvmlDeviceGetMaxMigDeviceCount,
     "nvmlDeviceGetMigMode": pynvml.nvmlDeviceGetMigMode,
     "nvmlDeviceGetFieldValues": lambda h: pynvml.nvmlDeviceGetFieldValues(h, sorted(FIELDS)),
+    # MIG and GPM on full-GPU handles (MIG devices and GPM metrics: test_miglayout.py, test_profiling.py)
+    "nvmlDeviceIsMigDeviceHandle": lambda h: bool(pynvml.nvmlDeviceIsMigDeviceHandle(h)),
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle": pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle,
+    "nvmlDeviceGetGpuInstanceId": pynvml.nvmlDeviceGetGpuInstanceId,
+    "nvmlDeviceGetComputeInstanceId": pynvml.nvmlDeviceGetComputeInstanceId,
+    "nvmlDeviceGetAttributes_v2": pynvml.nvmlDeviceGetAttributes_v2,
+    "nvmlGpmQueryDeviceSupport": pynvml.nvmlGpmQueryDeviceSupport,
+    "nvmlGpmSampleGet": lambda h: pynvml.nvmlGpmSampleGet(h, pynvml.nvmlGpmSampleAlloc()),
+    "nvmlGpmMigSampleGet": lambda h: pynvml.nvmlGpmMigSampleGet(h, 0, pynvml.nvmlGpmSampleAlloc()),
+    "nvmlDeviceGetSupportedEventTypes": pynvml.nvmlDeviceGetSupportedEventTypes,
 }
-# Tested on their own: init/shutdown, handle by index (used to get every handle), and the call
-# with a real 20 ms window.
+# Tested on their own: init/shutdown, handle by index (used to get every handle), the call with a
+# real 20 ms window, and the event-set calls (tests/simulate/test_fakenvml_events.py).
 SEPARATELY_TESTED = {"nvmlInitWithFlags", "nvmlInit_v2", "nvmlShutdown", "nvmlDeviceGetHandleByIndex_v2",
-                     "nvmlDeviceGetPcieThroughput"}
+                     "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetMigDeviceHandleByIndex", "nvmlGpmSampleAlloc",
+                     "nvmlGpmSampleFree", "nvmlGpmMetricsGet", "nvmlEventSetCreate", "nvmlEventSetFree",
+                     "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2"}
 
 
 def test_the_sweep_covers_every_symbol() -> None:

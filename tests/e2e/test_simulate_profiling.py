@@ -1,0 +1,47 @@
+"""The real exporter process in --simulate: GPM profiling metrics on H100s, and MIG per-instance series."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.exporter_process import running_exporter, wait_for
+
+pytestmark = pytest.mark.e2e
+
+Sample = tuple[dict[str, str], float]
+
+
+def test_every_h100_serves_tensor_activity_in_the_default_simulation() -> None:
+    with running_exporter(["--simulate", "default", "--collect-interval", "200"]) as exporter:
+        exporter.wait_healthy()
+
+        def all_eight() -> list[Sample] | None:
+            found = exporter.samples("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
+            return found if len({labels["gpu"] for labels, _ in found}) == 8 else None
+
+        found = wait_for(all_eight, 20.0, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE on all 8 H100s")
+        assert {labels["modelName"] for labels, _ in found} == {"NVIDIA H100 80GB HBM3"}
+        tensor = {labels["gpu"]: value for labels, value in found}
+        assert all(0.0 <= value <= 1.0 for value in tensor.values())
+        assert tensor["0"] > 0.2  # GPU 0 trains
+        assert tensor["6"] == tensor["7"] == 0.0  # idle GPUs
+        engine = {labels["gpu"]: value for labels, value in exporter.samples("DCGM_FI_PROF_GR_ENGINE_ACTIVE")}
+        assert all(tensor[gpu] <= engine[gpu] for gpu in tensor)
+        assert exporter.samples("gpu_pod_exporter_field_unsupported") == []
+
+
+def test_mig_instances_are_series_with_gpu_instance_labels() -> None:
+    with running_exporter(["--simulate", "mig-h100", "--collect-interval", "200"]) as exporter:
+        exporter.wait_healthy()
+
+        def ten_instances() -> list[Sample] | None:
+            found = [(labels, value) for labels, value in exporter.samples("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+                     if "GPU_I_ID" in labels]
+            return found if len(found) == 10 else None
+
+        activity = wait_for(ten_instances, 20.0, "GR engine activity for the 10 MIG instances")
+        profiles = sorted((labels["gpu"], labels["GPU_I_PROFILE"]) for labels, _ in activity)
+        assert profiles == [("0", "1g.10gb")] * 7 + [("1", "1g.10gb"), ("1", "2g.20gb"), ("1", "3g.40gb")]
+        used = exporter.samples("DCGM_FI_DEV_FB_USED")
+        assert sorted(labels["gpu"] for labels, _ in used if "GPU_I_ID" not in labels) == ["2", "3"]
+        assert sorted(labels["gpu"] for labels, _ in exporter.samples("DCGM_FI_DEV_GPU_UTIL")) == ["2", "3"]
