@@ -14,10 +14,9 @@ ambient rather than chosen - ``KUBECONFIG`` (set for kubectl on many workstation
 name you choose becomes the simulated node's name too, so its pods stay on the node being watched.
 
 Everything lives in one temporary directory, created when the app is built (the paths go into
-the configuration) and removed when the app stops. GPU identities (UUID, minor number) come from
-the scenario's GPU definitions, exactly what the fake NVML library will report; MIG instances are
-not known to the scenario model yet, so a section that names a MIG instance is reported as a
-scenario error at its line.
+the configuration) and removed when the app stops. GPU identities (UUID, minor number) and MIG
+devices come from the scenario's GPU definitions through the fake library's own code, so they are
+exactly what the fake NVML library will report.
 """
 
 from __future__ import annotations
@@ -26,11 +25,13 @@ import dataclasses
 import shutil
 import tempfile
 import threading
+from functools import partial
 from pathlib import Path
 
 from exporter.app import Extensions
 from exporter.config import Config
 from exporter.logs import get_logger
+from exporter.nvml.mig import profile_from_name
 from exporter.simulate.kube_scenario import (
     MAX_SOCKET_PATH,
     KubernetesScenario,
@@ -39,6 +40,8 @@ from exporter.simulate.kube_scenario import (
     parse_kubernetes_section,
     start_simulated_cluster,
 )
+from exporter.simulate.miglayout import MigLayout
+from exporter.simulate.patterns import channel_key
 from exporter.simulate.scenario import Scenario
 from exporter.snapshot import DeviceIdentity, MigIdentity
 
@@ -56,9 +59,20 @@ def scenario_devices(scenario: Scenario) -> tuple[DeviceIdentity, ...]:
                  for gpu in scenario.gpus)
 
 
-def scenario_migs(_scenario: Scenario) -> tuple[MigIdentity, ...]:
-    """MIG instances of the scenario's GPUs: none until the scenario model describes MIG layouts."""
-    return ()
+def scenario_migs(scenario: Scenario) -> tuple[MigIdentity, ...]:
+    """The MIG devices the fake library creates at start, built by the same layout code (same UUIDs
+    and GPU-instance ids), so the simulated kubelet can hand them out as ``MIG-<uuid>``."""
+    migs: list[MigIdentity] = []
+    for gpu in scenario.gpus:
+        if gpu.mig is None:
+            continue
+        layout = MigLayout.create(gpu.index, gpu.model, gpu.name, scenario.seed,
+                                  partial(channel_key, scenario.seed, gpu.index), specs=gpu.mig)
+        for _slot, device in sorted(layout.slots.items()):
+            migs.append(MigIdentity(parent_uuid=gpu.uuid, uuid=device.uuid, gpu_instance_id=device.gpu_instance_id,
+                                    compute_instance_id=device.compute_instance_id,
+                                    profile=profile_from_name(device.name)))
+    return tuple(migs)
 
 
 def chosen_by_user(config: Config, attr: str) -> bool:

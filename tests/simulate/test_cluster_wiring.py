@@ -11,7 +11,7 @@ from exporter.app import Extensions
 from exporter.cli import build_app
 from exporter.config import Config, ConfigError, load_config
 from exporter.metrics.counters import load_counters
-from exporter.simulate.cluster_wiring import scenario_devices, simulated_cluster_extensions
+from exporter.simulate.cluster_wiring import scenario_devices, scenario_migs, simulated_cluster_extensions
 from exporter.simulate.scenario import load_scenario
 
 SCENARIO = """\
@@ -106,3 +106,43 @@ def test_scenario_devices_are_what_the_fake_library_reports(tmp_path: Path) -> N
     devices = scenario_devices(load_scenario(_scenario(tmp_path)))
     assert [(device.index, device.minor) for device in devices] == [(0, 0), (1, 1)]
     assert all(device.uuid.startswith("GPU-") and device.pci_bus_id.startswith("00000000:") for device in devices)
+
+
+MIG_SCENARIO = """\
+seed: 5
+gpu_count: 2
+gpu_defaults: {model: H100-SXM5-80GB}
+gpus:
+  0:
+    mig:
+      - {profile: 3g.40gb, processes: [{pid: 7101, used_memory: 20GiB}]}
+      - 1g.10gb
+kubernetes:
+  namespaces: [{name: lab, labels: {team: research}}]
+  pods:
+    - name: notebook-0
+      namespace: lab
+      containers: [{name: jupyter, gpus: [{gpu: 0, mig: 1}], pids: [7101]}]
+"""
+
+
+def test_mig_instances_of_the_scenario_are_handed_out_by_their_mig_uuid(tmp_path: Path) -> None:
+    scenario = load_scenario(_scenario(tmp_path, MIG_SCENARIO))
+    migs = scenario_migs(scenario)
+    assert [(mig.gpu_instance_id, mig.profile) for mig in migs] == [(1, "3g.40gb"), (7, "1g.10gb")]
+    app = build_app(_config(tmp_path, "-c", "100", text=MIG_SCENARIO), load_counters(None))
+    app.start()
+    try:
+        wanted = 'DCGM_EXP_CONTAINER_FB_USED{gpu="0"'
+        deadline = time.monotonic() + 15
+        while wanted not in (text := app.cache.current.body(False, False).decode()):
+            assert time.monotonic() < deadline, text
+            time.sleep(0.02)
+        assert app.sampler.snapshot.migs == migs  # the fake library made exactly these MIG devices
+    finally:
+        app.stop()
+    [memory] = [line for line in text.splitlines() if line.startswith("DCGM_EXP_CONTAINER_FB_USED{")]
+    assert 'GPU_I_PROFILE="3g.40gb",GPU_I_ID="1"' in memory and 'pod="notebook-0"' in memory
+    assert memory.endswith(" 20480.0")
+    fb = [line for line in text.splitlines() if line.startswith('DCGM_FI_DEV_FB_USED{gpu="0"')]
+    assert [('pod="notebook-0"' in line, 'GPU_I_ID="1"' in line) for line in fb] == [(True, True), (False, False)]
