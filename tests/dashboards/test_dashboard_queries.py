@@ -17,10 +17,10 @@ from tests.dashboards.dashboard_queries import (
     variable_query_to_promql,
     variables_used,
 )
+from tests.dashboards.exporter_metrics import known_metric_entries
 from tests.dashboards.promql_names import (
     literal_matchers,
     load_label_names,
-    load_metric_entries,
     names_in,
     recorded_names,
     unknown_names,
@@ -90,7 +90,7 @@ def test_a_typo_in_any_panel_of_a_real_dashboard_is_caught() -> None:
     target["expr"] = target["expr"].replace(metric, typo, 1)
 
     def problems(d: dict[str, Any]) -> list[str]:
-        known = set(load_metric_entries()) | recorded_names(RULE_FILES)
+        known = set(known_metric_entries()) | recorded_names(RULE_FILES)
         return unknown_names([(q.source, q.resolved(values)) for q in dashboard_queries(d)], known,
                              load_label_names())
 

@@ -1,14 +1,11 @@
 """The PromQL name extractor: it must see every metric and label, and reject what it cannot check."""
 
-from pathlib import Path
-
 import pytest
 
 from tests.dashboards.promql_names import (
     PromQLSyntaxError,
     UnverifiableSelectorError,
     counters_read_as_values,
-    load_metric_entries,
     names_in,
     unknown_names,
 )
@@ -77,17 +74,3 @@ def test_a_label_in_the_wrong_case_is_reported() -> None:
 def test_counters_are_only_read_as_deltas(expr: str, flagged: list[str]) -> None:
     counters = {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_EXP_XID_ERRORS_TOTAL"}
     assert counters_read_as_values(expr, counters) == flagged
-
-
-def test_a_malformed_metric_list_line_names_file_and_line(tmp_path: Path) -> None:
-    path = tmp_path / "known.txt"
-    path.write_text("# comment\nDCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_TEMP\n")
-    with pytest.raises(ValueError, match=r"known.txt:3: expected 'NAME TYPE'"):
-        load_metric_entries(path)
-
-
-def test_the_contract_list_has_the_metrics_the_rules_depend_on() -> None:
-    entries = load_metric_entries()
-    assert entries["DCGM_EXP_XID_ERRORS_TOTAL"].kind == "counter"
-    assert entries["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].kind == "counter"
-    assert entries["DCGM_EXP_GPU_HEALTHY"].kind == "gauge"
