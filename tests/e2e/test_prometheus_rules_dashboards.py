@@ -444,3 +444,19 @@ def test_every_name_the_exporters_served_is_in_the_exporters_registry(fleet: Fle
         EXTERNAL_METRICS)
     assert served - set(exporter_metric_entries()) == set()
     assert len(served) > 50
+
+
+def test_unhealthy_gpus_table_counts_every_xid_of_the_day(fleet: Fleet) -> None:
+    """The table's "Xids (24 h)" column: a code seen for the first time counts too (its total is born at
+    1, which increase() alone cannot see), so a GPU with one fatal Xid 48 shows 1, not 0."""
+    [column] = [c for c in fleet.answers
+                if c.where == "gpu-pod-exporter-overview panel 'Unhealthy GPUs' query B"]
+    at = time.time()
+    shown = {s.labels["gpu"]: s.value for s in fleet.prometheus.query(column.expr, at=at)
+             if s.labels["Hostname"] == ZOO_NODE}
+    # Every Xid counter was born during this test, so the last 24 h hold all of it.
+    totals = {s.labels["gpu"]: s.value for s in fleet.prometheus.query(
+        f'sum by (gpu) (DCGM_EXP_XID_ERRORS_TOTAL{{Hostname="{ZOO_NODE}"}})', at=at)}
+    assert set(shown) == {"4", "6", "7"}  # unhealthy GPUs with Xids (GPU 5 has none)
+    assert shown == {gpu: totals[gpu] for gpu in shown}
+    assert shown["4"] == 2.0 and shown["7"] == 1.0  # Xid 48 + 63; Xid 79
