@@ -50,6 +50,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -474,3 +475,33 @@ def test_overview_idle_count_agrees_with_the_idle_alert(fleet: Fleet) -> None:
     graph = check_at(fleet, "gpu-pod-exporter-overview panel 'Allocated vs idle devices' query C")
     assert fleet.prometheus.query(stat.expr) == [Sample({}, 2.0)]
     assert fleet.prometheus.query(graph.expr) == [Sample({}, 2.0)]
+
+
+def wait_for_active_alerts(fleet: Fleet, names: set[str], deadline_s: float = 20.0) -> list[dict[str, Any]]:
+    """/api/v1/alerts once every alert in ``names`` is pending or firing (and no other)."""
+    end = time.monotonic() + deadline_s
+    while True:
+        alerts = fleet.prometheus.alerts()
+        active = {str(a["labels"]["alertname"]) for a in alerts}
+        if active >= names or time.monotonic() >= end:
+            assert active == names, sorted(names - active)
+            return alerts
+        time.sleep(0.5)
+
+
+def test_every_alert_is_active_with_its_annotations_filled_from_live_labels(fleet: Fleet) -> None:
+    """Pending (waiting for `for`) or firing, each alert's summary and description render from the
+    exporter's real labels: no template error, no missing value, the GPU or target named."""
+    expected = set(EXPECTED_GPU_SUBJECTS) | set(EXPECTED_TARGET_SUBJECTS)
+    alerts = wait_for_active_alerts(fleet, expected)
+    for alert in alerts:
+        labels, annotations = alert["labels"], alert["annotations"]
+        text = " ".join(annotations.values())
+        assert "error expanding template" not in text and "<no value>" not in text, alert
+        named = f"GPU {labels['gpu']}" if "gpu" in labels else labels["instance"]
+        assert named in annotations["summary"] and named in annotations["description"], alert
+        if labels.get("GPU_I_ID"):
+            assert f"MIG {labels['GPU_I_PROFILE']} instance {labels['GPU_I_ID']}" in annotations["description"]
+        if labels.get("pod"):
+            assert f"{labels['namespace']}/{labels['pod']}" in annotations["description"], alert
+
