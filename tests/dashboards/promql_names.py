@@ -137,6 +137,24 @@ def names_in(expr: str) -> ExprNames:
     return names
 
 
+def or_branches(expr: str) -> list[str]:
+    """The alternatives of a top-level ``A or B or C`` (parentheses around them removed), as PromQL text.
+
+    An alert that fires on any of several conditions is only proven when each condition can hold;
+    an expression without a top-level ``or`` is its own single branch. Selectors come back in the
+    parser's spelling (``x{}``), which Prometheus accepts.
+    """
+
+    def split(node: promql_parser.Expr) -> list[promql_parser.Expr]:
+        while isinstance(node, promql_parser.ParenExpr):
+            node = node.expr
+        if isinstance(node, promql_parser.BinaryExpr) and str(node.op) == "or":
+            return split(node.lhs) + split(node.rhs)
+        return [node]
+
+    return [str(branch) for branch in split(parse(expr))]
+
+
 def counters_read_as_values(expr: str, counters: set[str]) -> list[str]:
     """Counters that the expression compares or uses as plain values rather than as deltas.
 

@@ -7,6 +7,7 @@ from tests.dashboards.promql_names import (
     UnverifiableSelectorError,
     counters_read_as_values,
     names_in,
+    or_branches,
     unknown_names,
 )
 
@@ -74,3 +75,10 @@ def test_a_label_in_the_wrong_case_is_reported() -> None:
 def test_counters_are_only_read_as_deltas(expr: str, flagged: list[str]) -> None:
     counters = {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_EXP_XID_ERRORS_TOTAL"}
     assert counters_read_as_values(expr, counters) == flagged
+
+
+def test_or_alternatives_are_split_at_the_top_level_only() -> None:
+    assert or_branches("(increase(a[10m]) > 0) or (a > 0 unless on (H) a offset 10m) or b == 1") == [
+        "increase(a{}[10m]) > 0", "a{} > 0 unless on (H) a{} offset 10m", "b{} == 1"]
+    assert len(or_branches("(x or y) unless z")) == 1  # an `or` inside another operator is no alternative
+    assert or_branches("DCGM_FI_DEV_GPU_TEMP > 85") == ["DCGM_FI_DEV_GPU_TEMP{} > 85"]

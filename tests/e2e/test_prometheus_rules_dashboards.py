@@ -67,7 +67,7 @@ from tests.dashboards.dashboard_queries import (
     substitute,
 )
 from tests.dashboards.exporter_metrics import EXTERNAL_METRICS, exporter_metric_entries
-from tests.dashboards.promql_names import names_in, recorded_names, rule_groups
+from tests.dashboards.promql_names import names_in, or_branches, recorded_names, rule_groups
 from tests.e2e.exporter_process import REPO_ROOT, ExporterProcess, free_port
 from tests.e2e.prometheus_harness import RULE_FILES, PrometheusHarness, Sample, require_prometheus
 
@@ -505,3 +505,37 @@ def test_every_alert_is_active_with_its_annotations_filled_from_live_labels(flee
         if labels.get("pod"):
             assert f"{labels['namespace']}/{labels['pod']}" in annotations["description"], alert
 
+
+
+# Branches of "A or B" rules whose condition needs more time than this test has, run with an explicit
+# substitution (the only ones; the test fails if a substitution no longer applies):
+# - rate(THERMAL_VIOLATION[5m]) > 0.5: rate() divides by the whole 5 minutes, so a GPU throttled
+#   100 % of the time passes 0.5 only after 2.5 minutes of data; a 10 s window shows the same condition.
+# - time() - last_sample > 120: the hung exporter stopped sampling 5 s after start; a 5 s threshold
+#   shows that the branch picks exactly the exporter whose sampler stopped.
+BRANCH_SUBSTITUTIONS: dict[str, tuple[str, str]] = {
+    "GpuThermalThrottling": ("[5m])", "[10s])"),
+    "GpuPodExporterSamplesStale": ("> 120", "> 5"),
+}
+
+
+def test_every_alternative_of_every_rule_can_hold(fleet: Fleet) -> None:
+    """Each branch of a rule's top-level `or` answers on its own, so no alternative is dead code
+    (e.g. device_up == 0 for a lost GPU, the first-seen branches for counters born non-zero)."""
+    branches: list[tuple[str, str]] = []
+    for _, rule in rule_groups(RULE_FILES):
+        name = str(rule.get("alert") or rule.get("record"))
+        alternatives = or_branches(str(rule["expr"]))
+        if len(alternatives) < 2:
+            continue
+        for branch in alternatives:
+            old, new = BRANCH_SUBSTITUTIONS.get(name, ("", ""))
+            branches.append((name, branch.replace(old, new) if old and old in branch else branch))
+    used = {name for name, branch in branches if name in BRANCH_SUBSTITUTIONS
+            and BRANCH_SUBSTITUTIONS[name][1] in branch}
+    assert used == set(BRANCH_SUBSTITUTIONS)
+    assert len(branches) >= 12
+    answers = answer_all(fleet.prometheus, [Check(f"rule {name}", branch) for name, branch in branches], 20)
+    assert [f"{check.where}: {check.expr}" for check, count in answers.items() if count == 0] == []
+    [stale] = [branch for name, branch in branches if name == "GpuPodExporterSamplesStale" and "> 5" in branch]
+    assert {subject(s) for s in fleet.prometheus.query(stale)} == {fleet.instance("hang")}
