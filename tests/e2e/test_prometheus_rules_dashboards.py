@@ -36,8 +36,9 @@ Rule windows are not shortened: counters in the zoo step up every second, so ``i
 ``[10m]`` and ``[1h]`` are non-empty after a few scrapes, and the "first seen" branches
 (``X unless X offset 5m``) hold because nothing existed 5 minutes ago. ``GpuPodExporterAbsent``
 (``absent(up{...})``) is empty while targets are scraped and is shown to answer by evaluating it at
-a time before Prometheus scraped anything. The ``time() - last_sample > 120`` branch of
-``GpuPodExporterSamplesStale`` cannot hold within two minutes; its ``sampler_stalled`` branch does.
+a time before Prometheus scraped anything. Each alternative of an ``A or B`` rule is also run on its
+own; two need minutes of data and run with an explicit substitution (``BRANCH_SUBSTITUTIONS``):
+the thermal-violation ``rate(...[5m]) > 0.5`` and the ``time() - last_sample > 120`` staleness.
 """
 
 from __future__ import annotations
