@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,6 +119,55 @@ def dashboard_queries(dashboard: dict[str, Any]) -> list[DashboardQuery]:
     return queries
 
 
+@dataclass(frozen=True)
+class QueryVariable:
+    """A template variable whose values come from Prometheus: ``label_values(selector, label)``."""
+
+    name: str
+    selector: str  # PromQL (Grafana variables not yet substituted) whose series carry the values
+    label: str
+    multi: bool  # several values, or All, can be selected: Grafana inserts a regex alternation
+
+
+def label_values_arguments(query: str) -> tuple[str, str] | None:
+    """(selector, label) of ``label_values(selector, label)``; None for any other variable query."""
+    match = _LABEL_VALUES.match(query)
+    if not match:
+        return None
+    selector, _, label = match.group("args").rpartition(",")
+    if not selector.strip():
+        return None
+    return selector.strip(), label.strip()
+
+
+def query_variables(dashboard: dict[str, Any]) -> list[QueryVariable]:
+    """The dashboard's ``label_values`` variables, in the order Grafana resolves them (list order)."""
+    found: list[QueryVariable] = []
+    for variable in dashboard.get("templating", {}).get("list", []):
+        if variable.get("type") != "query":
+            continue
+        arguments = label_values_arguments(_variable_query_text(variable))
+        if arguments is not None:
+            found.append(QueryVariable(str(variable["name"]), *arguments,
+                                       bool(variable.get("multi") or variable.get("includeAll"))))
+    return found
+
+
+_REGEX_SPECIAL = re.compile(r"[\\^$*+?.()|\[\]{}']")
+
+
+def grafana_regex_value(values: Sequence[str]) -> str:
+    """The text Grafana puts into a Prometheus query for a multi-value variable with ``values`` selected.
+
+    Like Grafana: each value's regex metacharacters escaped with a backslash, written doubled
+    because the text lands inside a PromQL string; several values become ``(a|b|c)``.
+    """
+    if not values:
+        raise ValueError("a multi-value variable needs at least one value")
+    escaped = [_REGEX_SPECIAL.sub(lambda match: "\\\\" + match.group(0), value) for value in values]
+    return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
+
+
 def variable_names(dashboard: dict[str, Any]) -> set[str]:
     """The template variables a dashboard defines."""
     return {str(v["name"]) for v in dashboard.get("templating", {}).get("list", []) if "name" in v}
@@ -177,3 +226,13 @@ def dcgm_exporter_queries(path: Path = DCGM_EXPORTER_QUERIES_FILE) -> list[Dashb
         queries.append(DashboardQuery("dcgm-exporter:Oxed_c6Wz", f"{path.name}:{number}", expr,
                                       line.startswith("label_values(")))
     return queries
+
+
+def dcgm_exporter_variables(path: Path = DCGM_EXPORTER_QUERIES_FILE) -> list[QueryVariable]:
+    """The variables of dcgm-exporter's dashboard (``instance``, ``gpu``; both multi-value with All there)."""
+    found: list[QueryVariable] = []
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        arguments = label_values_arguments(raw.strip())
+        if arguments is not None:
+            found.append(QueryVariable(arguments[1], *arguments, multi=True))
+    return found

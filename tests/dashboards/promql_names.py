@@ -4,8 +4,8 @@ Why: rules and dashboards name metrics as strings. Prometheus accepts any name a
 unknown one with an empty result, so a typo (`DCGM_FI_DEV_GPU_UTILL`) or a label in the wrong case
 (`hostname`) silently turns an alert off. Parsing every expression with a real PromQL parser
 (the `promql-parser` package) and comparing each name with the contract catches that at test
-time. The contract list lives in `known_metrics.txt` / `known_labels.txt` beside this module
-until the exporter's own catalog replaces it.
+time. Metric names come from the exporter's own registries (`exporter_metrics.py`); label names
+from `known_labels.txt` beside this module.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ except ImportError as error:  # a test dependency: say how to get it rather than
     raise ImportError("the rule and dashboard tests need promql-parser: pip install -e '.[test]'") from error
 
 HERE = Path(__file__).resolve().parent
-KNOWN_METRICS_FILE = HERE / "known_metrics.txt"
 KNOWN_LABELS_FILE = HERE / "known_labels.txt"
 
 
@@ -57,7 +56,7 @@ class ValueRead:
 
 @dataclass(frozen=True)
 class MetricEntry:
-    """One line of known_metrics.txt: a name and its Prometheus type."""
+    """A metric name and its Prometheus type."""
 
     name: str
     kind: str  # gauge, counter, info or untyped
@@ -138,6 +137,24 @@ def names_in(expr: str) -> ExprNames:
     return names
 
 
+def or_branches(expr: str) -> list[str]:
+    """The alternatives of a top-level ``A or B or C`` (parentheses around them removed), as PromQL text.
+
+    An alert that fires on any of several conditions is only proven when each condition can hold;
+    an expression without a top-level ``or`` is its own single branch. Selectors come back in the
+    parser's spelling (``x{}``), which Prometheus accepts.
+    """
+
+    def split(node: promql_parser.Expr) -> list[promql_parser.Expr]:
+        while isinstance(node, promql_parser.ParenExpr):
+            node = node.expr
+        if isinstance(node, promql_parser.BinaryExpr) and str(node.op) == "or":
+            return split(node.lhs) + split(node.rhs)
+        return [node]
+
+    return [str(branch) for branch in split(parse(expr))]
+
+
 def counters_read_as_values(expr: str, counters: set[str]) -> list[str]:
     """Counters that the expression compares or uses as plain values rather than as deltas.
 
@@ -174,21 +191,6 @@ def literal_matchers(expr: str, labels: set[str], marker: str) -> list[str]:
 
     walk(parse(expr))
     return found
-
-
-def load_metric_entries(path: Path = KNOWN_METRICS_FILE) -> dict[str, MetricEntry]:
-    """known_metrics.txt: ``NAME TYPE`` per line, ``#`` comments and blank lines ignored."""
-    entries: dict[str, MetricEntry] = {}
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        parts = line.split()
-        if len(parts) != 2 or parts[1] not in {"gauge", "counter", "info", "untyped"}:
-            raise ValueError(
-                f"{path}:{number}: expected 'NAME TYPE' (gauge|counter|info|untyped), got {raw!r}")
-        entries[parts[0]] = MetricEntry(parts[0], parts[1])
-    return entries
 
 
 def load_label_names(path: Path = KNOWN_LABELS_FILE) -> set[str]:

@@ -2,25 +2,30 @@
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.dashboards.dashboard_queries import (
+    QueryVariable,
     UnknownVariableError,
     all_queries,
     dashboard_queries,
+    dcgm_exporter_variables,
+    grafana_regex_value,
     iter_panels,
     load_dashboards,
+    query_variables,
     substitute,
     variable_query_to_promql,
     variables_used,
 )
+from tests.dashboards.exporter_metrics import known_metric_entries
 from tests.dashboards.promql_names import (
     literal_matchers,
     load_label_names,
-    load_metric_entries,
     names_in,
     recorded_names,
     unknown_names,
@@ -90,7 +95,7 @@ def test_a_typo_in_any_panel_of_a_real_dashboard_is_caught() -> None:
     target["expr"] = target["expr"].replace(metric, typo, 1)
 
     def problems(d: dict[str, Any]) -> list[str]:
-        known = set(load_metric_entries()) | recorded_names(RULE_FILES)
+        known = set(known_metric_entries()) | recorded_names(RULE_FILES)
         return unknown_names([(q.source, q.resolved(values)) for q in dashboard_queries(d)], known,
                              load_label_names())
 
@@ -142,3 +147,32 @@ def test_all_queries_reads_every_dashboard_file(tmp_path: Path) -> None:
     queries = all_queries(tmp_path)
     assert {q.dashboard for q in queries} == {"test", "second"}
     assert len(queries) == 12
+
+
+def test_query_variables_are_listed_in_resolution_order_with_their_label() -> None:
+    assert query_variables(small_dashboard()) == [
+        QueryVariable("Hostname", "DCGM_FI_DEV_FB_USED", "Hostname", multi=False),
+        QueryVariable("gpu", 'DCGM_FI_DEV_FB_USED{Hostname="$Hostname", gpu!=""}', "gpu", multi=False),
+    ]
+    dashboard = small_dashboard()
+    dashboard["templating"]["list"][2]["includeAll"] = True
+    assert query_variables(dashboard)[1].multi
+
+
+def test_dcgm_exporter_dashboard_variables_are_multi_value() -> None:
+    assert dcgm_exporter_variables() == [
+        QueryVariable("instance", "DCGM_FI_DEV_GPU_TEMP", "instance", multi=True),
+        QueryVariable("gpu", "DCGM_FI_DEV_GPU_TEMP", "gpu", multi=True),
+    ]
+
+
+@pytest.mark.parametrize(("values", "text"), [
+    (["0"], "0"),
+    (["0", "1", "10"], "(0|1|10)"),
+    (["127.0.0.1:9400", "a(b)|c"], r"(127\\.0\\.0\\.1:9400|a\\(b\\)\\|c)"),
+])
+def test_multi_value_variables_become_an_escaped_regex_like_grafana_sends(values: list[str], text: str) -> None:
+    assert grafana_regex_value(values) == text
+    # inside a PromQL string the doubled backslashes become single ones: the regex matches the values
+    regex = text.replace("\\\\", "\\")
+    assert all(re.fullmatch(regex, value) for value in values)

@@ -1,15 +1,13 @@
 """The PromQL name extractor: it must see every metric and label, and reject what it cannot check."""
 
-from pathlib import Path
-
 import pytest
 
 from tests.dashboards.promql_names import (
     PromQLSyntaxError,
     UnverifiableSelectorError,
     counters_read_as_values,
-    load_metric_entries,
     names_in,
+    or_branches,
     unknown_names,
 )
 
@@ -79,15 +77,8 @@ def test_counters_are_only_read_as_deltas(expr: str, flagged: list[str]) -> None
     assert counters_read_as_values(expr, counters) == flagged
 
 
-def test_a_malformed_metric_list_line_names_file_and_line(tmp_path: Path) -> None:
-    path = tmp_path / "known.txt"
-    path.write_text("# comment\nDCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_TEMP\n")
-    with pytest.raises(ValueError, match=r"known.txt:3: expected 'NAME TYPE'"):
-        load_metric_entries(path)
-
-
-def test_the_contract_list_has_the_metrics_the_rules_depend_on() -> None:
-    entries = load_metric_entries()
-    assert entries["DCGM_EXP_XID_ERRORS_TOTAL"].kind == "counter"
-    assert entries["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].kind == "counter"
-    assert entries["DCGM_EXP_GPU_HEALTHY"].kind == "gauge"
+def test_or_alternatives_are_split_at_the_top_level_only() -> None:
+    assert or_branches("(increase(a[10m]) > 0) or (a > 0 unless on (H) a offset 10m) or b == 1") == [
+        "increase(a{}[10m]) > 0", "a{} > 0 unless on (H) a{} offset 10m", "b{} == 1"]
+    assert len(or_branches("(x or y) unless z")) == 1  # an `or` inside another operator is no alternative
+    assert or_branches("DCGM_FI_DEV_GPU_TEMP > 85") == ["DCGM_FI_DEV_GPU_TEMP{} > 85"]

@@ -118,7 +118,9 @@ class PrometheusHarness:
     ``rule_files`` are loaded as they are (absolute paths); ``honor_labels`` defaults to True as
     in the chart's ServiceMonitor, so the exporter's pod/namespace labels win over target
     labels; ``target_labels`` are added to every target (e.g. ``{"Hostname": "node-a"}``, the
-    relabelling docs/alerts.md recommends).
+    relabelling docs/alerts.md recommends). ``extra_jobs`` adds scrape jobs of other programs
+    (job name -> targets, same interval), e.g. a stand-in for kube-state-metrics, so that series
+    from other exporters keep their own ``job`` as in a real cluster.
     """
 
     def __init__(
@@ -132,6 +134,7 @@ class PrometheusHarness:
         evaluation_interval: str = "1s",
         honor_labels: bool = True,
         target_labels: Mapping[str, str] | None = None,
+        extra_jobs: Mapping[str, Sequence[str]] | None = None,
         prometheus_binary: str | None = None,
         startup_timeout_s: float = 60.0,
     ) -> None:
@@ -143,6 +146,7 @@ class PrometheusHarness:
         self.evaluation_interval = evaluation_interval
         self.honor_labels = honor_labels
         self.target_labels = dict(target_labels or {})
+        self.extra_jobs = {job: list(targets) for job, targets in (extra_jobs or {}).items()}
         self.prometheus_binary = prometheus_binary
         self.startup_timeout_s = startup_timeout_s
         self.port = 0
@@ -164,8 +168,12 @@ class PrometheusHarness:
             "global": {"scrape_interval": self.scrape_interval, "scrape_timeout": self.scrape_interval,
                        "evaluation_interval": self.evaluation_interval},
             "rule_files": [str(p) for p in self.rule_files],
-            "scrape_configs": [{"job_name": self.job, "metrics_path": self.metrics_path,
-                                "honor_labels": self.honor_labels, "static_configs": [static]}],
+            "scrape_configs": [
+                {"job_name": self.job, "metrics_path": self.metrics_path, "honor_labels": self.honor_labels,
+                 "static_configs": [static]},
+                *({"job_name": job, "static_configs": [{"targets": targets}]}
+                  for job, targets in self.extra_jobs.items()),
+            ],
         }
 
     def start(self) -> PrometheusHarness:
