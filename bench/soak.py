@@ -247,8 +247,15 @@ class ChurningNode:
     def pod(self, slot: int, generation: int) -> PodSpec:
         devices = (whole_gpu(self.gpus[slot]),) if slot < len(self.gpus) else ()
         pids = (GPU_PID_BASE + slot,) if slot < len(self.gpus) else ()
-        labels = (("app", f"svc-{slot}"), ("generation", str(generation)),
-                  ("pod-template-hash", f"{hash((slot, generation)) & 0xFFFFFFFF:08x}"))
+        # The labels a Deployment's pods typically carry (the exporter keeps them while the pod lives).
+        labels = (("app", f"svc-{slot}"), ("app.kubernetes.io/name", f"svc-{slot}"),
+                  ("app.kubernetes.io/instance", f"svc-{slot}-production"),
+                  ("app.kubernetes.io/version", f"1.{generation % 50}.0"),
+                  ("app.kubernetes.io/component", "worker" if slot < len(self.gpus) else "server"),
+                  ("app.kubernetes.io/part-of", f"platform-{slot % 7}"), ("app.kubernetes.io/managed-by", "Helm"),
+                  ("helm.sh/chart", f"svc-{slot}-1.{generation % 50}.0"),
+                  ("example.com/cost-center", f"cc-{slot % 13}"),
+                  ("pod-template-hash", f"{(slot * 7919 + generation * 104729) % 16**10:010x}"))
         return PodSpec(self.namespaces[slot % len(self.namespaces)], f"svc-{slot}-{generation}", "main", devices,
                        pids=pids, labels=labels)
 
@@ -342,11 +349,17 @@ class LoadRun:
     rss_after_kib: int
     rss_peak_kib: int
     healthy_after: bool
+    still_attributed: bool  # every GPU still labelled with its pod after the load
+    log_problems: list[str]  # error lines and tracebacks in the exporter's log
+
+
+def error_lines(exporter: ExporterProcess) -> list[str]:
+    return [line for line in exporter.log().split("\n") if " error " in line or "Traceback" in line]
 
 
 def run_load(concurrency: int = 200, duration_s: float = 60.0, pods: int = 110,
              collect_interval_ms: int = 1000) -> LoadRun:
-    with running_node(pods, collect_interval_ms) as (_, exporter):
+    with running_node(pods, collect_interval_ms) as (node, exporter):
         text = exporter.metrics()
         pid = exporter.process.pid
         rss_before, _ = memory_kib(pid)
@@ -354,10 +367,11 @@ def run_load(concurrency: int = 200, duration_s: float = 60.0, pods: int = 110,
         result = scrape_load_in_process(f"http://127.0.0.1:{exporter.port}/metrics", concurrency, duration_s)
         cpu_used, wall = cpu_seconds(pid) - cpu_before, time.monotonic() - started
         rss_after, peak = memory_kib(pid)
-        healthy = exporter.get("/health").status == 200
         return LoadRun(load=result, pods=pods, exposition_bytes=len(text.encode("utf-8")),
                        series=len(parse_samples(text)), exporter_cpu_cores=cpu_used / wall,
-                       rss_before_kib=rss_before, rss_after_kib=rss_after, rss_peak_kib=peak, healthy_after=healthy)
+                       rss_before_kib=rss_before, rss_after_kib=rss_after, rss_peak_kib=peak,
+                       healthy_after=exporter.get("/health").status == 200,
+                       still_attributed=attributed(exporter, node), log_problems=error_lines(exporter))
 
 
 # -- soak ------------------------------------------------------------------------------------------
@@ -378,6 +392,7 @@ class SoakRun:
     rss_max_kib: int
     stale_series: int  # series naming a pod that no longer exists, at the end
     healthy_after: bool
+    log_problems: list[str]
 
     @property
     def growth(self) -> float:
@@ -452,7 +467,8 @@ def run_soak(duration_s: float = 600.0, reference_s: float = 60.0, pods: int = 1
                        pods_replaced=node.replaced, scrapes=scrapers.scrapes, scrape_failures=scrapers.failures,
                        rss_samples=samples, reference_s=reference[0], rss_reference_kib=reference[1],
                        rss_end_kib=samples[-1][1], rss_max_kib=max(value for _, value in samples),
-                       stale_series=stale, healthy_after=exporter.get("/health").status == 200)
+                       stale_series=stale, healthy_after=exporter.get("/health").status == 200,
+                       log_problems=error_lines(exporter))
 
 
 # -- reports -----------------------------------------------------------------------------------------
@@ -479,7 +495,9 @@ def load_report(run: LoadRun) -> str:
         f"| exporter RSS before / after / peak | {run.rss_before_kib / KIB:.1f} / {run.rss_after_kib / KIB:.1f} / "
         f"{run.rss_peak_kib / KIB:.1f} MiB |",
         f"| load generator CPU | {load.generator_cpu_s / load.duration_s:.2f} cores |",
-        f"| /health after | {'200' if run.healthy_after else 'not 200'} |",
+        f"| /health after; every GPU still attributed | {'200' if run.healthy_after else 'not 200'}; "
+        f"{'yes' if run.still_attributed else 'NO'} |",
+        f"| error lines in the exporter's log | {len(run.log_problems)} |",
     ])
 
 
@@ -494,6 +512,7 @@ def soak_report(run: SoakRun) -> str:
         f"| RSS max | {run.rss_max_kib / KIB:.1f} MiB |",
         f"| series of deleted pods at the end | {run.stale_series} |",
         f"| /health after | {'200' if run.healthy_after else 'not 200'} |",
+        f"| error lines in the exporter's log | {len(run.log_problems)} |",
         "",
         "RSS samples (s: MiB): " + ", ".join(f"{t:.0f}: {kib / KIB:.1f}" for t, kib in run.rss_samples),
     ]
@@ -529,11 +548,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "load":
         result = run_load(args.concurrency, args.duration, args.pods)
         print(load_report(result))
-        ok = result.load.failed == 0 and result.healthy_after
+        ok = result.load.failed == 0 and result.healthy_after and result.still_attributed and not result.log_problems
     else:
         result = run_soak(args.minutes * 60, args.reference_minute * 60, args.pods, args.churn, progress=True)
         print(soak_report(result))
-        ok = result.scrape_failures == 0 and result.stale_series == 0 and result.healthy_after
+        ok = (result.scrape_failures == 0 and result.stale_series == 0 and result.healthy_after
+              and not result.log_problems)
     if args.json is not None:
         args.json.write_text(json.dumps(asdict(result), indent=1) + "\n", encoding="utf-8")
     return 0 if ok else 1
