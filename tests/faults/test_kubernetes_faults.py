@@ -108,7 +108,7 @@ def test_kubelet_socket_missing(cluster: NodeCluster) -> None:
     try:
         exporter.wait_healthy()
         wait_for(lambda: _value(exporter, "gpu_pod_exporter_kube_api_up") == 1.0, 20.0, "kube_api_up 1")
-        _let_cycles_pass(exporter, 15)  # ~3 s: the client looked for the socket several times
+        _let_cycles_pass(exporter, 10)  # ~2 s: the client looked for the socket several times
         text = _assert_serving(exporter)
         assert not WORKLOAD_LABELS & set(_gpu0(exporter))  # no allocation known: no pod claimed
         assert "DCGM_EXP_GPU_ALLOCATED{" not in text  # nor "unallocated": nothing is claimed at all
@@ -164,7 +164,7 @@ def test_kubelet_rate_limited(node: tuple[NodeCluster, ExporterProcess]) -> None
     cluster.kubelet.set_rate_limit(0.0, 0)  # other agents used up the node-wide budget: RESOURCE_EXHAUSTED
     wait_for(lambda: _value(exporter, "gpu_pod_exporter_kubelet_up") == 0.0, 10.0, "kubelet_up 0")
     down_since = _value(exporter, "gpu_pod_exporter_kubelet_last_success_timestamp_seconds")
-    _let_cycles_pass(exporter, 15)  # ~3 s of rejected calls
+    _let_cycles_pass(exporter, 10)  # ~2 s of rejected calls
     _assert_serving(exporter)
     labels = _gpu0(exporter)
     assert (labels["pod"], labels["team"]) == ("trainer-0", "research")  # last known allocation is kept
@@ -190,7 +190,7 @@ def test_kubelet_answer_over_16_mib(cluster: NodeCluster) -> None:
     try:
         exporter.wait_healthy()
         wait_for(lambda: _log_lines(exporter, "receive limit"), 20.0, "the kubelet failure in the log")
-        _let_cycles_pass(exporter, 15)  # several more oversized answers
+        _let_cycles_pass(exporter, 10)  # several more oversized answers
         text = _assert_serving(exporter)
         assert not WORKLOAD_LABELS & set(_gpu0(exporter))
         assert "DCGM_EXP_GPU_ALLOCATED{" not in text
@@ -242,7 +242,7 @@ def test_api_server_down_from_the_start(cluster: NodeCluster) -> None:
     try:
         exporter.wait_healthy()
         wait_for(lambda: _gpu0(exporter).get("pod") == "trainer-0", 20.0, "the kubelet's allocation")
-        _let_cycles_pass(exporter, 15)
+        _let_cycles_pass(exporter, 10)
         _assert_serving(exporter)
         # The kubelet names pod, namespace and container; the UID and the team only the API knows.
         labels = _gpu0(exporter)
@@ -310,7 +310,7 @@ def test_api_server_malformed_json(node: tuple[NodeCluster, ExporterProcess]) ->
     cluster.api.inject_malformed_watch_line()  # ... and both watch streams carry a line that is not JSON
     wait_for(lambda: _value(exporter, "gpu_pod_exporter_kube_api_up") == 0.0, 15.0, "kube_api_up 0")
     cluster.api.set_namespace_labels("ml", {"team": "platform"})
-    _let_cycles_pass(exporter, 15)
+    _let_cycles_pass(exporter, 10)
     _assert_serving(exporter)
     labels = _gpu0(exporter)
     assert (labels["pod"], labels["team"]) == ("trainer-0", "research")  # the cache is kept, not half-applied
