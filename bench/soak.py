@@ -35,6 +35,7 @@ import contextlib
 import gzip
 import json
 import math
+import os
 import re
 import resource
 import subprocess
@@ -316,13 +317,7 @@ def running_node(pods: int, collect_interval_ms: int) -> Iterator[tuple[Churning
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process, from /proc/<pid>/stat (fields 14 and 15, counted after the ")")."""
     fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / _ticks_per_second()
-
-
-def _ticks_per_second() -> int:
-    import os  # noqa: PLC0415 - only for sysconf
-
-    return int(os.sysconf("SC_CLK_TCK"))
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def memory_kib(pid: int) -> tuple[int, int]:
