@@ -25,6 +25,7 @@ from exporter.health.families import (
 )
 from exporter.health.verdict import HEALTH_READINGS
 from exporter.health.xid import XidLedger, XidSource
+from exporter.health.xid_codes import xid_message
 from exporter.logs import StateLog, get_logger
 from exporter.metrics.catalog import CATALOG, FieldSpec
 from exporter.metrics.counters import CounterSet
@@ -77,9 +78,13 @@ class HealthTelemetry:
             last = self._xid_logged.get((identity.uuid, event.data))
             if last is None or now - last >= XID_LOG_INTERVAL_S:
                 self._xid_logged[(identity.uuid, event.data)] = now
-                log.warning("Xid error reported", extra={"fields": {
-                    "gpu": identity.index, "uuid": identity.uuid, "xid": event.data,
-                    "gpu_instance_id": event.gpu_instance_id}})
+                # Say that repeats are only counted: in a storm this one line stands for thousands.
+                fields: dict[str, object] = {"gpu": identity.index, "uuid": identity.uuid, "xid": event.data,
+                                             "meaning": xid_message(event.data)}
+                if event.gpu_instance_id is not None:
+                    fields["gpu_instance_id"] = event.gpu_instance_id
+                log.warning("Xid error reported; more of this Xid on this GPU within %.0f s are counted in "
+                            "DCGM_EXP_XID_ERRORS_TOTAL, not logged", XID_LOG_INTERVAL_S, extra={"fields": fields})
         else:
             self.other_events[(identity.uuid, event.type_name)] += 1
             self._log.once(("event", identity.uuid, event.type_name), logging.WARNING,

@@ -16,11 +16,17 @@ prometheus-client's own parsers and lint it with promtool.
 In OpenMetrics a counter's samples must end in ``_total``; renaming dcgm-exporter's counters would
 rename the stored series, so those families are declared ``unknown`` there (same samples, same
 names). Counters that follow the convention (our ``*_total`` self-metrics) stay counters.
+
+Every string encodes: a lone UTF-16 surrogate (which JSON can carry as ``"\\ud800"``, e.g. in a pod
+or namespace label value from the API) has no UTF-8 form and becomes U+FFFD, the replacement
+character Go's encoders also write for invalid text. Failing instead would drop the whole exposition
+for one odd label value.
 """
 
 from __future__ import annotations
 
 import gzip
+import re
 from collections.abc import Iterable, Mapping
 
 from prometheus_client.core import Metric
@@ -28,6 +34,17 @@ from prometheus_client.utils import floatToGoString
 
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def to_utf8(text: str) -> bytes:
+    """UTF-8 bytes of ``text``; lone surrogates (not encodable) become U+FFFD instead of an error."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATES.sub("\ufffd", text).encode("utf-8")
 
 
 def escape_label_value(value: str) -> str:
@@ -67,7 +84,7 @@ def encode_text(families: Iterable[Metric]) -> bytes:
         out.append(f"# TYPE {name} {type_name}\n")
         out.extend(f"{sample.name}{_labels(sample.labels)} {format_value(sample.value)}\n"
                    for sample in family.samples)
-    return "".join(out).encode("utf-8")
+    return to_utf8("".join(out))
 
 
 def encode_openmetrics(families: Iterable[Metric]) -> bytes:
@@ -87,7 +104,7 @@ def encode_openmetrics(families: Iterable[Metric]) -> bytes:
         out.extend(f"{sample.name}{_labels(sample.labels)} {format_value(sample.value)}\n"
                    for sample in family.samples)
     out.append("# EOF\n")
-    return "".join(out).encode("utf-8")
+    return to_utf8("".join(out))
 
 
 def gzip_bytes(data: bytes) -> bytes:

@@ -225,6 +225,11 @@ class FakeApiServer:
                 watch.bookmark_requested = True
             self._cond.notify_all()
 
+    def end_watches(self) -> None:
+        """End every open watch stream normally, as the server does when a watch's timeoutSeconds
+        runs out: the client resumes with a new watch request (which ``set_delay`` then slows)."""
+        self._end_watches(abort=False)
+
     def _end_watches(self, *, abort: bool) -> None:
         with self._cond:
             for watch in self._watches:

@@ -6,8 +6,9 @@ never render, never call NVML and never wait on a source. The text format is enc
 rendering; OpenMetrics and gzip variants are encoded on first request and memoised beside it,
 because Prometheus asks for OpenMetrics+gzip by default while curl asks for plain text.
 
-If a render fails (a bug, never a user mistake), the previous exposition keeps being served and
-the failure is logged: a scrape still answers with the last good data instead of a 500.
+If a render or its text encoding fails (a bug, never a user mistake), the previous exposition keeps
+being served and the failure is logged: a scrape still answers with the last good data instead of
+a 500, and the next invalidation tries again.
 """
 
 from __future__ import annotations
@@ -85,12 +86,15 @@ class ExpositionCache:
             self._dirty.clear()
             try:
                 families = self._render()
+                # Encoding is part of the render: if it failed outside this guard, the renderer
+                # thread would die and every later scrape would get this exposition forever.
+                rendered = RenderedExposition(self._generation + 1, families)
             except Exception:
                 self.render_failures += 1
                 log.exception("rendering failed; the previous exposition is still served")
                 return self._current
             self._generation += 1
-            self._current = RenderedExposition(self._generation, families)
+            self._current = rendered
             return self._current
 
     def start(self) -> None:

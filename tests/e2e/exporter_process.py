@@ -49,8 +49,10 @@ def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
     prometheus-client's parser appends ``_total`` to the samples of any ``counter`` family; Prometheus
     does not, and dcgm-exporter's counters have no such suffix. Without the TYPE lines every family is
     untyped and the library's parser (which does the label unescaping) keeps names as written.
+    Lines are split at "\n" only: a label value may hold a raw carriage return or other characters
+    that ``str.splitlines`` would also break at.
     """
-    untyped = "\n".join(line for line in text.splitlines() if not line.startswith("# TYPE "))
+    untyped = "\n".join(line for line in text.split("\n") if not line.startswith("# TYPE "))
     return [(sample.name, dict(sample.labels), sample.value)
             for family in text_string_to_metric_families(untyped + "\n") for sample in family.samples]
 

@@ -1,4 +1,7 @@
-"""Error and health telemetry through the real process: a GPU falls off the bus, an Xid storm is counted."""
+"""Error and health telemetry through the real process: a GPU falls off the bus.
+
+The Xid storm is a row of the fault matrix: tests/faults/test_xid_storm.py.
+"""
 
 from __future__ import annotations
 
@@ -54,21 +57,3 @@ def test_a_gpu_that_falls_off_the_bus_stays_visible_as_unhealthy_and_the_others_
         exporter.assert_running()
     assert exporter.process.returncode == 0, exporter.log()
 
-
-def test_an_xid_storm_is_counted_exactly() -> None:
-    args = ["--simulate", "xid-storm", "--collectors", HEALTH_CSV, "-c", "200"]
-    expected = {("0", "31"): 50, ("0", "43"): 10, ("1", "13"): 40}
-    with running_exporter(args) as exporter:
-        exporter.wait_healthy()
-
-        def counted() -> dict[tuple[str, ...], float] | None:
-            exporter.assert_running()
-            totals = series(exporter, "DCGM_EXP_XID_ERRORS_TOTAL", "gpu", "xid")
-            return totals if sum(totals.values()) >= 100 else None
-
-        assert wait_for(counted, DEADLINE_S, "100 Xids") == expected
-        window = series(exporter, "DCGM_EXP_XID_ERRORS_COUNT", "gpu", "xid", "window_size_in_ms")
-        assert window == {("0", "31", "300000"): 50, ("0", "43", "300000"): 10, ("1", "13", "300000"): 40,
-                          ("2", "", "300000"): 0, ("3", "", "300000"): 0}
-        assert series(exporter, "DCGM_EXP_GPU_HEALTHY", "gpu", "reason") == {
-            ("0", "ok"): 1, ("1", "ok"): 1, ("2", "ok"): 1, ("3", "ok"): 1}  # application Xids: no drain

@@ -60,3 +60,12 @@ def test_gzip_is_deterministic_and_decompresses_to_the_same_bytes() -> None:
     body = encode_text(families())
     assert gzip.decompress(gzip_bytes(body)) == body
     assert gzip_bytes(body) == gzip_bytes(body)
+
+
+def test_a_lone_surrogate_becomes_the_replacement_character_in_both_formats() -> None:
+    """JSON can carry "\\ud800" (no UTF-8 form); one such label value must not break the exposition."""
+    team = Metric("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", "gauge")
+    team.add_sample("DCGM_FI_DEV_GPU_TEMP", {"gpu": "0", "team": "bad\ud800team"}, 40)
+    for encode, parse in ((encode_text, parse_text), (encode_openmetrics, parse_openmetrics)):
+        [family] = [family for family in parse(encode([team]).decode("utf-8")) if family.samples]
+        assert family.samples[0].labels["team"] == "bad\ufffdteam"
