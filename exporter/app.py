@@ -21,6 +21,7 @@ from prometheus_client.core import Metric
 
 from exporter.config import Config
 from exporter.logs import get_logger
+from exporter.metrics.catalog import FieldSpec
 from exporter.metrics.counters import CounterSet
 from exporter.metrics.render import (
     DEFAULT_BUILDERS,
@@ -51,6 +52,8 @@ class Extensions:
     on_stop: list[Callable[[], None]] = field(default_factory=list)
     on_snapshot: list[Callable[[Snapshot], None]] = field(default_factory=list)
     workloads: WorkloadLabeler = no_workloads
+    # Readings a component needs every cycle whether or not the CSV exports them (GPU health flags).
+    sampler_dependencies: list[FieldSpec] = field(default_factory=list)
 
 
 def node_hostname(config: Config) -> str | None:
@@ -74,6 +77,7 @@ class App:
             on_snapshot=self._on_snapshot,
             process_interval_s=config.process_interval_ms / 1000 if config.process_attribution else None,
             clock=clock,
+            dependencies=self.extensions.sampler_dependencies,
         )
         self.cache = ExpositionCache(self._render)
         self.server = ExporterHTTPServer(config.address, self.cache, self.health, config.web_max_requests, security)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from exporter.app import App, Extensions
 from exporter.config import EXIT_CONFIG_ERROR, PROGRAM, Config, ConfigError, load_config
+from exporter.health.wiring import health_extensions
 from exporter.logs import configure, get_logger
 from exporter.metrics.counters import CounterFileError, CounterSet, load_counters
 
@@ -30,7 +31,10 @@ def build_app(config: Config, counters: CounterSet) -> App:
 
         scenario = load_scenario(config.simulate)
         simulation_extensions(config, scenario, extensions)
-    return App(config, counters, extensions=extensions)
+    health = health_extensions(config, counters, extensions)
+    app = App(config, counters, extensions=extensions)
+    health.bind(app)
+    return app
 
 
 def main(argv: Sequence[str] | None = None) -> int:

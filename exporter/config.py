@@ -414,8 +414,3 @@ def _load_yaml(path: str) -> dict[str, tuple[Any, str]]:
             raise ConfigError(where, key, f"not valid YAML: {exc}") from None
         result[option.attr] = (_convert(option, raw, where), where)
     return result
-
-
-def option_table() -> tuple[Option, ...]:
-    """The declarations, for documentation generators and tests."""
-    return OPTIONS

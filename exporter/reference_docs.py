@@ -47,7 +47,9 @@ def dcgm_table() -> str:
     default_names = {row.name for row in parse_counters(default_counters_text(), "default").metrics}
     default_labels = {row.name for row in parse_counters(default_counters_text(), "default").labels}
     rows = ["| Metric | Default | Type | Unit | NVML source | Also accepted as |", "|---|---|---|---|---|---|"]
-    specs: list[FieldSpec] = sorted((spec for spec in CATALOG.fields if spec.served), key=lambda spec: spec.field_id)
+    # DCGM fields by id, then the exporter-owned DCGM_EXP_* rows (id 0: not DCGM fields).
+    specs: list[FieldSpec] = sorted((spec for spec in CATALOG.fields if spec.served),
+                                    key=lambda spec: (spec.field_id == 0, spec.field_id))
     for spec in specs:
         default = "yes" if spec.name in default_names or spec.name in default_labels else ""
         kind = "label" if spec.is_label else spec.prom_type

@@ -107,3 +107,14 @@ def test_every_option_has_an_environment_variable_and_help() -> None:
         assert option.env, option.attr
         assert option.help.endswith("."), option.attr
         assert getattr(Config(), option.attr) == option.default
+
+
+def test_a_broken_counters_line_is_a_one_line_error_with_file_and_line(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    csv = tmp_path / "counters.csv"
+    csv.write_text("# my counters\nDCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\nDCGM_FI_DEV_FB_USED, gauge\n")
+    assert main(["-f", str(csv)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"{csv}:3: DCGM_FI_DEV_FB_USED: expected 3 columns" in err
+    assert "Traceback" not in err

@@ -104,6 +104,9 @@ class FieldSpec:
     aliases: tuple[str, ...] = ()
     scope: Scope = Scope.DEVICE
     is_label: bool = False  # a string value used as a label (CSV 'label' rows)
+    # Catalog names of readings the sampler must take every cycle for this row to be produced even when
+    # the CSV does not export them (clock-event counts are computed from the reasons bitmask).
+    needs: tuple[str, ...] = ()
 
     @property
     def served(self) -> bool:
@@ -133,6 +136,98 @@ def _gpm_bytes(metric_id: int, fallback_field: int | None = None) -> FromGpm:
 
 
 _GPM_SOURCE = "GPM nvmlGpmMetricsGet({metric}) {conversion}, between consecutive samples (Hopper+{where})"
+
+_NS = 1e-9  # NVML's violation counters are in ns; DCGM 4.7's *_THROTTLE_SECONDS_TOTAL fields are in s
+
+# Memory errors, violation time and the exporter-owned Xid / clock-event rows.
+#
+# The violation counters are NVML's perf-policy counters (field ids 74-79), the quantities DCGM reads
+# for its *_VIOLATION fields. THERMAL is field 75 (NVML_FI_DEV_PERF_POLICY_THERMAL), which nvml.h maps
+# onto the SW thermal slowdown counter. It is deliberately not SW + HW thermal (ids 269 + 270): the sum
+# counts time twice while both are active, and the ids of those newer per-cause counters differ between
+# driver branches (251-253 in some 5xx headers, 269-271 in the CUDA 13 header pynvml follows), so
+# asking for 269 on the wrong branch reads an unrelated field. HW thermal episodes are visible through
+# DCGM_EXP_CLOCK_EVENTS_* (clock_event="hw_thermal") instead.
+_HEALTH_FIELDS: tuple[FieldSpec, ...] = (
+    FieldSpec("DCGM_FI_DEV_ECC_CURRENT", 300, "0/1", "Current ECC mode for the device.", "gauge",
+              _fv(1), "nvmlDeviceGetFieldValues(NVML_FI_DEV_ECC_CURRENT)"),
+    FieldSpec("DCGM_FI_DEV_ECC_PENDING", 301, "0/1", "Pending ECC mode for the device (after the next reboot).",
+              "gauge", _fv(2), "nvmlDeviceGetFieldValues(NVML_FI_DEV_ECC_PENDING)"),
+    FieldSpec("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 310, "count", "Total number of single-bit volatile ECC errors.",
+              "counter", _fv(3), "nvmlDeviceGetFieldValues(NVML_FI_DEV_ECC_SBE_VOL_TOTAL), since driver load"),
+    FieldSpec("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 311, "count", "Total number of double-bit volatile ECC errors.",
+              "counter", _fv(4), "nvmlDeviceGetFieldValues(NVML_FI_DEV_ECC_DBE_VOL_TOTAL), since driver load"),
+    FieldSpec("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", 312, "count", "Total number of single-bit persistent ECC errors.",
+              "counter", _fv(5), "nvmlDeviceGetFieldValues(NVML_FI_DEV_ECC_SBE_AGG_TOTAL), lifetime of the GPU"),
+    FieldSpec("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", 313, "count", "Total number of double-bit persistent ECC errors.",
+              "counter", _fv(6), "nvmlDeviceGetFieldValues(NVML_FI_DEV_ECC_DBE_AGG_TOTAL), lifetime of the GPU"),
+    FieldSpec("DCGM_FI_DEV_RETIRED_SBE", 390, "pages",
+              "Total number of retired pages due to single-bit errors.", "counter",
+              _fv(29), "nvmlDeviceGetFieldValues(NVML_FI_DEV_RETIRED_SBE)",
+              aliases=("DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL",)),
+    FieldSpec("DCGM_FI_DEV_RETIRED_DBE", 391, "pages",
+              "Total number of retired pages due to double-bit errors.", "counter",
+              _fv(30), "nvmlDeviceGetFieldValues(NVML_FI_DEV_RETIRED_DBE)",
+              aliases=("DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL",)),
+    FieldSpec("DCGM_FI_DEV_RETIRED_PENDING", 392, "0/1", "Whether pages are pending retirement (needs a reset).",
+              "gauge", _fv(31), "nvmlDeviceGetFieldValues(NVML_FI_DEV_RETIRED_PENDING)",
+              aliases=("DCGM_FI_DEV_PAGE_RETIRED_PENDING",)),
+    FieldSpec("DCGM_FI_DEV_POWER_VIOLATION", 240, "ns", "Throttling duration due to power constraints (in ns).",
+              "counter", _fv(74), "nvmlDeviceGetFieldValues(NVML_FI_DEV_PERF_POLICY_POWER)"),
+    FieldSpec("DCGM_FI_DEV_THERMAL_VIOLATION", 241, "ns",
+              "Throttling duration due to thermal constraints (in ns).", "counter",
+              _fv(75), "nvmlDeviceGetFieldValues(NVML_FI_DEV_PERF_POLICY_THERMAL): the thermal perf-policy "
+              "counter (SW thermal slowdown), not SW + HW thermal"),
+    FieldSpec("DCGM_FI_DEV_SYNC_BOOST_VIOLATION", 242, "ns",
+              "Throttling duration due to sync-boost constraints (in ns).", "counter",
+              _fv(76), "nvmlDeviceGetFieldValues(NVML_FI_DEV_PERF_POLICY_SYNC_BOOST)"),
+    FieldSpec("DCGM_FI_DEV_BOARD_LIMIT_VIOLATION", 243, "ns",
+              "Throttling duration due to board limit constraints (in ns).", "counter",
+              _fv(77), "nvmlDeviceGetFieldValues(NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT)"),
+    FieldSpec("DCGM_FI_DEV_LOW_UTIL_VIOLATION", 244, "ns",
+              "Throttling duration due to low utilization (in ns).", "counter",
+              _fv(78), "nvmlDeviceGetFieldValues(NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION)"),
+    FieldSpec("DCGM_FI_DEV_RELIABILITY_VIOLATION", 245, "ns",
+              "Throttling duration due to reliability constraints (in ns).", "counter",
+              _fv(79), "nvmlDeviceGetFieldValues(NVML_FI_DEV_PERF_POLICY_RELIABILITY)"),
+    FieldSpec("DCGM_FI_DEV_GPU_POWER_THROTTLE_SECONDS_TOTAL", 1617, "s",
+              "Throttling duration due to power constraints (in s).", "counter",
+              _fv(74, _NS, integer=False), "nvmlDeviceGetFieldValues(NVML_FI_DEV_PERF_POLICY_POWER) / 10^9"),
+    FieldSpec("DCGM_FI_DEV_GPU_THERMAL_THROTTLE_SECONDS_TOTAL", 1618, "s",
+              "Throttling duration due to thermal constraints (in s).", "counter",
+              _fv(75, _NS, integer=False), "nvmlDeviceGetFieldValues(NVML_FI_DEV_PERF_POLICY_THERMAL) / 10^9"),
+    FieldSpec("DCGM_FI_DEV_GPU_SYNC_BOOST_THROTTLE_SECONDS_TOTAL", 1619, "s",
+              "Throttling duration due to sync-boost constraints (in s).", "counter",
+              _fv(76, _NS, integer=False), "nvmlDeviceGetFieldValues(NVML_FI_DEV_PERF_POLICY_SYNC_BOOST) / 10^9"),
+    FieldSpec("DCGM_FI_DEV_GPU_LIMIT_THROTTLE_SECONDS_TOTAL", 1620, "s",
+              "Throttling duration due to board limit constraints (in s).", "counter",
+              _fv(77, _NS, integer=False), "nvmlDeviceGetFieldValues(NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT) / 10^9"),
+    FieldSpec("DCGM_FI_DEV_GPU_LOW_UTIL_THROTTLE_SECONDS_TOTAL", 1621, "s",
+              "Throttling duration due to low utilization (in s).", "counter",
+              _fv(78, _NS, integer=False),
+              "nvmlDeviceGetFieldValues(NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION) / 10^9"),
+    FieldSpec("DCGM_FI_DEV_GPU_RELIABILITY_THROTTLE_SECONDS_TOTAL", 1622, "s",
+              "Throttling duration due to reliability constraints (in s).", "counter",
+              _fv(79, _NS, integer=False), "nvmlDeviceGetFieldValues(NVML_FI_DEV_PERF_POLICY_RELIABILITY) / 10^9"),
+    # dcgm-exporter's own DCGM_EXP_* collectors, selected by the CSV as there. Not DCGM fields: id 0.
+    FieldSpec("DCGM_EXP_XID_ERRORS_COUNT", 0, "events",
+              "Count of XID errors within user-specified time window (see xid-count-window-size flag).", "gauge",
+              FromExporter("xid"), "NVML event set (Xid events) counted over the last -x/--xid-count-window-size "
+              "ms; labels window_size_in_ms, xid"),
+    FieldSpec("DCGM_EXP_XID_ERRORS_TOTAL", 0, "events", "Total number of XID errors since the exporter started.",
+              "counter", FromExporter("xid"), "NVML event set (Xid events), every event counted; label xid"),
+    FieldSpec("DCGM_EXP_CLOCK_EVENTS_COUNT", 0, "episodes",
+              "Count of clock events within the user-specified time window (see clock-events-count-window-size "
+              "flag).", "gauge", FromExporter("clock_events"),
+              "nvmlDeviceGetCurrentClocksEventReasons every cycle: episodes per reason bit within the last "
+              "--clock-events-count-window-size ms; labels clock_event, window_size_in_ms",
+              aliases=("DCGM_FI_EXP_CLOCK_THROTTLE_REASONS_COUNT",), needs=("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",)),
+    FieldSpec("DCGM_EXP_CLOCK_EVENTS_TOTAL", 0, "episodes",
+              "Total number of clock events (inactive to active transitions) since the exporter started.",
+              "counter", FromExporter("clock_events"),
+              "nvmlDeviceGetCurrentClocksEventReasons every cycle: inactive -> active transitions per reason bit; "
+              "label clock_event", needs=("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",)),
+)
 
 _FIELDS: tuple[FieldSpec, ...] = (
     # --- clocks ---------------------------------------------------------------------------------
@@ -304,6 +399,8 @@ _FIELDS: tuple[FieldSpec, ...] = (
               aliases=("DCGM_FI_DEV_ROW_REMAP_FAILED",)),
     FieldSpec("DCGM_FI_DEV_ROW_REMAP_PENDING", 396, "0/1", "Whether row remapping is pending a GPU reset", "gauge",
               _fv(144), "nvmlDeviceGetFieldValues(NVML_FI_DEV_REMAPPED_PENDING)"),
+    # --- memory errors, violation time, Xid and clock-event rows (see _HEALTH_FIELDS) ----------------
+    *_HEALTH_FIELDS,
     # --- static label fields --------------------------------------------------------------------
     FieldSpec("DCGM_FI_DRIVER_VERSION", 1, "", "Driver Version", "label", _q("system", "driver_version"),
               "nvmlSystemGetDriverVersion, read once", aliases=("DCGM_FI_SYSTEM_DRIVER_VERSION",), is_label=True),
@@ -315,7 +412,8 @@ _FIELDS: tuple[FieldSpec, ...] = (
               _q("identity", "vbios_version"), "nvmlDeviceGetVbiosVersion, read once", is_label=True),
     # --- produced by other components -----------------------------------------------------------
     FieldSpec("DCGM_FI_DEV_XID_ERRORS", 230, "Xid", "Value of the last XID error encountered.", "gauge",
-              None, "NVML event set (nvmlEventTypeXidCriticalError), not yet implemented",
+              FromExporter("xid"), "NVML event set: nvmlEventSetWait_v2, nvmlEventTypeXidCriticalError "
+              "(eventData = Xid); 0 until the first Xid; labels err_code, err_msg",
               aliases=("DCGM_FI_DEV_XID_ERROR",)),
     FieldSpec("DCGM_FI_DEV_VGPU_LICENSE_STATUS", 526, "0/1", "vGPU License status", "gauge", None,
               "only meaningful inside a vGPU guest; not served"),
@@ -345,17 +443,10 @@ _KNOWN_UNSERVED_NAMES = frozenset({
     "DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX", "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF", "DCGM_FI_DEV_FAN_SPEED_RATIO",
     "DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "DCGM_FI_DEV_ACCOUNTING_DATA",
     "DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "DCGM_FI_DEV_PCIE_LINK_GEN",
-    "DCGM_FI_DEV_PCIE_LINK_WIDTH", "DCGM_FI_DEV_POWER_VIOLATION", "DCGM_FI_DEV_THERMAL_VIOLATION",
-    "DCGM_FI_DEV_SYNC_BOOST_VIOLATION", "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION", "DCGM_FI_DEV_LOW_UTIL_VIOLATION",
-    "DCGM_FI_DEV_RELIABILITY_VIOLATION", "DCGM_FI_DEV_TOTAL_APP_CLOCKS_VIOLATION",
-    "DCGM_FI_DEV_TOTAL_BASE_CLOCKS_VIOLATION", "DCGM_FI_DEV_GPU_POWER_THROTTLE_SECONDS_TOTAL",
-    "DCGM_FI_DEV_GPU_THERMAL_THROTTLE_SECONDS_TOTAL", "DCGM_FI_DEV_GPU_SYNC_BOOST_THROTTLE_SECONDS_TOTAL",
-    "DCGM_FI_DEV_GPU_LIMIT_THROTTLE_SECONDS_TOTAL", "DCGM_FI_DEV_GPU_LOW_UTIL_THROTTLE_SECONDS_TOTAL",
-    "DCGM_FI_DEV_GPU_RELIABILITY_THROTTLE_SECONDS_TOTAL", "DCGM_FI_DEV_ECC_CURRENT", "DCGM_FI_DEV_ECC_PENDING",
-    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
-    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_RETIRED_DBE",
-    "DCGM_FI_DEV_RETIRED_PENDING", "DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL", "DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL",
-    "DCGM_FI_DEV_PAGE_RETIRED_PENDING", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH",
+    "DCGM_FI_DEV_TOTAL_APP_CLOCKS_VIOLATION",
+    "DCGM_FI_DEV_TOTAL_BASE_CLOCKS_VIOLATION",
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
     "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
     "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_TOTAL",
     "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_TOTAL", "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_TOTAL",
@@ -372,8 +463,8 @@ _KNOWN_UNSERVED_NAMES = frozenset({
     "DCGM_FI_PROF_DRAM_UTIL_RATIO", "DCGM_FI_PROF_FP64_UTIL_RATIO", "DCGM_FI_PROF_FP32_UTIL_RATIO",
     "DCGM_FI_PROF_FP16_UTIL_RATIO", "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND",
     "DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND", "DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND",
-    "DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND", "DCGM_EXP_XID_ERRORS_COUNT", "DCGM_EXP_XID_ERRORS_TOTAL",
-    "DCGM_EXP_CLOCK_EVENTS_COUNT", "DCGM_EXP_CLOCK_EVENTS_TOTAL", "DCGM_EXP_GPU_HEALTH_STATUS",
+    "DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND",
+    "DCGM_EXP_GPU_HEALTH_STATUS",
     "DCGM_EXP_P2P_STATUS",
 })
 
@@ -425,9 +516,6 @@ class Catalog:
     def all_names(self) -> list[str]:
         return sorted(self._by_name)
 
-    def replace(self, spec: FieldSpec) -> Catalog:
-        """A catalog where the entry with ``spec.name`` is replaced (used when a component starts serving it)."""
-        return Catalog(tuple(spec if existing.name == spec.name else existing for existing in self._fields))
 
 
 CATALOG = Catalog(_FIELDS)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-IDENTITY_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
-
 
 @dataclass(frozen=True)
 class OwnedMetric:
@@ -51,7 +49,13 @@ SELF_METRICS: tuple[OwnedMetric, ...] = (
                 "sampler", "core"),
 )
 
-PAYLOAD_METRICS: tuple[OwnedMetric, ...] = ()
+PAYLOAD_METRICS: tuple[OwnedMetric, ...] = (
+    OwnedMetric("DCGM_EXP_GPU_HEALTHY", "gauge", "0/1", ("reason",),
+                "Should this GPU stay in service? 1 healthy (reason ok), 0 drain it; reason is the worst current "
+                "one: gpu_lost > row_remap_failure > fatal_xid > retired_pages_pending > row_remap_pending.",
+                "sampler (GPU lost; NVML fields 31, 144, 145) and the NVML event set (fatal Xid within the Xid "
+                "window); one series per GPU, always on", "health"),
+)
 
 OWNED: tuple[OwnedMetric, ...] = (*PAYLOAD_METRICS, *SELF_METRICS)
 OWNED_BY_NAME = {metric.name: metric for metric in OWNED}

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from prometheus_client.core import Metric
 
 from exporter import __version__
-from exporter.metrics.catalog import FromQuery
+from exporter.metrics.catalog import FromExporter, FromQuery
 from exporter.metrics.counters import CounterRow, CounterSet
 from exporter.metrics.owned import family_name, owned
-from exporter.snapshot import DeviceIdentity, DeviceReading, InFlight, MigIdentity, Snapshot
+from exporter.snapshot import DeviceIdentity, InFlight, MigIdentity, Snapshot
 
 WorkloadLabeler = Callable[[DeviceIdentity, int | None], Sequence[Mapping[str, str]]]
 
@@ -109,6 +109,8 @@ def dcgm_families(ctx: RenderContext) -> list[Metric]:
         for reading in readings for mig in reading.mig
     }
     for row in ctx.counters.metrics:
+        if isinstance(row.spec.read, FromExporter):
+            continue  # rendered by the producing component's own builder (it adds its own labels)
         family = Metric(row.name, row.help, row.prom_type)
         for reading in readings:
             _add_samples(family, row.name, reading.values.get(row.spec.name), label_sets[reading.identity.uuid])
@@ -178,7 +180,3 @@ def render(ctx: RenderContext, builders: Sequence[FamilyBuilder] = DEFAULT_BUILD
     for builder in builders:
         families.extend(builder(ctx))
     return families
-
-
-def reading_by_uuid(snapshot: Snapshot) -> dict[str, DeviceReading]:
-    return {reading.identity.uuid: reading for reading in snapshot.devices}

@@ -30,7 +30,16 @@ from typing import Any
 import pynvml
 
 from exporter.logs import StateLog, get_logger
-from exporter.metrics.catalog import FieldSpec, FromFieldRate, FromFieldValue, FromGpm, FromQuery, Scope, dcgm_number
+from exporter.metrics.catalog import (
+    CATALOG,
+    FieldSpec,
+    FromFieldRate,
+    FromFieldValue,
+    FromGpm,
+    FromQuery,
+    Scope,
+    dcgm_number,
+)
 from exporter.nvml.client import ErrorClass, NvmlClient, classify, describe
 from exporter.nvml.gpm import GpmReader, gpm_unsupported
 from exporter.nvml.inventory import Device, Inventory, discover
@@ -44,7 +53,6 @@ LOST_REPROBE_S = 30.0
 INIT_BACKOFF_INITIAL_S = 1.0
 INIT_BACKOFF_MAX_S = 30.0
 NO_DEVICES_RETRY_S = 30.0
-STALE_INTERVALS = 3
 
 
 class _DeviceLostError(Exception):
@@ -61,7 +69,14 @@ class _NvmlDownError(Exception):
 
 @dataclass(frozen=True)
 class SamplingPlan:
-    """What to read per GPU, derived once from the enabled counter rows."""
+    """What to read per GPU, derived once from the enabled counter rows.
+
+    ``dependencies`` are readings other components need every cycle although the CSV does not export
+    them: the ``needs`` of enabled rows (the clock-event reasons bitmask behind DCGM_EXP_CLOCK_EVENTS_*)
+    and readings a component asks for itself (the GPU health gauge's row-remap and retired-page flags).
+    They ride in the same queries and the same batched field call, land in ``DeviceReading.values``
+    under their catalog names, and are not listed as unsupported fields (no CSV row asked for them).
+    """
 
     specs: tuple[FieldSpec, ...]
     queries: tuple[str, ...]
@@ -74,14 +89,25 @@ class SamplingPlan:
     fallback_keys: frozenset[tuple[int, int]] = frozenset()
     instance_only_queries: frozenset[str] = frozenset()
     instance: InstancePlan = field(default_factory=lambda: InstancePlan((), (), ()))
+    # Readings other components need (health, clock events) even when the CSV does not export them.
+    dependencies: tuple[FieldSpec, ...] = ()
+
+    @property
+    def readings(self) -> tuple[FieldSpec, ...]:
+        return (*self.specs, *self.dependencies)
 
     @classmethod
-    def for_specs(cls, specs: Sequence[FieldSpec]) -> SamplingPlan:
+    def for_specs(cls, specs: Sequence[FieldSpec], dependencies: Sequence[FieldSpec] = ()) -> SamplingPlan:
         served = tuple(spec for spec in specs if spec.read is not None and not spec.is_label)
+        wanted = [*dependencies, *(CATALOG.lookup(name) for spec in served for name in spec.needs)]
+        extra: list[FieldSpec] = []
+        for spec in wanted:
+            if spec is not None and spec.read is not None and spec not in served and spec not in extra:
+                extra.append(spec)
         queries: list[str] = []
         static: list[str] = []
         fields: list[tuple[int, int]] = []
-        for spec in served:
+        for spec in (*served, *extra):
             read = spec.read
             if isinstance(read, FromQuery) and read.query not in IDENTITY_QUERIES:
                 target = static if QUERIES[read.query].static else queries
@@ -99,7 +125,7 @@ class SamplingPlan:
         fallbacks = {(field_id, spec.read.fallback.scope_id) for spec in gpm if isinstance(spec.read, FromGpm)
                      and spec.read.fallback is not None for field_id in spec.read.fallback.field_ids}
         fields.extend(sorted(fallbacks - direct))
-        device_queries = {spec.read.query for spec in served
+        device_queries = {spec.read.query for spec in (*served, *extra)
                           if isinstance(spec.read, FromQuery) and spec.scope is not Scope.INSTANCE}
         return cls(specs=served, queries=tuple(queries), static_queries=tuple(static), field_keys=tuple(fields),
                    gpm_metrics=_unique(spec.read.metric_id for spec in gpm if isinstance(spec.read, FromGpm)),
@@ -107,7 +133,8 @@ class SamplingPlan:
                                               and spec.scope is not Scope.INSTANCE),
                    fallback_keys=frozenset(fallbacks - direct),
                    instance_only_queries=frozenset(set(queries) - device_queries),
-                   instance=InstancePlan.for_specs(served))
+                   instance=InstancePlan.for_specs(served),
+                   dependencies=tuple(extra))
 
 
 def _unique(items: Iterable[int]) -> tuple[int, ...]:
@@ -146,8 +173,9 @@ class Sampler:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         mig_check_interval_s: float = MIG_CHECK_INTERVAL_S,
+        dependencies: Sequence[FieldSpec] = (),
     ) -> None:
-        self.plan = SamplingPlan.for_specs(specs)
+        self.plan = SamplingPlan.for_specs(specs, dependencies)
         self.mig_check_interval_s = mig_check_interval_s
         self.interval_s = interval_s
         self.process_interval_s = process_interval_s  # None: process lists are not read
@@ -356,7 +384,7 @@ class Sampler:
         field_values, field_times = self._read_fields(state)
 
         values: dict[str, float] = {}
-        for spec in plan.specs:
+        for spec in plan.readings:
             read = spec.read
             value: float | None = None
             if mig_enabled and spec.scope is Scope.INSTANCE:

@@ -24,13 +24,17 @@ Faithfulness rules kept here:
   a few microseconds of Python.
 * ``nvmlDeviceGetPcieThroughput`` always blocks 20 ms (its real sampling window), so a test can
   prove through ``calls`` that production never calls it.
+* Events: ``nvmlEventSetWait_v2`` blocks up to its timeout *outside* the driver lock (a real wait
+  sleeps in the kernel), wakes at once for ``inject_xid``/``inject_event``, picks up the scenario's
+  ``xid_events`` when due, and answers TIMEOUT otherwise. A set only receives events raised after
+  the GPU was registered on it ([H]); a lost registered GPU answers GPU_IS_LOST once per set.
 
 Device handles are opaque integers written into the ``c_nvmlDevice_t`` pointer; they are never
 dereferenced. The handle table maps them to simulated devices. A MIG device handle is its parent's
 handle plus one plus its slot (``miglayout.py`` keeps the layout); a device symbol given a MIG
 handle runs the method registered with ``_mig_variant`` (after the parent's lost/error/hang rules)
 or answers NOT_SUPPORTED. GPM sample buffers are opaque pointers too, mapped to the counter
-snapshots ``profiling.py`` computes; event symbols plug in through ``_c_symbol`` the same way.
+snapshots ``profiling.py`` computes; event sets are opaque handles mapped to ``_EventSet`` queues.
 """
 
 from __future__ import annotations
@@ -40,10 +44,10 @@ import math
 import os
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
@@ -71,6 +75,7 @@ from exporter.simulate.scenario import (
     MigInstanceSpec,
     ProcessSpec,
     Scenario,
+    XidEventSpec,
     load_scenario,
     parse_error_code,
     parse_pci_bus_id,
@@ -85,6 +90,7 @@ INSUFFICIENT_SIZE: int = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
 GPU_IS_LOST: int = pynvml.NVML_ERROR_GPU_IS_LOST
 LIBRARY_NOT_FOUND: int = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
 VERSION_MISMATCH: int = pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+TIMEOUT: int = pynvml.NVML_ERROR_TIMEOUT
 
 PCIE_THROUGHPUT_WINDOW_S = 0.020  # [H]: measured by a byte counter over a 20 ms interval
 FIXED_WALL_EPOCH = 1_700_000_000.0  # wall time of scenario t=0 when a test injects its clock
@@ -145,7 +151,7 @@ _SUPPORTED_REASONS: int = (
     | _SYNC_BOOST | _SW_THERMAL | _HW_THERMAL | _HW_POWER_BRAKE
     | pynvml.nvmlClocksEventReasonDisplayClockSetting
 )
-_VIOLATION_BITS = (_SW_POWER_CAP, _SYNC_BOOST, _SW_THERMAL, _HW_THERMAL, _HW_POWER_BRAKE)
+_VIOLATION_BITS = (_SW_POWER_CAP, _SYNC_BOOST, _SW_THERMAL, _HW_THERMAL, _HW_POWER_BRAKE, _GPU_IDLE)
 _POWER_CAP_FRACTION = 0.97
 # A "*" fault (every symbol) spares these, so a test can always shut down and print errors.
 _WILDCARD_EXEMPT = frozenset({"nvmlShutdown", "nvmlErrorString"})  # a capped GPU settles just below its limit
@@ -535,6 +541,13 @@ def _fields() -> dict[int, tuple[int, FieldReader]]:
         fi.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN: (ull, violation(_SW_THERMAL)),
         fi.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: (ull, violation(_HW_THERMAL)),
         fi.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN: (ull, violation(_HW_POWER_BRAKE)),
+        # The other perf-policy counters: nvml.h maps the thermal policy (75) onto the SW thermal
+        # slowdown counter; low utilisation accrues while the GPU idles; board-limit and reliability
+        # episodes are not modelled, and a limiter that never fired reads 0 (not NOT_SUPPORTED).
+        fi.NVML_FI_DEV_PERF_POLICY_THERMAL: (ull, violation(_SW_THERMAL)),
+        fi.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT: (ull, _when(violations, lambda gpu, t: 0)),
+        fi.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION: (ull, violation(_GPU_IDLE)),
+        fi.NVML_FI_DEV_PERF_POLICY_RELIABILITY: (ull, _when(violations, lambda gpu, t: 0)),
         fi.NVML_FI_DEV_MEMORY_TEMP: (uint, _when(lambda gpu: gpu.features.memory_temperature,
                                                  lambda gpu, t: gpu.memory_temperature(t))),
         fi.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: (ull, energy),
@@ -586,6 +599,7 @@ class _Symbol:
     name: str
     method: str
     takes_device: bool
+    blocking: bool = False  # runs outside the driver lock (an event wait sleeps in the kernel, not in RM)
 
 
 _REGISTRY: list[_Symbol] = []
@@ -596,7 +610,7 @@ _MIG_VARIANTS: dict[str, str] = {}
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
-def _c_symbol(name: str, *, device: bool = False) -> Callable[[_Method], _Method]:
+def _c_symbol(name: str, *, device: bool = False, blocking: bool = False) -> Callable[[_Method], _Method]:
     """Register an implementation method as C symbol ``name``.
 
     ``device=True``: the first C argument is a device handle; the dispatcher resolves it and
@@ -605,7 +619,7 @@ def _c_symbol(name: str, *, device: bool = False) -> Callable[[_Method], _Method
     """
 
     def register(method: _Method) -> _Method:
-        _REGISTRY.append(_Symbol(name, method.__name__, device))
+        _REGISTRY.append(_Symbol(name, method.__name__, device, blocking))
         return method
 
     return register
@@ -716,6 +730,58 @@ _MISSING = object()
 _GPM_SAMPLE_BASE = 0x47504D000000  # "GPM" in ASCII
 
 
+XID_EVENT: int = pynvml.nvmlEventTypeXidCriticalError
+_GPU_UNAVAILABLE_EVENT: int = getattr(pynvml, "nvmlEventTypeGpuUnavailableError", 0x4000)
+_EVENT_SET_BASE = 0x45564E540000  # "EVNT"
+_EVENT_DEVICE_OFFSET: int = pynvml.c_nvmlEventData_t.device.offset
+EVENT_POLL_S = 0.05  # longest sleep of a waiter between checks of scenario time
+
+
+def _supported_events(gpu: SimulatedGpu) -> int:
+    """What ``nvmlDeviceGetSupportedEventTypes`` reports: Xid and P-state everywhere, ECC events on ECC
+    boards, DRAM retirement where pages are retired or rows remapped, MIG changes on MIG boards."""
+    mask = XID_EVENT | pynvml.nvmlEventTypePState | _GPU_UNAVAILABLE_EVENT
+    features = gpu.features
+    if features.ecc:
+        mask |= pynvml.nvmlEventTypeSingleBitEccError | pynvml.nvmlEventTypeDoubleBitEccError
+    if features.page_retirement or features.row_remapping:
+        mask |= pynvml.nvmlEventTypeDramRetirementEvent | pynvml.nvmlEventTypeDramRetirementFailure
+    if features.mig:
+        mask |= pynvml.nvmlEventMigConfigChange
+    return int(mask)
+
+
+@dataclass(frozen=True)
+class _FakeEvent:
+    at: float
+    gpu: int
+    event_type: int
+    data: int
+    gpu_instance_id: int = NOT_MIG
+    compute_instance_id: int = NOT_MIG
+
+    @classmethod
+    def xid(cls, spec: XidEventSpec) -> _FakeEvent:
+        return cls(spec.at, spec.gpu, XID_EVENT, spec.xid,
+                   NOT_MIG if spec.gpu_instance is None else spec.gpu_instance,
+                   NOT_MIG if spec.compute_instance is None else spec.compute_instance)
+
+
+@dataclass
+class _EventSet:
+    """One ``nvmlEventSet_t``: which GPUs are registered for which types since when, and its queue."""
+
+    cursor: int = 0  # next scheduled scenario event to look at
+    types: dict[int, int] = field(default_factory=dict)  # GPU index -> registered event types
+    since: dict[int, float] = field(default_factory=dict)  # GPU index -> scenario time of registration
+    queue: deque[_FakeEvent] = field(default_factory=deque)
+    lost_reported: set[int] = field(default_factory=set)
+
+    def accepts(self, event: _FakeEvent) -> bool:
+        """Registered for this GPU and type, and registered before the event happened ([H])."""
+        return bool(self.types.get(event.gpu, 0) & event.event_type) and event.at >= self.since[event.gpu]
+
+
 class FakeNvmlLibrary:
     """The fake ``libnvidia-ml.so``: attributes named after C symbols, driven by a Scenario.
 
@@ -766,6 +832,12 @@ class FakeNvmlLibrary:
             _HangRule(h.symbol, h.gpu, h.at, h.at + h.duration, h.holds_driver_lock, h.error)
             for h in scenario.hangs
         ]
+        # NVML events: sets by handle value, scheduled scenario Xids, and a condition that wakes waiters.
+        self._events = threading.Condition()
+        self._event_sets: dict[int, _EventSet] = {}
+        self._next_event_set = 0
+        self._scheduled: tuple[_FakeEvent, ...] = tuple(_FakeEvent.xid(spec) for spec in scenario.xid_events)
+        self._wait_generation = 0
         for symbol in _REGISTRY:
             if symbol.name not in scenario.library.missing_symbols:
                 setattr(self, symbol.name, self._entry(symbol))
@@ -854,6 +926,42 @@ class FakeNvmlLibrary:
         with self._state_lock:
             self._lost_at[index] = -INFINITY
 
+    def inject_xid(self, gpu: int, xid: int, count: int = 1, gi: int | None = None, ci: int | None = None) -> None:
+        """Raise ``count`` Xid ``xid`` events on ``gpu`` now (in MIG instance ``gi``/``ci`` when given).
+
+        Every event set that has the GPU registered for Xid events receives them, and blocked
+        ``nvmlEventSetWait_v2`` calls wake at once.
+        """
+        if not 0 < xid <= 0xFFFFFFFF or count < 1:
+            raise ValueError("xid must be positive and count at least 1")
+        self.inject_event(gpu, XID_EVENT, xid, count=count, gi=gi, ci=ci)
+
+    def inject_event(self, gpu: int, event_type: int, data: int = 0, *, count: int = 1,
+                     gi: int | None = None, ci: int | None = None) -> None:
+        """Raise ``count`` NVML events of ``event_type`` (an ``nvmlEventType*`` bit) on ``gpu`` now."""
+        self._check_gpu(gpu)
+        if event_type <= 0 or event_type & (event_type - 1):
+            raise ValueError("event_type must be a single nvmlEventType* bit")
+        event = _FakeEvent(self.elapsed(), gpu, event_type, data, NOT_MIG if gi is None else gi,
+                           NOT_MIG if ci is None else ci)
+        with self._events:
+            for event_set in self._event_sets.values():
+                if event_set.accepts(event):
+                    event_set.queue.extend([event] * count)
+            self._events.notify_all()
+
+    def release_waits(self) -> None:
+        """Wake every blocked ``nvmlEventSetWait_v2`` now: it returns TIMEOUT, as on an interrupt ([H])."""
+        with self._events:
+            self._wait_generation += 1
+            self._events.notify_all()
+
+    @property
+    def open_event_sets(self) -> int:
+        """Event sets created and not yet freed (a clean shutdown leaves none)."""
+        with self._events:
+            return len(self._event_sets)
+
     def hang(self, symbol: str, seconds: float, gpu: int | None = None, *,
              holds_driver_lock: bool = False) -> None:
         """Calls of ``symbol`` (on ``gpu``) block for ``seconds`` from now; ``release_hangs`` ends it."""
@@ -871,6 +979,7 @@ class FakeNvmlLibrary:
                 rule.released = True
             released, self._release = self._release, threading.Event()
         released.set()
+        self.release_waits()
 
     def fail_init(self, code: int | str, calls: int | None = None, until_s: float | None = None) -> None:
         """Make the next ``calls`` init attempts and/or those before ``until_s`` fail with ``code``."""
@@ -913,17 +1022,19 @@ class FakeNvmlLibrary:
             call_device.__name__ = name
             return call_device
 
+        blocking = symbol.blocking
+
         def call(*args: Any) -> int:
             with state_lock:
                 calls[name] += 1
             t = self._clock()
-            return self._dispatch(name, None, t, implementation, (t, *args))
+            return self._dispatch(name, None, t, implementation, (t, *args), blocking=blocking)
 
         call.__name__ = name
         return call
 
-    def _dispatch(self, name: str, gpu: int | None, t: float, implementation: Callable[..., int],
-                  args: tuple[Any, ...]) -> int:
+    def _dispatch(self, name: str, gpu: int | None, t: float, implementation: Callable[..., int],  # noqa: PLR0917
+                  args: tuple[Any, ...], blocking: bool = False) -> int:
         after_hang: int | None = None
         if self._hangs:
             after_hang = self._maybe_hang(name, gpu, t)
@@ -936,7 +1047,9 @@ class FakeNvmlLibrary:
                 return code
             if after_hang:
                 return after_hang
-            return implementation(*args)
+            if not blocking:
+                return implementation(*args)
+        return implementation(*args)  # a blocking call (event wait) must not stall other callers
 
     def _device_gate(self, name: str, gpu: int, t: float) -> int:
         """The per-GPU answer that preempts the real one: lost GPU first, then injected errors."""
@@ -1473,6 +1586,110 @@ class FakeNvmlLibrary:
         _target(current).value = mode
         _target(pending).value = mode
         return SUCCESS
+
+    # --- events ---------------------------------------------------------------------------
+
+    def _event_set(self, handle: Any) -> _EventSet | None:
+        return self._event_sets.get(_handle_value(handle) or 0)
+
+    @_c_symbol("nvmlEventSetCreate")
+    def _impl_event_set_create(self, t: float, out: Any) -> int:
+        code = self._system(t)
+        if code:
+            return code
+        with self._events:
+            self._next_event_set += 1
+            value = _EVENT_SET_BASE + self._next_event_set * 0x10
+            self._event_sets[value] = _EventSet(cursor=self._first_due(t))
+        _write_handle(out, value)
+        return SUCCESS
+
+    @_c_symbol("nvmlEventSetFree")
+    def _impl_event_set_free(self, t: float, event_set: Any) -> int:
+        code = self._system(t)
+        if code:
+            return code
+        with self._events:
+            if self._event_sets.pop(_handle_value(event_set) or 0, None) is None:
+                return INVALID_ARGUMENT
+            self._events.notify_all()
+        return SUCCESS
+
+    @_c_symbol("nvmlDeviceGetSupportedEventTypes", device=True)
+    def _impl_supported_event_types(self, gpu: SimulatedGpu, t: float, out: Any) -> int:
+        _target(out).value = _supported_events(gpu)
+        return SUCCESS
+
+    @_c_symbol("nvmlDeviceRegisterEvents", device=True)
+    def _impl_register_events(self, gpu: SimulatedGpu, t: float, event_types: Any, event_set: Any) -> int:
+        """[H]: NOT_SUPPORTED when any requested type is unsupported, and then none is registered."""
+        mask = _int(event_types)
+        with self._events:
+            target = self._event_set(event_set)
+            if target is None:
+                return INVALID_ARGUMENT
+            if mask & ~_supported_events(gpu):
+                return NOT_SUPPORTED
+            target.types[gpu.index] = target.types.get(gpu.index, 0) | mask
+            target.since.setdefault(gpu.index, t)
+        return SUCCESS
+
+    @_c_symbol("nvmlEventSetWait_v2", blocking=True)
+    def _impl_event_set_wait(self, t: float, event_set: Any, data: Any, timeout_ms: Any) -> int:
+        """Block up to ``timeout_ms`` (real time) for the next event; TIMEOUT when none comes.
+
+        Runs outside the driver lock. Wakes at once for injected events, frees and ``release_waits``;
+        scenario Xids are picked up when due (re-checked at least every 50 ms, so a test that moves an
+        injected clock needs no real waiting). A registered GPU that is lost answers GPU_IS_LOST once
+        per set, after the events that happened before it.
+        """
+        deadline = time.monotonic() + _int(timeout_ms) / 1000.0
+        with self._events:
+            generation = self._wait_generation
+            while True:
+                if not self._refcount:
+                    return UNINITIALIZED
+                target = self._event_set(event_set)
+                if target is None:
+                    return INVALID_ARGUMENT
+                now = self._clock()
+                self._collect_due(target, now)
+                if target.queue:
+                    self._write_event(_target(data), target.queue.popleft())
+                    return SUCCESS
+                lost = next((index for index in sorted(target.types) if now >= self._lost_at[index]
+                             and index not in target.lost_reported), None)
+                if lost is not None:
+                    target.lost_reported.add(lost)
+                    return GPU_IS_LOST
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or generation != self._wait_generation:
+                    return TIMEOUT
+                due = self._scheduled[target.cursor].at - now if target.cursor < len(self._scheduled) else remaining
+                self._events.wait(max(0.0, min(remaining, due, EVENT_POLL_S)))
+
+    def _first_due(self, t: float) -> int:
+        """Index of the first scheduled event at or after ``t`` (a new set sees nothing older)."""
+        index = 0
+        while index < len(self._scheduled) and self._scheduled[index].at < t:
+            index += 1
+        return index
+
+    def _collect_due(self, target: _EventSet, now: float) -> None:
+        scheduled = self._scheduled
+        while target.cursor < len(scheduled) and scheduled[target.cursor].at <= now:
+            event = scheduled[target.cursor]
+            target.cursor += 1
+            if target.accepts(event):
+                target.queue.append(event)
+
+    def _write_event(self, data: Any, event: _FakeEvent) -> None:
+        ctypes.c_void_p.from_address(ctypes.addressof(data) + _EVENT_DEVICE_OFFSET).value = (
+            _HANDLE_BASE + event.gpu * _HANDLE_STRIDE)
+        data.eventType = event.event_type
+        data.eventData = event.data
+        data.gpuInstanceId = event.gpu_instance_id
+        data.computeInstanceId = event.compute_instance_id
 
     # --- field values ---------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ class Features:
     mig: bool = False
     serial_number: bool = True
     clock_event_reasons: bool = True
-    violation_counters: bool = True  # field ids 74, 76, 269-271 (ns spent in each clock event)
+    violation_counters: bool = True  # field ids 74-79, 269-271 (ns spent in each clock event / policy)
     tlimit_fields: bool = True  # field ids 193-196 (T.Limit temperatures, Ada and newer)
     pcie_byte_counters: bool = True  # field ids 197-198
     power_usage: bool = True

@@ -68,6 +68,10 @@ faults:
   - {type: hang, symbol: SYMBOL, gpu: int, at: DURATION, duration: DURATION,
      holds_driver_lock: bool, error: CODE}
 kubernetes: any                       # reserved: stored raw for the kubelet/API-server fakes
+xid_events:                           # Xids the NVML event set delivers (to sets registered before `at`)
+  - {gpu: int | [int, ...], xid: int, at: DURATION, count: int, over: DURATION,
+     gpu_instance: int, compute_instance: int}   # count events spread evenly over `over` (a burst);
+                                                 # gpu_instance/compute_instance: a MIG attribution
 
 GPU:
   model: H100-SXM5-80GB | H200-SXM-141GB | A100-SXM4-80GB | L4 | RTX-4090 | V100-SXM2-32GB
@@ -183,6 +187,12 @@ REALISTIC_LATENCY_S: Mapping[str, float] = MappingProxyType({
     "nvmlGpmMigSampleGet": 50e-6,  # estimate
     "nvmlGpmMetricsGet": 10e-6,  # estimate (host-side arithmetic on two samples)
     "nvmlDeviceGetFieldValues": 10e-6,  # estimate: per call, plus FIELD_VALUE_LATENCY per entry
+    # NVML events (the wait's own blocking is simulated separately; this is the call overhead)
+    "nvmlEventSetCreate": 5e-6,  # estimate
+    "nvmlEventSetFree": 5e-6,  # estimate
+    "nvmlDeviceGetSupportedEventTypes": 2e-6,  # estimate
+    "nvmlDeviceRegisterEvents": 50e-6,  # estimate
+    "nvmlEventSetWait_v2": 5e-6,  # estimate
 })
 REALISTIC_FIELD_VALUE_LATENCY_S = 5e-6  # estimate, per requested field
 FIELD_VALUE_LATENCY_KEY = "field_value"
@@ -721,6 +731,17 @@ class HangFault:
 
 
 @dataclass(frozen=True)
+class XidEventSpec:
+    """One Xid the simulated driver raises on ``gpu`` at scenario time ``at`` (optionally in a MIG instance)."""
+
+    gpu: int
+    xid: int
+    at: float
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+
+
+@dataclass(frozen=True)
 class GpuLostFault:
     gpu: int
     at: float = 0.0
@@ -774,13 +795,14 @@ class Scenario:
     hangs: tuple[HangFault, ...] = ()
     lost: tuple[GpuLostFault, ...] = ()
     kubernetes: RawSection | None = None
+    xid_events: tuple[XidEventSpec, ...] = ()  # sorted by time
 
 
 # ---------------------------------------------------------------------------------------------
 # Parsing.
 
 _TOP_KEYS = ("description", "seed", "driver", "gpu_count", "gpu_defaults", "gpus", "latency_profile",
-             "latency", "library", "faults", "kubernetes")
+             "latency", "library", "faults", "kubernetes", "xid_events")
 _GPU_KEYS = ("model", "name", "uuid", "serial", "vbios", "pci_bus_id", "minor", "power_limit", "features", "mig",
              "profiling",
              "clock_events", "pcie_replays", "ecc_errors", "retired_pages", "remapped_rows", "processes",
@@ -1252,6 +1274,38 @@ def _faults(value: YamlValue, count: int) -> tuple[tuple[ErrorFault, ...], tuple
     return tuple(errors), tuple(hangs), tuple(lost)
 
 
+MAX_XID_EVENTS = 1_000_000
+MAX_XID = 0xFFFF
+
+
+def _xid_events(value: YamlValue, count: int) -> tuple[XidEventSpec, ...]:
+    """``xid_events:`` entries, bursts expanded into single events, sorted by time."""
+    events: list[XidEventSpec] = []
+    for item in value.sequence():
+        keys = item.mapping(("gpu", "xid", "at", "count", "over", "gpu_instance", "compute_instance"))
+        for needed in ("gpu", "xid"):
+            if needed not in keys:
+                raise item.error(f"an Xid event needs '{needed}'")
+        gpus = ([_gpu_index(entry, count) for entry in keys["gpu"].sequence()] if keys["gpu"].is_sequence()
+                else [_gpu_index(keys["gpu"], count)])
+        xid = keys["xid"].integer(1, MAX_XID)
+        at = keys["at"].duration() if "at" in keys else 0.0
+        burst = keys["count"].integer(1, MAX_XID_EVENTS) if "count" in keys else 1
+        over = keys["over"].duration() if "over" in keys else 0.0
+        gpu_instance = keys["gpu_instance"].integer(0, 0xFFFFFFFE) if "gpu_instance" in keys else None
+        compute_instance = None
+        if "compute_instance" in keys:
+            if gpu_instance is None:
+                raise keys["compute_instance"].error("'compute_instance' needs 'gpu_instance'")
+            compute_instance = keys["compute_instance"].integer(0, 0xFFFFFFFE)
+        if len(events) + burst * len(gpus) > MAX_XID_EVENTS:
+            raise item.error(f"too many Xid events (at most {MAX_XID_EVENTS} in one scenario)")
+        for gpu in gpus:
+            events.extend(XidEventSpec(gpu, xid, at + over * slot / burst, gpu_instance, compute_instance)
+                          for slot in range(burst))
+    return tuple(sorted(events, key=lambda event: event.at))
+
+
 def _error_window(keys: Mapping[str, YamlValue]) -> Window:
     start = keys["from"].duration() if "from" in keys else 0.0
     end = keys["until"].duration() if "until" in keys else INFINITY
@@ -1350,6 +1404,7 @@ def parse_scenario(text: str, source: str, name: str) -> Scenario:
         hangs=hangs,
         lost=lost,
         kubernetes=kubernetes,
+        xid_events=_xid_events(keys["xid_events"], len(gpus)) if "xid_events" in keys else (),
     )
 
 

@@ -12,28 +12,42 @@ from pathlib import Path
 
 import pytest
 
+from exporter.app import Extensions
+from exporter.config import Config
+from exporter.health.wiring import HealthTelemetry
+from exporter.health.xid import XidSource
 from exporter.metrics.counters import load_counters
 from exporter.metrics.exposition import encode_text
-from exporter.metrics.render import RenderContext, RenderOptions, render
+from exporter.metrics.render import DEFAULT_BUILDERS, RenderContext, RenderOptions, render
 from exporter.nvml.sampler import Sampler
 from exporter.simulate.fakenvml import installed
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "default-scenario.prom"
+ALL_ROWS = Path(__file__).resolve().parent.parent / "fixtures" / "health-counters.csv"
 WALL_EPOCH = 1_700_000_000.0
 
 
 def render_default_scenario(monkeypatch: pytest.MonkeyPatch) -> bytes:
+    """The default CSV plus every optional row, the health telemetry, one Xid: all families we render."""
     monkeypatch.setattr(platform, "python_version", lambda: "3.11.x")
     now = [119.0]
-    counters = load_counters(None)
+    counters = load_counters(str(ALL_ROWS))
+    extensions = Extensions()
+    health = HealthTelemetry(Config(), counters, clock=lambda: now[0])
+    health.extend(extensions)
     with installed("default", lambda: now[0], wall_epoch=WALL_EPOCH):
-        sampler = Sampler(counters.field_specs(), 1.0, clock=lambda: now[0], wall_clock=lambda: WALL_EPOCH + now[0])
+        sampler = Sampler(counters.field_specs(), 1.0, clock=lambda: now[0], wall_clock=lambda: WALL_EPOCH + now[0],
+                          dependencies=extensions.sampler_dependencies)
         assert sampler.initialise()
-        sampler.run_cycle()
+        for consumer in extensions.on_snapshot:
+            consumer(sampler.run_cycle())
         now[0] = 120.0
         snapshot = sampler.run_cycle()
+        for consumer in extensions.on_snapshot:
+            consumer(snapshot)
+    health.ledger.record(XidSource(snapshot.devices[2].identity.uuid), 13)
     ctx = RenderContext(snapshot=snapshot, counters=counters, options=RenderOptions(hostname="gpu-node-1"))
-    return encode_text(render(ctx))
+    return encode_text(render(ctx, (*DEFAULT_BUILDERS, *extensions.builders)))
 
 
 def test_full_exposition_matches_the_golden_file(monkeypatch: pytest.MonkeyPatch) -> None:

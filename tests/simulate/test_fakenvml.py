@@ -880,12 +880,14 @@ DEVICE_CALLS: dict[str, Callable[[Any], object]] = {
     "nvmlGpmQueryDeviceSupport": pynvml.nvmlGpmQueryDeviceSupport,
     "nvmlGpmSampleGet": lambda h: pynvml.nvmlGpmSampleGet(h, pynvml.nvmlGpmSampleAlloc()),
     "nvmlGpmMigSampleGet": lambda h: pynvml.nvmlGpmMigSampleGet(h, 0, pynvml.nvmlGpmSampleAlloc()),
+    "nvmlDeviceGetSupportedEventTypes": pynvml.nvmlDeviceGetSupportedEventTypes,
 }
-# Tested on their own: init/shutdown, handle by index (used to get every handle), and the call
-# with a real 20 ms window.
+# Tested on their own: init/shutdown, handle by index (used to get every handle), the call with a
+# real 20 ms window, and the event-set calls (tests/simulate/test_fakenvml_events.py).
 SEPARATELY_TESTED = {"nvmlInitWithFlags", "nvmlInit_v2", "nvmlShutdown", "nvmlDeviceGetHandleByIndex_v2",
                      "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetMigDeviceHandleByIndex", "nvmlGpmSampleAlloc",
-                     "nvmlGpmSampleFree", "nvmlGpmMetricsGet"}
+                     "nvmlGpmSampleFree", "nvmlGpmMetricsGet", "nvmlEventSetCreate", "nvmlEventSetFree",
+                     "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2"}
 
 
 def test_the_sweep_covers_every_symbol() -> None:

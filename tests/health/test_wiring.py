@@ -1,0 +1,84 @@
+"""The health telemetry wired into a real App on the fake NVML library: events reach the exposition."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.app import App, Extensions
+from exporter.config import load_config
+from exporter.health.wiring import HealthTelemetry
+from exporter.metrics.counters import load_counters
+from exporter.simulate.fakenvml import FakeNvmlLibrary
+from exporter.simulate.scenario import parse_scenario
+from tests.e2e.exporter_process import wait_for
+
+HEALTH_CSV = str(Path(__file__).resolve().parents[1] / "fixtures" / "health-counters.csv")
+DEADLINE_S = 15.0
+
+
+class Running:
+    def __init__(self, app: App, fake: FakeNvmlLibrary, telemetry: HealthTelemetry) -> None:
+        self.app, self.fake, self.telemetry = app, fake, telemetry
+
+    def samples(self, name: str) -> dict[tuple[str, ...], float]:
+        text = self.app.cache.current.body(openmetrics=False, compressed=False).decode()
+        found: dict[tuple[str, ...], float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                # prometheus-client's parser appends _total to counter samples that lack it
+                if sample.name in (name, f"{name}_total"):
+                    labels = dict(sample.labels)
+                    found[(labels["gpu"], labels.get("xid", labels.get("reason", "")))] = sample.value
+        return found
+
+
+@pytest.fixture
+def running() -> Iterator[Running]:
+    config = load_config(["--address", "127.0.0.1:0", "-c", "100", "--collectors", HEALTH_CSV, "-x", "60000"])
+    counters = load_counters(HEALTH_CSV)
+    fake = FakeNvmlLibrary(parse_scenario("gpu_count: 4\n", "storm.yaml", "storm"))
+    extensions = Extensions(on_start=[fake.install], on_stop=[fake.uninstall])
+    telemetry = HealthTelemetry(config, counters, wait_timeout_ms=50)
+    telemetry.extend(extensions)
+    app = App(config, counters, extensions=extensions)
+    telemetry.bind(app)
+    app.start()
+    try:
+        yield Running(app, fake, telemetry)
+    finally:
+        app.stop()
+        fake.release_hangs()
+
+
+def test_an_xid_storm_reaches_the_exposition_counted_exactly(running: Running) -> None:
+    wait_for(lambda: running.telemetry.watcher.registered_gpus == (0, 1, 2, 3), DEADLINE_S, "event registration")
+    assert running.samples("DCGM_FI_DEV_XID_ERRORS") == {("0", ""): 0, ("1", ""): 0, ("2", ""): 0, ("3", ""): 0}
+    running.fake.inject_xid(0, 31, count=60)
+    running.fake.inject_xid(1, 13, count=40)
+    expected = {("0", "31"): 60, ("1", "13"): 40}
+    wait_for(lambda: running.samples("DCGM_EXP_XID_ERRORS_TOTAL") == expected, DEADLINE_S, "exact totals")
+    counts = running.samples("DCGM_EXP_XID_ERRORS_COUNT")
+    assert counts == {("0", "31"): 60, ("1", "13"): 40, ("2", ""): 0, ("3", ""): 0}
+    assert running.samples("DCGM_EXP_GPU_HEALTHY") == {("0", "ok"): 1, ("1", "ok"): 1, ("2", "ok"): 1, ("3", "ok"): 1}
+
+
+def test_a_fatal_xid_then_a_lost_gpu_turn_its_health_gauge_to_zero(running: Running) -> None:
+    wait_for(lambda: running.telemetry.watcher.registered_gpus == (0, 1, 2, 3), DEADLINE_S, "event registration")
+    running.fake.inject_xid(3, 79)
+    wait_for(lambda: running.samples("DCGM_EXP_GPU_HEALTHY").get(("3", "fatal_xid")) == 0, DEADLINE_S,
+             "reason fatal_xid")
+    running.fake.lose_gpu(3)
+    wait_for(lambda: running.samples("DCGM_EXP_GPU_HEALTHY").get(("3", "gpu_lost")) == 0, DEADLINE_S,
+             "reason gpu_lost")
+    assert running.samples("DCGM_EXP_GPU_HEALTHY") == {("0", "ok"): 1, ("1", "ok"): 1, ("2", "ok"): 1,
+                                                       ("3", "gpu_lost"): 0}
+
+
+def test_stopping_the_app_frees_the_event_set(running: Running) -> None:
+    wait_for(lambda: running.fake.open_event_sets == 1, DEADLINE_S, "the event set")
+    running.app.stop()
+    assert running.fake.open_event_sets == 0 and not running.telemetry.watcher.running
