@@ -37,6 +37,9 @@ from bench.loadgen import PROMETHEUS_ACCEPT
 from bench.stats import percentile
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# Blocking waits for Xid events: not sampling work (the thread sleeps in the driver until an event or
+# its timeout), so they are reported per second instead of per GPU per cycle.
+EVENT_WAIT_SYMBOLS = frozenset({"nvmlEventSetWait_v2", "nvmlEventSetWait"})
 SERVER_CPU = "0"
 CLIENT_CPU = "1"
 
@@ -127,6 +130,9 @@ class Measurement:
     load: list[dict[str, Any]] = field(default_factory=list)
     memory: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    # What a Prometheus-like scrape got (body and the headers that describe it), for the floor server.
+    payload: bytes = field(default=b"", repr=False)
+    payload_headers: list[str] = field(default_factory=list, repr=False)
 
 
 class RunningExporter:
@@ -183,6 +189,8 @@ def _idle_window(server: RunningExporter, settings: Settings, gpus: int) -> dict
     cycles = after["cycles"] - before["cycles"]
     calls = {name: after["calls"].get(name, 0) - before["calls"].get(name, 0) for name in after["calls"]}
     calls = {name: count for name, count in calls.items() if count}
+    event_waits = sum(count for name, count in calls.items() if name in EVENT_WAIT_SYMBOLS)
+    sampling_calls = sum(count for name, count in calls.items() if name not in EVENT_WAIT_SYMBOLS)
     missing = {name: after["missing_calls"].get(name, 0) - before["missing_calls"].get(name, 0)
                for name in after["missing_calls"]}
     missing = {name: count for name, count in missing.items() if count}
@@ -211,8 +219,9 @@ def _idle_window(server: RunningExporter, settings: Settings, gpus: int) -> dict
         "cycle_thread_cpu_s": per_cycle(after["cycle_thread_cpu_s"] - before["cycle_thread_cpu_s"]),
         "parts_thread_cpu_per_cycle_s": parts,
         "driver_latency_per_cycle_s": per_cycle(after["driver_latency_s"] - before["driver_latency_s"]),
-        "nvml_calls_per_cycle": per_cycle(sum(calls.values())),
-        "nvml_calls_per_gpu_per_cycle": per_cycle(sum(calls.values())) / gpus,
+        "nvml_calls_per_cycle": per_cycle(sampling_calls),
+        "nvml_calls_per_gpu_per_cycle": per_cycle(sampling_calls) / gpus,
+        "event_wait_calls_per_s": event_waits / wall,
         "missing_calls_per_gpu_per_cycle": per_cycle(sum(missing.values())) / gpus,
         "calls_per_cycle_by_symbol": {name: per_cycle(count) for name, count in sorted(calls.items())},
         "missing_calls_per_cycle_by_symbol": {name: per_cycle(count) for name, count in sorted(missing.items())},
@@ -222,29 +231,49 @@ def _idle_window(server: RunningExporter, settings: Settings, gpus: int) -> dict
     }
 
 
-def _exposition(server: RunningExporter) -> dict[str, Any]:
+def _exposition(server: RunningExporter, result: Measurement) -> dict[str, Any]:
     _, _, plain = _get(server.port)
     size = exposition.measure(plain.decode("utf-8", "replace"))
     _, headers, prometheus = _get(server.port, headers={"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"})
+    result.payload = prometheus
+    result.payload_headers = [f"Content-Type: {headers.get('content-type', 'text/plain')}"]
+    if headers.get("content-encoding"):
+        result.payload_headers.append(f"Content-Encoding: {headers['content-encoding']}")
     return {"text_bytes": size.bytes, "series": size.series, "families": size.families,
             "prometheus_bytes": len(prometheus), "prometheus_content_type": headers.get("content-type", ""),
             "prometheus_gzip": headers.get("content-encoding", "") == "gzip"}
 
 
-def _load_phase(server: RunningExporter, settings: Settings, idle_cpu_rate: float, mode: str,
+def _load_phases(port: int, pid: int, settings: Settings, idle_rate: float, name: str,
+                 progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    phases = []
+    for concurrency in settings.concurrencies:
+        phase = _load_phase(port, pid, settings, idle_rate, "closed", concurrency)
+        progress(f"    {name}: closed c={concurrency}: {phase['scrapes']} scrapes, "
+                 f"p50 {phase['p50_s'] * 1e3:.2f} ms, p99 {phase['p99_s'] * 1e3:.2f} ms, {phase['failed']} failed")
+        phases.append(phase)
+    if settings.paced_s > 0:
+        phase = _load_phase(port, pid, settings, idle_rate, "paced", settings.paced_scrapers)
+        progress(f"    {name}: paced {settings.paced_scrapers} x 1/{settings.paced_interval_s:g}s: "
+                 f"p50 {phase['p50_s'] * 1e3:.2f} ms, p99 {phase['p99_s'] * 1e3:.2f} ms, {phase['failed']} failed")
+        phases.append(phase)
+    return phases
+
+
+def _load_phase(port: int, pid: int, settings: Settings, idle_cpu_rate: float, mode: str,
                 concurrency: int) -> dict[str, Any]:
-    command = [sys.executable, "-m", "bench.loadgen", f"http://127.0.0.1:{server.port}/metrics",
+    command = [sys.executable, "-m", "bench.loadgen", f"http://127.0.0.1:{port}/metrics",
                "--mode", mode, "--concurrency", str(concurrency)]
     if mode == "closed":
         command += ["--requests", str(settings.phase_requests), "--duration", str(settings.phase_s)]
     else:
         command += ["--interval", str(settings.paced_interval_s), "--duration", str(settings.paced_s)]
-    cpu_before = procstat.cpu_times(server.pid)
+    cpu_before = procstat.cpu_times(pid)
     started = time.monotonic()
     completed = subprocess.run(pinned(command, CLIENT_CPU, settings.pin), capture_output=True, check=True,
                                env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, cwd=REPO_ROOT)
     wall = time.monotonic() - started
-    cpu = procstat.cpu_times(server.pid).total_s - cpu_before.total_s
+    cpu = procstat.cpu_times(pid).total_s - cpu_before.total_s
     result = json.loads(completed.stdout)
     latencies = result["latencies_s"]
     scrapes = len(latencies)
@@ -292,18 +321,9 @@ def measure(exporter: str, gpus: int, pods: int, scenario: Path, settings: Setti
         time.sleep(settings.warmup_s)
         progress(f"    {exporter}: up in {result.startup_s:.2f} s; idle window {settings.idle_s:.0f} s")
         result.idle = _idle_window(server, settings, gpus)
-        result.exposition = _exposition(server)
+        result.exposition = _exposition(server, result)
         idle_rate = result.idle["cpu_s"] / result.idle["wall_s"]
-        for concurrency in settings.concurrencies:
-            phase = _load_phase(server, settings, idle_rate, "closed", concurrency)
-            progress(f"    {exporter}: closed c={concurrency}: {phase['scrapes']} scrapes, "
-                     f"p50 {phase['p50_s'] * 1e3:.2f} ms, p99 {phase['p99_s'] * 1e3:.2f} ms, {phase['failed']} failed")
-            result.load.append(phase)
-        if settings.paced_s > 0:
-            phase = _load_phase(server, settings, idle_rate, "paced", settings.paced_scrapers)
-            progress(f"    {exporter}: paced {settings.paced_scrapers} x 1/{settings.paced_interval_s:g}s: "
-                     f"p50 {phase['p50_s'] * 1e3:.2f} ms, p99 {phase['p99_s'] * 1e3:.2f} ms, {phase['failed']} failed")
-            result.load.append(phase)
+        result.load = _load_phases(server.port, server.pid, settings, idle_rate, exporter, progress)
         mem = procstat.memory(server.pid)
         result.memory = {"rss_end_bytes": mem.rss_bytes, "peak_rss_bytes": mem.peak_rss_bytes,
                          "rss_steady_bytes": result.idle.get("rss_steady_bytes")}
@@ -316,5 +336,40 @@ def measure(exporter: str, gpus: int, pods: int, scenario: Path, settings: Setti
     return result
 
 
+def measure_floor(payload: bytes, headers: list[str], gpus: int, pods: int, settings: Settings, *,
+                  repetition: int, order: int, progress: Callable[[str], None] = print) -> Measurement:
+    """The load phases against ``bench.floor`` serving ``payload`` (what the exporter just served)."""
+    result = Measurement("floor", gpus, pods, repetition, order, settings.interval_ms)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-floor-"))
+    body = workdir / "body"
+    body.write_bytes(payload)
+    port = free_port()
+    command = [sys.executable, "-m", "bench.floor", "--port", str(port), "--body", str(body)]
+    for header in headers:
+        command += ["--header", header]
+    process = subprocess.Popen(pinned(command, SERVER_CPU, settings.pin), cwd=REPO_ROOT,
+                               env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    try:
+        _wait(lambda: _text(port) is not None, 10.0, "the floor server", process)
+        result.exposition = {"prometheus_bytes": len(payload)}
+        result.load = _load_phases(port, process.pid, settings, 0.0, "floor", progress)
+        mem = procstat.memory(process.pid)
+        result.memory = {"rss_end_bytes": mem.rss_bytes, "peak_rss_bytes": mem.peak_rss_bytes}
+    except (RuntimeError, TimeoutError, OSError, subprocess.CalledProcessError, ValueError, KeyError) as exc:
+        result.errors.append(f"{type(exc).__name__}: {exc}")
+        progress(f"    floor: FAILED: {exc}")
+    finally:
+        process.terminate()
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
 def as_dict(measurement: Measurement) -> dict[str, Any]:
-    return asdict(measurement)
+    data = asdict(measurement)
+    data.pop("payload", None)
+    data.pop("payload_headers", None)
+    return data

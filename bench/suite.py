@@ -100,7 +100,8 @@ class Cluster:
 
 def run_suite(settings: Settings, *, gpu_counts: tuple[int, ...] = GPU_COUNTS,
               pod_counts: tuple[int, ...] = POD_COUNTS, exporters: tuple[str, ...] = ("ours", "nvitop"),
-              progress: Callable[[str], None] = print) -> dict[str, Any]:
+              floor: bool = True, progress: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the matrix; ``floor`` adds a run of ``bench.floor`` serving ours' bytes after each of ours."""
     started = time.time()
     results: dict[str, Any] = {
         "version": RESULTS_VERSION,
@@ -136,6 +137,12 @@ def run_suite(settings: Settings, *, gpu_counts: tuple[int, ...] = GPU_COUNTS,
                                                          repetition=repetition, order=position,
                                                          extra_args=extra, progress=progress)
                             results["runs"].append(runner.as_dict(measurement))
+                            if exporter == "ours" and measurement.payload and floor:
+                                progress(f"[{gpus} GPUs, {pods} pods, run {repetition + 1}] floor")
+                                floor_run = runner.measure_floor(
+                                    measurement.payload, measurement.payload_headers, gpus, pods, settings,
+                                    repetition=repetition, order=position, progress=progress)
+                                results["runs"].append(runner.as_dict(floor_run))
                 finally:
                     if cluster is not None:
                         cluster.stop()
