@@ -13,7 +13,10 @@ cost on a real GPU is computed from those counts and the scenario's per-call lat
 profile), plus the per-entry latency of ``nvmlDeviceGetFieldValues``.
 
 ``ProbeServer`` serves all of it, plus a sampling-cycle counter the launcher bumps, as JSON on a side
-port, so the harness can take readings at the edges of a measurement window.
+port, so the harness can take readings at the edges of a measurement window. Because a window's edges
+fall in the middle of cycles (a 64-GPU cycle of nvitop-exporter takes seconds), every cycle end also
+records a copy of all counters (``at_cycle_end``): differences between two such copies cover whole
+cycles only.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ class ProbeStats:
         self.cycle_thread_cpu_s = 0.0
         self.cycle_wall_s = 0.0
         self.parts: dict[str, float] = {}  # thread CPU of named parts (e.g. nvitop's host metrics)
+        self.calls_source: Callable[[], dict[str, int]] = dict  # the fake's call counts, once installed
+        self.at_cycle_end: dict[str, Any] = {}
 
     def add_nvml(self, cpu_s: float, wall_s: float, entries: int = 0) -> None:
         with self._lock:
@@ -63,27 +68,32 @@ class ProbeStats:
             self.missing_calls[name] += 1
 
     def add_cycle(self, cpu_s: float, wall_s: float) -> None:
+        calls = self.calls_source()
         with self._lock:
             self.cycles += 1
             self.cycle_thread_cpu_s += cpu_s
             self.cycle_wall_s += wall_s
+            self.at_cycle_end = {**self._totals(), "calls": calls, "monotonic": time.monotonic()}
 
     def add_part(self, name: str, cpu_s: float) -> None:
         with self._lock:
             self.parts[name] = self.parts.get(name, 0.0) + cpu_s
 
+    def _totals(self) -> dict[str, Any]:
+        return {
+            "nvml_thread_cpu_s": self.nvml_thread_cpu_s,
+            "nvml_wall_s": self.nvml_wall_s,
+            "field_entries": self.field_entries,
+            "missing_calls": dict(self.missing_calls),
+            "cycles": self.cycles,
+            "cycle_thread_cpu_s": self.cycle_thread_cpu_s,
+            "cycle_wall_s": self.cycle_wall_s,
+            "parts_thread_cpu_s": dict(self.parts),
+        }
+
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            return {
-                "nvml_thread_cpu_s": self.nvml_thread_cpu_s,
-                "nvml_wall_s": self.nvml_wall_s,
-                "field_entries": self.field_entries,
-                "missing_calls": dict(self.missing_calls),
-                "cycles": self.cycles,
-                "cycle_thread_cpu_s": self.cycle_thread_cpu_s,
-                "cycle_wall_s": self.cycle_wall_s,
-                "parts_thread_cpu_s": dict(self.parts),
-            }
+            return {**self._totals(), "at_cycle_end": dict(self.at_cycle_end)}
 
     @contextmanager
     def measure_part(self, name: str) -> Iterator[None]:
@@ -138,6 +148,7 @@ def put_in_front(fake: FakeNvmlLibrary, stats: ProbeStats) -> CountingLibrary:
     import pynvml  # noqa: PLC0415 - imported late like the exporter does
 
     proxy = CountingLibrary(fake, stats)
+    stats.calls_source = lambda: _copy_counter(fake.calls)
     with pynvml.libLoadLock:
         pynvml.nvmlLib = proxy
         pynvml._nvmlGetFunctionPointer_cache.clear()
@@ -198,6 +209,8 @@ class ProbeServer:
             "installed": fake is not None,
             "calls": calls,
             "driver_latency_s": driver_latency_s(calls, reading["field_entries"], latency, per_field),
+            "latency": latency,
+            "field_value_latency": per_field,
             "monotonic": time.monotonic(),
             "threads": threading.active_count(),
         })

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import exposition, procstat
+from bench import exposition, nvmlprobe, procstat
 from bench.loadgen import PROMETHEUS_ACCEPT
 from bench.stats import percentile
 
@@ -175,57 +175,75 @@ class RunningExporter:
             return ""
 
 
+MIN_WINDOW_CYCLES = 3
+MAX_WINDOW_EXTENSION_S = 60.0
+
+
+def _diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {name: count - before.get(name, 0) for name, count in sorted(after.items())
+            if count - before.get(name, 0)}
+
+
 def _idle_window(server: RunningExporter, settings: Settings, gpus: int) -> dict[str, Any]:
+    """Counters come from cycle ends (whole cycles only); CPU is a rate over the window, per cycle rate."""
     before = server.probe()
     cpu_before = procstat.cpu_times(server.pid)
     started = time.monotonic()
     rss: list[int] = []
-    while time.monotonic() - started < settings.idle_s:
+    while True:
         rss.append(procstat.memory(server.pid).rss_bytes)
         time.sleep(0.5)
+        elapsed = time.monotonic() - started
+        if elapsed >= settings.idle_s:
+            cycles = server.probe()["cycles"] - before["cycles"]
+            if cycles >= MIN_WINDOW_CYCLES or elapsed >= settings.idle_s + MAX_WINDOW_EXTENSION_S:
+                break
     cpu_after = procstat.cpu_times(server.pid)
-    after = server.probe()
     wall = time.monotonic() - started
-    cycles = after["cycles"] - before["cycles"]
-    calls = {name: after["calls"].get(name, 0) - before["calls"].get(name, 0) for name in after["calls"]}
-    calls = {name: count for name, count in calls.items() if count}
-    event_waits = sum(count for name, count in calls.items() if name in EVENT_WAIT_SYMBOLS)
-    sampling_calls = sum(count for name, count in calls.items() if name not in EVENT_WAIT_SYMBOLS)
-    missing = {name: after["missing_calls"].get(name, 0) - before["missing_calls"].get(name, 0)
-               for name in after["missing_calls"]}
-    missing = {name: count for name, count in missing.items() if count}
+    after = server.probe()
+    first, last = before["at_cycle_end"], after["at_cycle_end"]
+    cycles = last["cycles"] - first["cycles"]
+    span = last["monotonic"] - first["monotonic"]
+    cycles_per_s = cycles / span if span > 0 else float("nan")
     cpu = cpu_after.total_s - cpu_before.total_s
-    nvml_cpu = after["nvml_thread_cpu_s"] - before["nvml_thread_cpu_s"]
+    cpu_per_cycle = (cpu / wall) / cycles_per_s if cycles else float("nan")
+    calls = _diff(last["calls"], first["calls"])
+    event_waits = sum(count for name, count in calls.items() if name in EVENT_WAIT_SYMBOLS)
+    sampling = {name: count for name, count in calls.items() if name not in EVENT_WAIT_SYMBOLS}
+    missing = _diff(last["missing_calls"], first["missing_calls"])
+    entries = last["field_entries"] - first["field_entries"]
 
     def per_cycle(value: float) -> float:
         return value / cycles if cycles else float("nan")
 
-    parts = {name: per_cycle(after["parts_thread_cpu_s"].get(name, 0.0) - before["parts_thread_cpu_s"].get(name, 0.0))
-             for name in after["parts_thread_cpu_s"]}
+    nvml_cpu = per_cycle(last["nvml_thread_cpu_s"] - first["nvml_thread_cpu_s"])
+    parts = {name: per_cycle(spent - first["parts_thread_cpu_s"].get(name, 0.0))
+             for name, spent in last["parts_thread_cpu_s"].items()}
+    driver = nvmlprobe.driver_latency_s(sampling, entries, after["latency"], after["field_value_latency"])
     return {
         "wall_s": wall,
         "cycles": cycles,
-        "cycles_per_s": cycles / wall,
+        "cycles_per_s": cycles_per_s,
         "cpu_s": cpu,
         "cpu_user_s": cpu_after.user_s - cpu_before.user_s,
         "cpu_system_s": cpu_after.system_s - cpu_before.system_s,
         "cpu_percent_of_core": 100 * cpu / wall,
-        "cpu_per_cycle_s": per_cycle(cpu),
-        "nvml_thread_cpu_per_cycle_s": per_cycle(nvml_cpu),
-        "cpu_excl_nvml_per_cycle_s": per_cycle(cpu - nvml_cpu),
-        "cpu_excl_nvml_percent_of_core": 100 * (cpu - nvml_cpu) / wall,
-        "nvml_wall_per_cycle_s": per_cycle(after["nvml_wall_s"] - before["nvml_wall_s"]),
-        "cycle_wall_s": per_cycle(after["cycle_wall_s"] - before["cycle_wall_s"]),
-        "cycle_thread_cpu_s": per_cycle(after["cycle_thread_cpu_s"] - before["cycle_thread_cpu_s"]),
+        "cpu_per_cycle_s": cpu_per_cycle,
+        "nvml_thread_cpu_per_cycle_s": nvml_cpu,
+        "cpu_excl_nvml_per_cycle_s": cpu_per_cycle - nvml_cpu,
+        "cpu_excl_nvml_percent_of_core": 100 * (cpu_per_cycle - nvml_cpu) * cycles_per_s,
+        "nvml_wall_per_cycle_s": per_cycle(last["nvml_wall_s"] - first["nvml_wall_s"]),
+        "cycle_wall_s": per_cycle(last["cycle_wall_s"] - first["cycle_wall_s"]),
+        "cycle_thread_cpu_s": per_cycle(last["cycle_thread_cpu_s"] - first["cycle_thread_cpu_s"]),
         "parts_thread_cpu_per_cycle_s": parts,
-        "driver_latency_per_cycle_s": per_cycle(after["driver_latency_s"] - before["driver_latency_s"]),
-        "nvml_calls_per_cycle": per_cycle(sampling_calls),
-        "nvml_calls_per_gpu_per_cycle": per_cycle(sampling_calls) / gpus,
-        "event_wait_calls_per_s": event_waits / wall,
+        "driver_latency_per_cycle_s": per_cycle(driver),
+        "nvml_calls_per_cycle": per_cycle(sum(sampling.values())),
+        "nvml_calls_per_gpu_per_cycle": per_cycle(sum(sampling.values())) / gpus,
+        "event_wait_calls_per_s": event_waits / span if span > 0 else float("nan"),
         "missing_calls_per_gpu_per_cycle": per_cycle(sum(missing.values())) / gpus,
-        "calls_per_cycle_by_symbol": {name: per_cycle(count) for name, count in sorted(calls.items())},
-        "missing_calls_per_cycle_by_symbol": {name: per_cycle(count) for name, count in sorted(missing.items())},
-        "field_entries_per_cycle": per_cycle(after["field_entries"] - before["field_entries"]),
+        "calls_per_cycle_by_symbol": {name: per_cycle(count) for name, count in sampling.items()},
+        "missing_calls_per_cycle_by_symbol": {name: per_cycle(count) for name, count in missing.items()},
+        "field_entries_per_cycle": per_cycle(entries),
         "rss_steady_bytes": int(percentile(rss, 50)) if rss else None,
         "threads": after["threads"],
     }
