@@ -11,6 +11,8 @@ from exporter.config import EXIT_CONFIG_ERROR, PROGRAM, Config, ConfigError, loa
 from exporter.health.wiring import health_extensions
 from exporter.logs import configure, get_logger
 from exporter.metrics.counters import CounterFileError, CounterSet, load_counters
+from exporter.web.security import load_web_security
+from exporter.web.server import WebSecurity
 
 log = get_logger("cli")
 
@@ -22,7 +24,7 @@ def _fail(message: str, code: int = EXIT_CONFIG_ERROR) -> int:
     return code
 
 
-def build_app(config: Config, counters: CounterSet) -> App:
+def build_app(config: Config, counters: CounterSet, security: WebSecurity | None = None) -> App:
     """Assemble the app for this configuration (simulation included); raises user-facing errors."""
     extensions = Extensions()
     if config.simulate:
@@ -32,7 +34,7 @@ def build_app(config: Config, counters: CounterSet) -> App:
         scenario = load_scenario(config.simulate)
         simulation_extensions(config, scenario, extensions)
     health = health_extensions(config, counters, extensions)
-    app = App(config, counters, extensions=extensions)
+    app = App(config, counters, security=security, extensions=extensions)
     health.bind(app)
     return app
 
@@ -47,10 +49,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         counters = load_counters(config.collectors)
     except CounterFileError as exc:
         return _fail(f"{config.source_of('collectors')}: {exc}")
+    try:
+        security = load_web_security(config.web_config_file)
+    except ConfigError as exc:  # WebConfigError names file:line: key itself
+        return _fail(str(exc))
     for warning in counters.warnings:
         log.warning(warning)
     try:
-        app = build_app(config, counters)
+        app = build_app(config, counters, security)
     except ConfigError as exc:  # e.g. a scenario file (ScenarioError names file:line: key itself)
         return _fail(f"{config.source_of('simulate')}: {exc}")
     except OSError as exc:

@@ -24,8 +24,7 @@ import ssl
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from exporter import __version__
 from exporter.logs import get_logger
@@ -37,19 +36,39 @@ log = get_logger("web")
 REQUEST_TIMEOUT_S = 10.0
 
 
-class RequestAuthenticator(Protocol):
-    """Decides whether a request may proceed (basic auth); returns None to allow, else a 401 realm."""
-
-    def __call__(self, headers: Any) -> str | None: ...  # an http.client.HTTPMessage (case-insensitive)
-
-
-@dataclass
 class WebSecurity:
-    """TLS and authentication settings; the default is plain HTTP without authentication."""
+    """What the listener asks about each connection and request; this base is plain HTTP, open to all.
 
-    ssl_context: Callable[[], ssl.SSLContext | None] = lambda: None
-    authenticate: RequestAuthenticator | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
+    ``exporter.web.security.FileWebSecurity`` implements it from the exporter-toolkit web config.
+    Every method runs in a worker thread, never in the accept loop.
+    """
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """Per connection: the context to wrap it in (may reload changed certificates); None = HTTP."""
+        return None
+
+    def peer_allowed(self, connection: ssl.SSLSocket) -> bool:
+        """After the TLS handshake: may this client (its verified certificate) talk to us?"""
+        return True
+
+    def allow_request(self) -> bool:
+        """Rate limit: False answers 429 before any authentication work."""
+        return True
+
+    def authenticate(self, headers: Any) -> str | None:
+        """None to allow, else the realm for a 401 (``headers``: case-insensitive http.client.HTTPMessage)."""
+        return None
+
+    def headers(self) -> Mapping[str, str]:
+        """Extra headers for every response (http_server_config.headers)."""
+        return {}
+
+
+_PLAIN_HTTP_BODY = b"Client sent an HTTP request to an HTTPS server; use https://.\n"
+PLAIN_HTTP_TO_TLS_PORT = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                          b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_PLAIN_HTTP_BODY),
+                                                                                   _PLAIN_HTTP_BODY))
+TLS_HANDSHAKE_RECORD = 0x16
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -120,13 +139,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _respond(self, head: bool) -> None:
         owner = self.server.owner
-        authenticate = owner.security.authenticate
-        if authenticate is not None:
-            realm = authenticate(self.headers)
-            if realm is not None:
-                self._send(401, "text/plain; charset=utf-8", b"Unauthorized\n", head,
-                           extra={"WWW-Authenticate": f'Basic realm="{realm}"'})
-                return
+        if not owner.security.allow_request():
+            self._send(429, "text/plain; charset=utf-8", b"Too Many Requests\n", head)
+            return
+        realm = owner.security.authenticate(self.headers)
+        if realm is not None:
+            self._send(401, "text/plain; charset=utf-8", b"Unauthorized\n", head,
+                       extra={"WWW-Authenticate": f'Basic realm="{realm}", charset="UTF-8"'})
+            return
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             exposition = owner.cache.current
@@ -153,7 +173,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        for key, value in {**self.server.owner.security.headers, **(extra or {})}.items():
+        for key, value in {**self.server.owner.security.headers(), **(extra or {})}.items():
             self.send_header(key, value)
         self.end_headers()
         if not head:
@@ -197,15 +217,23 @@ class _BoundedHTTPServer(http.server.HTTPServer):
 
     def _serve(self, request: socket.socket, client_address: Any) -> None:
         try:
-            context = self.owner.security.ssl_context()
+            security = self.owner.security
+            context = security.ssl_context()
             if context is not None:
                 request.settimeout(REQUEST_TIMEOUT_S)
+                if _sent_plain_http(request):
+                    _refuse_plain_http(request)
+                    return
                 request = context.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
                 try:
                     request.do_handshake()
                 except (ssl.SSLError, OSError) as exc:
                     log.debug("TLS handshake failed", extra={"fields": {"client": client_address[0],
                                                                         "error": str(exc)}})
+                    return
+                if not security.peer_allowed(request):
+                    log.debug("client certificate not allowed (client_allowed_sans)",
+                              extra={"fields": {"client": client_address[0]}})
                     return
             self.finish_request(request, client_address)
         except (ConnectionError, TimeoutError):
@@ -220,6 +248,33 @@ class _BoundedHTTPServer(http.server.HTTPServer):
         self._closing.set()
         super().server_close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _sent_plain_http(connection: socket.socket) -> bool:
+    """Peek at the first byte: a TLS client starts with a handshake record, an HTTP client with a letter."""
+    try:
+        first = connection.recv(1, socket.MSG_PEEK)
+    except OSError:
+        return False  # let the handshake report it
+    return bool(first) and first[0] != TLS_HANDSHAKE_RECORD and first.isalpha()
+
+
+def _refuse_plain_http(connection: socket.socket) -> None:
+    """Answer a plain-HTTP request on the TLS port with a readable 400, as Go's servers do.
+
+    The request head is read first: closing a socket with unread data makes the kernel send a
+    reset, and the client would see "connection reset" instead of the explanation.
+    """
+    received = b""
+    connection.settimeout(1.0)
+    with contextlib.suppress(OSError):
+        while b"\r\n\r\n" not in received and len(received) < 16384:
+            chunk = connection.recv(4096)
+            if not chunk:
+                break
+            received += chunk
+        connection.sendall(PLAIN_HTTP_TO_TLS_PORT)
+    log.debug("plain HTTP request on the TLS port refused")
 
 
 class ExporterHTTPServer:

@@ -67,14 +67,16 @@ class Response:
 
 
 class ExporterProcess:
-    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None, cwd: Path | None = None,
+                 wrapper: Sequence[str] = ()) -> None:
+        """``wrapper`` runs before the interpreter, e.g. ``setpriv --reuid ...`` to drop privileges."""
         self.port = free_port()
         self.args = ["--address", f"127.0.0.1:{self.port}", *args]
         environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu-pod-exporter-{self.port}.log"
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "exporter", *self.args], cwd=cwd or REPO_ROOT, env=environ,
+            [*wrapper, sys.executable, "-m", "exporter", *self.args], cwd=cwd or REPO_ROOT, env=environ,
             stdout=self._log, stderr=subprocess.STDOUT)
 
     def get(self, path: str, headers: dict[str, str] | None = None, timeout: float = 5.0) -> Response:
@@ -140,8 +142,9 @@ class ExporterProcess:
 
 
 @contextmanager
-def running_exporter(args: Sequence[str], env: dict[str, str] | None = None) -> Iterator[ExporterProcess]:
-    exporter = ExporterProcess(args, env)
+def running_exporter(args: Sequence[str], env: dict[str, str] | None = None,
+                     wrapper: Sequence[str] = ()) -> Iterator[ExporterProcess]:
+    exporter = ExporterProcess(args, env, wrapper=wrapper)
     try:
         yield exporter
     finally:
