@@ -4,6 +4,7 @@
     python -m bench run --full --out FILE.json  # 3 alternating repetitions, longer windows
     python -m bench run --quick --gpus 8 --pods 0 --exporters ours   # a subset
     python -m bench report [RESULTS.json]       # docs/benchmarks.md results section + docs/*.png
+    python -m bench profile --gpus 8 --pods 110 # py-spy under load: where the Python time goes
 """
 
 from __future__ import annotations
@@ -41,7 +42,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = commands.add_parser("report", help="write docs/benchmarks.md's results and the plots")
     report.add_argument("results", type=Path, nargs="?", default=DEFAULT_RESULTS)
     report.add_argument("--docs", type=Path, default=runner.REPO_ROOT / "docs")
+    prof = commands.add_parser("profile", help="py-spy profile of one exporter under closed-loop load")
+    prof.add_argument("--exporter", choices=("ours", "nvitop"), default="ours")
+    prof.add_argument("--gpus", type=int, default=8)
+    prof.add_argument("--pods", type=int, default=0)
+    prof.add_argument("--seconds", type=float, default=10.0)
+    prof.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+
+    if args.command == "profile":
+        from bench import profile as profile_module  # noqa: PLC0415
+
+        return profile_module.profile(args.exporter, args.gpus, args.pods, args.seconds, args.concurrency)
 
     if args.command == "run":
         settings = runner.FULL if args.full else runner.QUICK
