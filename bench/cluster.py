@@ -25,8 +25,13 @@ from exporter.simulate.kube_scenario import load_kubernetes_section, start_simul
 
 
 def exporter_flags(overrides: dict[str, object]) -> list[str]:
-    """The command-line flags equivalent to ``SimulatedCluster.config_overrides()``."""
-    flags = ["--kubernetes"]
+    """The command-line flags equivalent to ``SimulatedCluster.config_overrides()``.
+
+    Process attribution (per-container GPU memory from NVML's process lists and /proc) is on, as
+    ``--simulate`` turns it on for its own cluster: with time-sliced GPUs it is what splits a GPU's
+    memory between the pods sharing it.
+    """
+    flags = ["--kubernetes", "--kubernetes-process-attribution"]
     names = {"pod_resources_socket": "--pod-resources-kubelet-socket", "kubeconfig": "--kubeconfig",
              "proc_root": "--proc-root", "node_name": "--node-name",
              "kubernetes_gpu_id_type": "--kubernetes-gpu-id-type"}
