@@ -180,7 +180,8 @@ def config_table(results: Results, gpus: int) -> list[str]:
     for row in rows:
         ours = results.figure("ours", gpus, 0, row.get)
         theirs = results.figure("nvitop", gpus, 0, row.get)
-        cells = [row.label.replace("  ", "&nbsp;&nbsp;"), _fmt(ours, row.digits), _fmt(theirs, row.digits),
+        label = row.label.replace("  ", "&nbsp;&nbsp;") + ("" if row.lower_is_better else " (higher is better)")
+        cells = [label, _fmt(ours, row.digits), _fmt(theirs, row.digits),
                  _fmt_ratio(results.ratio(gpus, 0, row.get))]
         cells += [_fmt(results.figure("ours", gpus, pods, row.get), row.digits) for pods in with_pods]
         cells += [_blank_nan(results.figure("floor", gpus, pods, row.get), row.digits) for pods in floors]
@@ -286,7 +287,10 @@ def results_section(data: dict[str, Any]) -> str:
     for run in results.failed:
         lines.append(f"- Failed run: {run['exporter']}, {run['gpus']} GPUs, {run['pods']} pods: "
                      f"{'; '.join(run['errors'])}")
-    lines += ["", "### Targets", "", *targets_table(results), ""]
+    lines += ["", "### Targets", "", *targets_table(results), "",
+              "Tables: medians over repetitions; \"ours / nvitop\" is the median ratio of neighbouring runs "
+              "(below 1 favours ours, except where higher is better); \"floor\" is bench/floor.py serving "
+              "ours' bytes (see Method); n/a: not measured or not applicable.", ""]
     for gpus in results.gpu_counts:
         lines += [f"### {gpus} GPU{'s' if gpus > 1 else ''}", "", *config_table(results, gpus), ""]
     lines += [f"![scrape latency against concurrency]({LATENCY_PLOT})", "",

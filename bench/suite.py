@@ -9,6 +9,7 @@ skipped and the results say so.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -66,13 +67,8 @@ def git_commit() -> str:
 
 
 def kubernetes_wiring_available() -> bool:
-    """Whether this build attributes GPUs to pods (``-k`` does something)."""
-    try:
-        from exporter import cli  # noqa: PLC0415
-    except ImportError:
-        return False
-    source = Path(cli.__file__).read_text(encoding="utf-8")
-    return "config.kubernetes" in source or "attribution" in source
+    """Whether this build attributes GPUs to pods (``-k`` is wired into the app)."""
+    return importlib.util.find_spec("exporter.kube.wiring") is not None
 
 
 class Cluster:
@@ -125,7 +121,14 @@ def run_suite(settings: Settings, *, gpu_counts: tuple[int, ...] = GPU_COUNTS,
                 scenario = scenarios.write_scenario(directory, gpus, pods)
                 gpu_only = scenarios.write_scenario(directory, gpus, pods, kubernetes=False)
                 candidates = [name for name in exporters if not (pods and name == "nvitop")]
-                cluster = Cluster(scenario, directory / f"cluster-{gpus}-{pods}", settings.pin) if pods else None
+                if not candidates:
+                    continue
+                try:
+                    cluster = Cluster(scenario, directory / f"cluster-{gpus}-{pods}", settings.pin) if pods else None
+                except (RuntimeError, OSError, ValueError) as exc:
+                    results["skipped"].append(f"{gpus} GPUs, {pods} pods: {exc}")
+                    progress(f"skipping {gpus} GPUs, {pods} pods: {exc}")
+                    continue
                 try:
                     for repetition in range(settings.repetitions):
                         order = candidates if repetition % 2 == 0 else list(reversed(candidates))
