@@ -202,14 +202,16 @@ class Target:
 
 
 def _targets() -> list[Target]:
-    def p99_target(results: Results) -> tuple[float, str]:
-        pods = 110 if results.group("ours", 8, 110) else 0
-        closed = results.figure("ours", 8, pods, phase_value("closed", 64, "p99_s", 1e3))
-        scrapers = results.data["settings"]["paced_scrapers"]
-        paced = results.figure("ours", 8, pods, phase_value("paced", scrapers, "p99_s", 1e3))
-        note = (f"{pods} pods; closed loop (64 always in flight): {_fmt(closed, 2)} ms; "
-                f"{scrapers} scrapers at 1/{results.data['settings']['paced_interval_s']:g}s: {_fmt(paced, 2)} ms")
-        return closed, note
+    def p99_target(mode: str) -> Callable[[Results], tuple[float, str]]:
+        def measured(results: Results) -> tuple[float, str]:
+            pods = 110 if results.group("ours", 8, 110) else 0
+            concurrency = 64 if mode == "closed" else results.data["settings"]["paced_scrapers"]
+            get = phase_value(mode, concurrency, "p99_s", 1e3)
+            ours = results.figure("ours", 8, pods, get)
+            floor = results.figure("floor", 8, pods, get)
+            return ours, f"{_fmt(ours, 2)} ms at 8 GPUs, {pods} pods (floor on this machine: {_fmt(floor, 2)} ms)"
+
+        return measured
 
     def cpu_target(results: Results) -> tuple[float, str]:
         measured = results.figure("ours", 8, 0, idle_value("cpu_excl_nvml_percent_of_core"))
@@ -241,8 +243,10 @@ def _targets() -> list[Target]:
                        f"ratio {_fmt_ratio(ratio)}, {_fmt_ratio(with_missing)} counting those")
 
     return [
-        Target("p99 scrape latency, 8 GPUs x 110 pods, 64 concurrent scrapers", "<= 5 ms", p99_target,
-               lambda v: v <= 5),
+        Target("p99 scrape latency, 8 GPUs x 110 pods, 64 concurrent scrapers: closed loop (64 always in flight)",
+               "<= 5 ms", p99_target("closed"), lambda v: v <= 5),
+        Target("p99 scrape latency, 8 GPUs x 110 pods, 64 scrapers each scraping once a second", "<= 5 ms",
+               p99_target("paced"), lambda v: v <= 5),
         Target("CPU at a 1 s interval, 8 GPUs, NVML excluded", "<= 2 % of one core", cpu_target, lambda v: v <= 2),
         Target("RSS", "<= 80 MiB", rss_target, lambda v: v <= 80),
         Target("first complete metrics after start", "<= 2 s", startup_target, lambda v: v <= 2),

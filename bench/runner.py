@@ -66,7 +66,7 @@ class Settings:
 QUICK = Settings(warmup_s=1.0, idle_s=8.0, phase_s=2.0, phase_requests=1_000_000, concurrencies=(1, 16, 64),
                  paced_scrapers=64, paced_interval_s=1.0, paced_s=5.0, repetitions=1)
 FULL = Settings(warmup_s=3.0, idle_s=30.0, phase_s=8.0, phase_requests=1_000_000, concurrencies=(1, 16, 64),
-                paced_scrapers=64, paced_interval_s=1.0, paced_s=20.0, repetitions=3)
+                paced_scrapers=64, paced_interval_s=1.0, paced_s=30.0, repetitions=3)
 
 
 def free_port() -> int:
