@@ -48,6 +48,9 @@ class Extensions:
     """Optional components wired around the core (simulator, attribution, event watcher, ...)."""
 
     builders: list[FamilyBuilder] = field(default_factory=list)
+    # Called once per render, in order: each may return an extended context (RenderContext.extras, a
+    # workload labeler bound to this render's inputs), so a source is consulted once per render.
+    context_hooks: list[Callable[[RenderContext], RenderContext]] = field(default_factory=list)
     on_start: list[Callable[[], None]] = field(default_factory=list)
     on_stop: list[Callable[[], None]] = field(default_factory=list)
     on_snapshot: list[Callable[[Snapshot], None]] = field(default_factory=list)
@@ -96,9 +99,12 @@ class App:
     def render_context(self) -> RenderContext:
         now = self._clock()
         stall = self._stall
-        return RenderContext(snapshot=self.sampler.snapshot, counters=self.counters, options=self.options,
-                             workloads=self.extensions.workloads, stall=stall,
-                             stall_seconds=now - stall.started if stall else 0.0)
+        ctx = RenderContext(snapshot=self.sampler.snapshot, counters=self.counters, options=self.options,
+                            workloads=self.extensions.workloads, stall=stall,
+                            stall_seconds=now - stall.started if stall else 0.0)
+        for hook in self.extensions.context_hooks:
+            ctx = hook(ctx)
+        return ctx
 
     def _render(self) -> list[Metric]:
         return render(self.render_context(), self.builders)

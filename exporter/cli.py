@@ -27,15 +27,32 @@ def _fail(message: str, code: int = EXIT_CONFIG_ERROR) -> int:
 def build_app(config: Config, counters: CounterSet, security: WebSecurity | None = None) -> App:
     """Assemble the app for this configuration (simulation included); raises user-facing errors."""
     extensions = Extensions()
+    cluster = None
     if config.simulate:
+        from exporter.simulate.cluster_wiring import simulated_cluster_extensions  # noqa: PLC0415
         from exporter.simulate.scenario import load_scenario  # noqa: PLC0415 - only needed with --simulate
         from exporter.simulate.wiring import simulation_extensions  # noqa: PLC0415
 
         scenario = load_scenario(config.simulate)
         simulation_extensions(config, scenario, extensions)
+        config, cluster = simulated_cluster_extensions(config, scenario, extensions)
+    kubernetes = None
+    if config.kubernetes:
+        from exporter.kube.wiring import kubernetes_extensions  # noqa: PLC0415 - grpc is only needed with -k
+
+        kubernetes = kubernetes_extensions(config, extensions)
+    if kubernetes is not None:
+        config = kubernetes.config  # --kubernetes-process-metrics turns on reading process lists
     health = health_extensions(config, counters, extensions)
-    app = App(config, counters, security=security, extensions=extensions)
+    try:
+        app = App(config, counters, security=security, extensions=extensions)
+    except BaseException:
+        if cluster is not None:
+            cluster.stop()  # removes its temporary directory; nothing was started yet
+        raise
     health.bind(app)
+    if kubernetes is not None:
+        kubernetes.bind(app)
     return app
 
 

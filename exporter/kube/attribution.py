@@ -24,7 +24,6 @@ that they are dropped, and the GPU series continue without workload labels.
 
 from __future__ import annotations
 
-import logging
 import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -39,9 +38,10 @@ from exporter.kube.metadata import KubernetesMetadata, MetadataView, WatchTimeou
 from exporter.kube.podresources.client import DEFAULT_STALE_AFTER_S, PodResourcesClient
 from exporter.kube.podresources.listing import PodResourcesListing, gpu_resource_filter
 from exporter.kube.processes import CgroupIdentity, ProcessCgroupResolver, attribute_processes
+from exporter.logs import get_logger
 from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity
 
-LOG = logging.getLogger(__name__)
+LOG = get_logger("kube.attribution")  # under the exporter's handler and format
 
 
 @dataclass(frozen=True)
@@ -362,7 +362,8 @@ class KubernetesAttribution:
             if self._index_key != index_key:
                 self._index_key = index_key
                 self._index = build_allocation_index(listing, self._catalog) if listing else EMPTY_INDEX
-                self._log_unmatched(self._index)
+                if devices:  # before NVML's inventory is known every ID would look unmatched
+                    self._log_unmatched(self._index)
             key = (index_key, view.version, process_input)
             if self._memo is None or self._memo_key != key:
                 self._memo = join_attribution(self._index, listing is not None, process_input, view,

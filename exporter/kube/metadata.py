@@ -30,7 +30,6 @@ and CPU for objects of which we read six fields.
 from __future__ import annotations
 
 import json
-import logging
 import random
 import threading
 import time
@@ -39,7 +38,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-LOG = logging.getLogger(__name__)
+from exporter.logs import get_logger
+
+LOG = get_logger("kube.api")  # under the exporter's handler and format
 
 CONTAINER_ID_SCHEMES = ("containerd://", "cri-o://", "docker://", "cri-containerd://")
 
@@ -308,6 +309,7 @@ class _ListWatch:
         self._stop = threading.Event()
         self._relist = threading.Event()
         self._response: Any = None
+        self._delivered = False  # the current watch stream delivered at least one event
         self._thread = threading.Thread(target=self._run, name=f"kube-watch-{resource}", daemon=True)
         self.synced = False  # at least one list succeeded
         self.lists = 0
@@ -346,6 +348,10 @@ class _ListWatch:
                 LOG.info("%s watch: resourceVersion expired (410 Gone); relisting", self.resource)
                 resource_version = None
             except _StreamBroken as exc:
+                if self._stop.is_set():
+                    return  # stop() cut the stream
+                if self._delivered:  # the stream was healthy before the cut: a routine cut, not a failure
+                    failures = broken = 0
                 broken += 1
                 if broken == 1:
                     LOG.debug("%s watch stream cut (%s); resuming", self.resource, exc)
@@ -392,6 +398,7 @@ class _ListWatch:
     def _watch(self, resource_version: str) -> str:
         """Stream events until the server ends the watch; returns the resourceVersion to resume."""
         self.watches += 1
+        self._delivered = False
         try:
             response = self._lister(
                 **self._kwargs, watch=True, allow_watch_bookmarks=True, resource_version=resource_version,
@@ -416,6 +423,7 @@ class _ListWatch:
                 except Exception as exc:
                     raise _StreamBroken(f"{type(exc).__name__}: {exc}") from exc
                 resource_version = self._handle(line, resource_version)
+                self._delivered = True
         finally:
             self._response = None
             _abort_response(response)

@@ -32,6 +32,9 @@ as a ``LabeledDevice``. From the ``AttributionSnapshot`` this module derives:
 * self-metrics ``gpu_pod_exporter_kubelet_up``, ``gpu_pod_exporter_kube_api_up``, their
   ``..._last_success_timestamp_seconds``, and ``gpu_pod_exporter_kubernetes_pods``.
 
+Their names, types, units and help texts are registered in ``exporter.metrics.owned`` (the
+README's metric table is generated from there).
+
 Why sums stay correct:
 
 * Default mode: every device series exists once per device (shared devices carry no pod
@@ -59,6 +62,7 @@ from prometheus_client.core import Metric
 from exporter.config import Config
 from exporter.kube.attribution import AttributionSnapshot, Workload
 from exporter.kube.deviceids import GpuKey
+from exporter.metrics.render import owned_family
 
 MIB = 1024.0 * 1024.0
 
@@ -113,10 +117,6 @@ def workload_label_sets(attribution: AttributionSnapshot, device: LabeledDevice,
     return sets
 
 
-def _gauge(name: str, documentation: str) -> Metric:
-    return Metric(name, documentation, "gauge")
-
-
 def attribution_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
                          config: Config) -> list[Metric]:
     """Every family the Kubernetes attribution contributes (see the module docstring).
@@ -138,11 +138,8 @@ def attribution_families(attribution: AttributionSnapshot, devices: Sequence[Lab
 
 def _allocation_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
                          config: Config) -> list[Metric]:
-    allocated = _gauge("DCGM_EXP_GPU_ALLOCATED",
-                       "1 if a Kubernetes container holds this GPU or MIG instance, else 0.")
-    info = _gauge("DCGM_EXP_GPU_ALLOCATION_INFO",
-                  "Containers holding this GPU or MIG instance (always 1; one series per container, "
-                  "vgpu is the replica id on shared devices).")
+    allocated = owned_family("DCGM_EXP_GPU_ALLOCATED")
+    info = owned_family("DCGM_EXP_GPU_ALLOCATION_INFO")
     for device in devices:
         allocation = attribution.allocation(device.uuid, device.gpu_instance_id)
         holders = allocation.holders if allocation is not None else ()
@@ -158,12 +155,9 @@ def _allocation_families(attribution: AttributionSnapshot, devices: Sequence[Lab
 
 def _memory_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
                      config: Config) -> list[Metric]:
-    container_fb = _gauge("DCGM_EXP_CONTAINER_FB_USED",
-                          "Framebuffer memory used by the container's processes on this GPU or MIG instance "
-                          "(in MiB).")
-    unattributed = _gauge("DCGM_EXP_UNATTRIBUTED_FB_USED", "Framebuffer memory used by GPU processes that "
-                          "belong to no known pod (in MiB).")
-    process_fb = _gauge("DCGM_EXP_PROCESS_FB_USED", "Framebuffer memory used by one GPU process (in MiB).")
+    container_fb = owned_family("DCGM_EXP_CONTAINER_FB_USED")
+    unattributed = owned_family("DCGM_EXP_UNATTRIBUTED_FB_USED")
+    process_fb = owned_family("DCGM_EXP_PROCESS_FB_USED")
     for device in devices:
         if device.uuid not in attribution.process_gpus:
             continue
@@ -189,23 +183,15 @@ def _memory_families(attribution: AttributionSnapshot, devices: Sequence[Labeled
 def _self_metrics(attribution: AttributionSnapshot) -> list[Metric]:
     status = attribution.status
     values = (
-        ("gpu_pod_exporter_kubelet_up", "1 if the last kubelet PodResources List succeeded, else 0.",
-         1.0 if status.kubelet_up else 0.0),
-        ("gpu_pod_exporter_kube_api_up",
-         "1 if the Kubernetes API pod and namespace watches are healthy, else 0.",
-         1.0 if status.api_up else 0.0),
-        ("gpu_pod_exporter_kubelet_last_success_timestamp_seconds",
-         "Unix time of the last successful kubelet PodResources List (0: never).",
-         status.kubelet_last_success),
-        ("gpu_pod_exporter_kube_api_last_success_timestamp_seconds",
-         "Unix time of the last successful Kubernetes API list, watch event or bookmark (0: never).",
-         status.api_last_success),
-        ("gpu_pod_exporter_kubernetes_pods", "Pods on this node known from the Kubernetes API watch.",
-         float(status.pods_known)),
+        ("gpu_pod_exporter_kubelet_up", 1.0 if status.kubelet_up else 0.0),
+        ("gpu_pod_exporter_kube_api_up", 1.0 if status.api_up else 0.0),
+        ("gpu_pod_exporter_kubelet_last_success_timestamp_seconds", status.kubelet_last_success),
+        ("gpu_pod_exporter_kube_api_last_success_timestamp_seconds", status.api_last_success),
+        ("gpu_pod_exporter_kubernetes_pods", float(status.pods_known)),
     )
     families = []
-    for name, documentation, value in values:
-        family = _gauge(name, documentation)
+    for name, value in values:
+        family = owned_family(name)
         family.add_sample(name, {}, value)
         families.append(family)
     return families

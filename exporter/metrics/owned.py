@@ -57,7 +57,47 @@ PAYLOAD_METRICS: tuple[OwnedMetric, ...] = (
                 "window); one series per GPU, always on", "health"),
 )
 
-OWNED: tuple[OwnedMetric, ...] = (*PAYLOAD_METRICS, *SELF_METRICS)
+# Kubernetes attribution (-k): payload families per GPU or MIG instance, then its self-metrics.
+_WORKLOAD = ("container", "namespace", "pod", "pod_uid", "team")
+KUBERNETES_PAYLOAD_METRICS: tuple[OwnedMetric, ...] = (
+    OwnedMetric("DCGM_EXP_GPU_ALLOCATED", "gauge", "0/1", (),
+                "1 if a Kubernetes container holds this GPU or MIG instance, else 0 (absent while the kubelet's "
+                "allocation is unknown).",
+                "kubelet PodResources List; one series per GPU, or per GPU instance on MIG GPUs", "kubernetes"),
+    OwnedMetric("DCGM_EXP_GPU_ALLOCATION_INFO", "gauge", "1", (*_WORKLOAD, "vgpu"),
+                "Containers holding this GPU or MIG instance (always 1; one series per container, vgpu is the "
+                "replica id on shared devices). Lists every pod sharing a time-sliced GPU.",
+                "kubelet PodResources List + pod metadata from the API", "kubernetes"),
+    OwnedMetric("DCGM_EXP_CONTAINER_FB_USED", "gauge", "MiB", _WORKLOAD,
+                "Framebuffer memory used by the container's processes on this GPU or MIG instance (in MiB).",
+                "NVML running-process lists, PID -> /proc/<pid>/cgroup -> container "
+                "(--kubernetes-process-attribution, needs hostPID)", "kubernetes"),
+    OwnedMetric("DCGM_EXP_UNATTRIBUTED_FB_USED", "gauge", "MiB", (),
+                "Framebuffer memory used by GPU processes that belong to no known pod (in MiB).",
+                "NVML running-process lists whose PIDs are in no known pod's cgroup "
+                "(--kubernetes-process-attribution)", "kubernetes"),
+    OwnedMetric("DCGM_EXP_PROCESS_FB_USED", "gauge", "MiB", ("pid", *_WORKLOAD),
+                "Framebuffer memory used by one GPU process (in MiB).",
+                "NVML running-process lists (--kubernetes-process-metrics; one series per process)", "kubernetes"),
+)
+KUBERNETES_SELF_METRICS: tuple[OwnedMetric, ...] = (
+    OwnedMetric("gpu_pod_exporter_kubelet_up", "gauge", "0/1", (),
+                "1 if the last kubelet PodResources List succeeded, else 0.", "kubelet client", "kubernetes"),
+    OwnedMetric("gpu_pod_exporter_kube_api_up", "gauge", "0/1", (),
+                "1 if the Kubernetes API pod and namespace watches are healthy, else 0.", "API watches",
+                "kubernetes"),
+    OwnedMetric("gpu_pod_exporter_kubelet_last_success_timestamp_seconds", "gauge", "s", (),
+                "Unix time of the last successful kubelet PodResources List (0: never).", "kubelet client",
+                "kubernetes"),
+    OwnedMetric("gpu_pod_exporter_kube_api_last_success_timestamp_seconds", "gauge", "s", (),
+                "Unix time of the last successful Kubernetes API list, watch event or bookmark (0: never).",
+                "API watches", "kubernetes"),
+    OwnedMetric("gpu_pod_exporter_kubernetes_pods", "gauge", "pods", (),
+                "Pods on this node known from the Kubernetes API watch.", "API watches", "kubernetes"),
+)
+
+OWNED: tuple[OwnedMetric, ...] = (*PAYLOAD_METRICS, *KUBERNETES_PAYLOAD_METRICS, *SELF_METRICS,
+                                  *KUBERNETES_SELF_METRICS)
 OWNED_BY_NAME = {metric.name: metric for metric in OWNED}
 
 

@@ -1,4 +1,5 @@
-"""``--simulate``: wire the fake NVML library (and later the fake kubelet and API server) into the app.
+"""``--simulate``: wire the fake NVML library into the app (the scenario's simulated Kubernetes node,
+fake kubelet and API server, is wired by ``cluster_wiring``).
 
 The fakes sit at the outermost edge, so the exporter runs its production code unchanged: the fake
 library is installed as ``pynvml.nvmlLib`` before the sampler initialises NVML.

@@ -147,6 +147,25 @@ def test_outage_keeps_last_known_metadata_and_recovers(
     assert metadata.state.last_success_wall > last_success
 
 
+def test_after_an_outage_a_routine_cut_or_a_stop_is_no_failure(
+    api: FakeApiServer, metadata: KubernetesMetadata, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.set_outage("refuse")
+    poll(lambda: not metadata.state.up, what="the outage to be noticed")
+    api.set_outage(None)
+    poll(lambda: metadata.state.up, what="recovery")
+    failures: list[str] = []
+    monkeypatch.setattr(metadata, "report_failure", lambda resource, exc: failures.append(f"{resource}: {exc!r}"))
+    api.send_bookmarks()
+    poll(lambda: all(loop._delivered for loop in metadata._loops), what="the resumed streams to deliver")
+    watches = [loop.watches for loop in metadata._loops]
+    api._end_watches(abort=True)  # every stream is cut mid-way, as an idle-timeout on a load balancer does
+    poll(lambda: all(loop.watches > before for loop, before in zip(metadata._loops, watches, strict=True)),
+         what="both watches to resume")
+    metadata.stop()  # cuts the streams from our side
+    assert failures == []  # neither cut was reported: no warning, no kube_api_up flicker
+
+
 def test_slow_server_times_out_then_recovers(api: FakeApiServer, tmp_path: Path) -> None:
     api.set_delay(3.0)
     watcher = _metadata(

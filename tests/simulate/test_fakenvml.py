@@ -144,7 +144,7 @@ def test_framebuffer_used_is_the_processes_memory(nvml: Any, clock: FixedClock) 
     nvml("default")
     clock.t = 10.0
     busy = pynvml.nvmlDeviceGetHandleByIndex(0)
-    idle = pynvml.nvmlDeviceGetHandleByIndex(7)
+    idle = pynvml.nvmlDeviceGetHandleByIndex(6)
     processes = pynvml.nvmlDeviceGetComputeRunningProcesses(busy)
     used = pynvml.nvmlDeviceGetMemoryInfo(busy, version=pynvml.nvmlMemory_v2).used
     assert [p.pid for p in processes] == [41001]
@@ -155,18 +155,19 @@ def test_framebuffer_used_is_the_processes_memory(nvml: Any, clock: FixedClock) 
 
 def test_process_lists_use_the_two_call_size_probe(nvml: Any, clock: FixedClock) -> None:
     fake = nvml("default")
-    clock.t = 150.0  # GPU 4's second inference process runs from 120 s to 300 s
+    clock.t = 150.0  # GPU 4's fourth inference process runs from 120 s to 300 s
     handle = pynvml.nvmlDeviceGetHandleByIndex(4)
     fake.reset_calls()
     processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
     assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 2  # size probe + fill
-    assert [(p.pid, p.usedGpuMemory) for p in processes] == [(52010, 18 * GIB), (52011, 1500 * MIB)]
+    assert [(p.pid, p.usedGpuMemory) for p in processes] == [
+        (52010, 18 * GIB), (52011, 6 * GIB), (52012, 3 * GIB), (52013, 1500 * MIB)]
     assert {(p.gpuInstanceId, p.computeInstanceId) for p in processes} == {(0xFFFFFFFF, 0xFFFFFFFF)}
 
     clock.t = 400.0
-    assert [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)] == [52010]
+    assert [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)] == [52010, 52011, 52012]
     fake.reset_calls()
-    assert pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(7)) == []
+    assert pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(6)) == []
     assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 1  # no processes: the probe says so
 
 

@@ -29,7 +29,6 @@ the kubelet's node-wide rate limit (100 QPS, burst 10) that every other agent sh
 
 from __future__ import annotations
 
-import logging
 import random
 import stat
 import threading
@@ -42,8 +41,9 @@ import grpc
 
 from exporter.kube.podresources import api_pb2, api_pb2_grpc
 from exporter.kube.podresources.listing import PodResourcesListing, listing_from_response
+from exporter.logs import get_logger
 
-LOG = logging.getLogger(__name__)
+LOG = get_logger("kube.kubelet")  # under the exporter's handler and format
 
 MAX_RECEIVE_MESSAGE_BYTES = 16 * 1024 * 1024
 DEFAULT_CALL_TIMEOUT_S = 10.0

@@ -165,7 +165,7 @@ def test_missing_socket_is_a_clear_state_logged_once(
     changes: list[KubeletState] = []
     socket = short_tmp / "nowhere" / "kubelet.sock"
     client = _client(socket, changes)
-    with caplog.at_level(logging.WARNING, logger="exporter.kube.podresources.client"):
+    with caplog.at_level(logging.WARNING, logger="gpu_pod_exporter.kube.kubelet"):
         client.start()
         poll(lambda: client.state.consecutive_failures >= 5, what="several attempts")
         client.stop()

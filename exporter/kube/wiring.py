@@ -1,0 +1,225 @@
+"""Wiring the Kubernetes attribution (``-k``) into the running exporter.
+
+The attribution library (``attribution``, ``series``) knows nothing about the app; this module
+connects the two through the app's ``Extensions`` hooks, so neither the sampler nor the renderer
+learns about Kubernetes:
+
+* lifecycle: the kubelet client and the API watches start before the sampler and stop after the
+  HTTP server; every change they publish invalidates the exposition cache (``bind``), so the
+  renderer thread re-renders. A scrape only copies bytes.
+* once per render (``extend_context``, a context hook): the attribution is joined for the GPUs
+  and MIG instances of the snapshot being rendered (``KubernetesAttribution.snapshot`` does no
+  I/O and is memoised), and the result goes into ``RenderContext.extras`` and into a workload
+  labeler bound to it. The payload series (``DCGM_FI_*``) and the attribution's own families
+  (``families``) therefore see the same value, computed once.
+* processes (``on_snapshot``): the sampler reads NVML's process lists every
+  ``--process-interval``; the lists are handed to a small worker thread that resolves PIDs
+  through ``/proc/<pid>/cgroup``, so the sampling thread never waits on ``/proc`` (a host with
+  hostPID and a busy ``/proc`` must not delay NVML readings). Only lists the sampler actually
+  re-read are handed over; the worker coalesces them, keeping only the newest.
+
+MIG: the MIG devices come from ``Snapshot.migs`` (every compute instance the sampler tracks, which
+is what the kubelet's ``MIG-<uuid>`` IDs name) and the readings' ``DeviceReading.mig``. A
+MIG-enabled GPU is attributed per GPU instance (one ``DCGM_EXP_GPU_ALLOCATED`` series per instance,
+none for the parent, which no pod can hold while MIG is on); the parent's device-level series
+carry no workload labels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Mapping, Sequence
+
+from prometheus_client.core import Metric
+
+from exporter.app import App, Extensions
+from exporter.config import Config
+from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution
+from exporter.kube.series import LabeledDevice, attribution_families, workload_label_sets
+from exporter.logs import get_logger
+from exporter.metrics.render import RenderContext
+from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity, Snapshot
+
+LOG = get_logger("kube.wiring")
+
+EXTRAS_KEY = "kubernetes.attribution"  # RenderContext.extras key of this render's AttributionSnapshot
+
+ProcessLists = Mapping[str, tuple[GpuProcess, ...]]
+
+
+def mig_identities(snapshot: Snapshot) -> tuple[MigIdentity, ...]:
+    """Every MIG device the snapshot knows: ``Snapshot.migs`` plus any only its readings name."""
+    found: dict[str, MigIdentity] = {}
+    for mig in (*snapshot.migs, *(item.identity for reading in snapshot.devices for item in reading.mig)):
+        found.setdefault(mig.uuid, mig)
+    return tuple(found.values())
+
+
+def mig_instances(snapshot: Snapshot) -> dict[tuple[str, int], MigIdentity]:
+    """One MIG identity per (parent UUID, GPU instance id): the first compute instance's, whose
+    profile is the GPU instance's (dcgm-exporter labels MIG series per GPU instance)."""
+    found: dict[tuple[str, int], MigIdentity] = {}
+    for mig in sorted(mig_identities(snapshot), key=lambda item: (item.gpu_instance_id, item.compute_instance_id)):
+        found.setdefault((mig.parent_uuid, mig.gpu_instance_id), mig)
+    return found
+
+
+def labeled_devices(ctx: RenderContext) -> list[LabeledDevice]:
+    """Every GPU of the snapshot, or every GPU instance of a MIG-enabled GPU, with its base labels.
+
+    Lost GPUs are included: which pod holds a GPU is the kubelet's fact, and it is exactly what
+    an operator needs when that GPU falls off the bus.
+    """
+    instances = mig_instances(ctx.snapshot)
+    devices: list[LabeledDevice] = []
+    for reading in ctx.snapshot.devices:
+        identity = reading.identity
+        own = sorted(((gi, mig) for (uuid, gi), mig in instances.items() if uuid == identity.uuid),
+                     key=lambda item: item[0])
+        if not own:
+            devices.append(LabeledDevice(identity.uuid, None, ctx.base_labels(identity)))
+        for gpu_instance_id, mig in own:
+            devices.append(LabeledDevice(identity.uuid, gpu_instance_id, ctx.base_labels(identity, mig)))
+    return devices
+
+
+class _ProcessFeed:
+    """Hands process lists from the sampling thread to one worker; only the newest list is kept."""
+
+    def __init__(self, consume: Callable[[ProcessLists], None]) -> None:
+        self._consume = consume
+        self._lock = threading.Lock()
+        self._pending: ProcessLists | None = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def offer(self, processes: ProcessLists) -> None:
+        with self._lock:
+            self._pending = processes
+        self._wake.set()
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="kube-processes", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            if self._stop.is_set():
+                return
+            self._wake.clear()
+            with self._lock:
+                pending, self._pending = self._pending, None
+            if pending is None:
+                continue
+            try:
+                self._consume(pending)
+            except Exception:  # a bug here must not end process attribution for good
+                LOG.exception("attributing GPU processes failed; retrying with the next process lists")
+
+
+class KubernetesWiring:
+    """The attribution as seen by the app: hooks for start/stop, snapshots, renders and builders."""
+
+    def __init__(self, config: Config, attribution: KubernetesAttribution | None = None) -> None:
+        # --kubernetes-process-metrics needs the process lists that --kubernetes-process-attribution reads.
+        if config.process_metrics and not config.process_attribution:
+            config = dataclasses.replace(config, process_attribution=True)
+        self.config = config
+        self._invalidate: Callable[[], None] = lambda: None
+        self.attribution = attribution or KubernetesAttribution(config, on_change=self._changed)
+        self._feed = _ProcessFeed(self.attribution.update_processes) if config.process_attribution else None
+        self._offered: ProcessLists | None = None
+
+    def _changed(self) -> None:
+        self._invalidate()
+
+    def bind(self, app: App) -> None:
+        """Re-render whenever the attribution changes (called from the sources' threads)."""
+        self._invalidate = app.cache.invalidate
+
+    def install(self, extensions: Extensions) -> None:
+        extensions.on_start.append(self.start)
+        extensions.on_stop.append(self.stop)
+        extensions.context_hooks.append(self.extend_context)
+        extensions.builders.append(self.families)
+        if self._feed is not None:
+            extensions.on_snapshot.append(self.on_snapshot)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        config = self.config
+        LOG.info("Kubernetes attribution on", extra={"fields": {
+            "pod_resources_socket": config.pod_resources_socket, "node": config.node_name or "(hostname)",
+            "kubeconfig": config.kubeconfig or "(in-cluster)", "gpu_id_type": config.kubernetes_gpu_id_type,
+            "virtual_gpus": config.kubernetes_virtual_gpus,
+            "process_attribution": config.process_attribution, "proc_root": config.proc_root}})
+        if self._feed is not None:
+            self._feed.start()
+        self.attribution.start()
+
+    def stop(self) -> None:
+        self.attribution.stop()
+        if self._feed is not None:
+            self._feed.stop()
+
+    # -- sampler -----------------------------------------------------------------------------------
+
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        """Sampling thread: pass on process lists the sampler re-read (it keeps the same tuple between reads)."""
+        if self._feed is None:
+            return
+        lists = {reading.identity.uuid: reading.processes for reading in snapshot.devices
+                 if reading.processes is not None}
+        previous = self._offered  # held, so an unchanged tuple can be recognised by identity
+        if previous is not None and previous.keys() == lists.keys() and all(
+                lists[uuid] is previous[uuid] for uuid in lists):
+            return
+        self._offered = lists
+        self._feed.offer(lists)
+
+    # -- rendering ---------------------------------------------------------------------------------
+
+    def extend_context(self, ctx: RenderContext) -> RenderContext:
+        """Join the attribution once for this render; bind the workload labeler to that value."""
+        devices: tuple[DeviceIdentity, ...] = tuple(reading.identity for reading in ctx.snapshot.devices)
+        attribution = self.attribution.snapshot(devices, mig_identities(ctx.snapshot))
+        instances = mig_instances(ctx.snapshot)
+        config = self.config
+
+        def workloads(identity: DeviceIdentity, gpu_instance_id: int | None) -> Sequence[Mapping[str, str]]:
+            mig = instances.get((identity.uuid, gpu_instance_id)) if gpu_instance_id is not None else None
+            device = LabeledDevice(identity.uuid, gpu_instance_id, ctx.base_labels(identity, mig))
+            return workload_label_sets(attribution, device, config)
+
+        return dataclasses.replace(ctx, workloads=workloads, extras={**ctx.extras, EXTRAS_KEY: attribution})
+
+    def families(self, ctx: RenderContext) -> list[Metric]:
+        """DCGM_EXP_GPU_ALLOCATED/_ALLOCATION_INFO, memory per container, and the Kubernetes self-metrics."""
+        attribution = ctx.extras.get(EXTRAS_KEY)
+        if not isinstance(attribution, AttributionSnapshot):
+            return []
+        return attribution_families(attribution, labeled_devices(ctx), self.config)
+
+
+def kubernetes_extensions(config: Config, extensions: Extensions) -> KubernetesWiring | None:
+    """Add the attribution's hooks to ``extensions`` when ``-k`` is on (None otherwise).
+
+    Use ``wiring.config`` for the app (it may turn on process-list reading), then ``wiring.bind(app)``.
+    """
+    if not config.kubernetes:
+        return None
+    wiring = KubernetesWiring(config)
+    wiring.install(extensions)
+    return wiring

@@ -1,0 +1,148 @@
+"""``--simulate`` with a ``kubernetes:`` section: the exporter points itself at the simulated node."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from exporter.app import Extensions
+from exporter.cli import build_app
+from exporter.config import Config, ConfigError, load_config
+from exporter.metrics.counters import load_counters
+from exporter.simulate.cluster_wiring import scenario_devices, scenario_migs, simulated_cluster_extensions
+from exporter.simulate.scenario import load_scenario
+
+SCENARIO = """\
+seed: 3
+gpu_count: 2
+gpu_defaults: {model: H100-SXM5-80GB}
+gpus:
+  1: {processes: [{pid: 4242, used_memory: 2GiB}]}
+kubernetes:
+  node: sim-7
+  namespaces: [{name: ml, labels: {team: research}}]
+  pods:
+    - name: trainer-0
+      namespace: ml
+      containers: [{name: trainer, gpus: [1], pids: [4242]}]
+"""
+
+
+def _scenario(tmp_path: Path, text: str = SCENARIO) -> str:
+    path = tmp_path / "node.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def _config(tmp_path: Path, *args: str, environ: dict[str, str] | None = None, text: str = SCENARIO) -> Config:
+    return load_config(["--simulate", _scenario(tmp_path, text), "--address", "127.0.0.1:0", *args], environ or {})
+
+
+def test_the_app_runs_against_the_simulated_node(tmp_path: Path) -> None:
+    app = build_app(_config(tmp_path, "-c", "100"), load_counters(None))
+    assert app.config.kubernetes and app.config.process_attribution and app.config.node_name == "sim-7"
+    workdir = Path(app.config.pod_resources_socket).parents[1]
+    app.start()
+    try:
+        wanted = ('pod="trainer-0"', 'team="research"', 'DCGM_EXP_CONTAINER_FB_USED{gpu="1"')
+        deadline = time.monotonic() + 15
+        while not all(part in (text := app.cache.current.body(False, False).decode()) for part in wanted):
+            assert time.monotonic() < deadline, text
+            time.sleep(0.02)
+        [memory] = [line for line in text.splitlines() if line.startswith("DCGM_EXP_CONTAINER_FB_USED{")]
+        assert 'pod="trainer-0"' in memory and memory.endswith(" 2048.0")
+        assert 'Hostname="sim-7"' in text
+        assert Path(app.config.pod_resources_socket).is_socket()
+    finally:
+        app.stop()
+    assert not workdir.exists()  # socket, kubeconfig and fake /proc are gone with the app
+
+
+def _planned(tmp_path: Path, *args: str, environ: dict[str, str] | None = None, text: str = SCENARIO) -> Config:
+    """The configuration the simulated node leads to (the node itself is planned, never started)."""
+    config = _config(tmp_path, *args, environ=environ, text=text)
+    planned, runner = simulated_cluster_extensions(config, load_scenario(config.simulate), Extensions())
+    if runner is not None:
+        assert runner.section.node == planned.node_name  # the fake API server puts the pods on that node
+        runner.stop()  # removes the planned directory
+    return planned
+
+
+def test_a_choice_the_user_made_wins(tmp_path: Path) -> None:
+    config = _planned(tmp_path, "--node-name", "mine", "--kubernetes-gpu-id-type", "device-name",
+                      environ={"DCGM_POD_RESOURCES_KUBELET_SOCKET": "/run/kubelet.sock"})
+    assert (config.node_name, config.kubernetes_gpu_id_type, config.pod_resources_socket) == (
+        "mine", "device-name", "/run/kubelet.sock")
+    assert config.kubeconfig.endswith("/kubeconfig") and config.process_attribution  # not chosen: simulated
+
+
+def test_ambient_kubeconfig_and_node_name_do_not_pull_the_demo_away(tmp_path: Path) -> None:
+    config = _planned(tmp_path, environ={"KUBECONFIG": "/home/me/.kube/config", "NODE_NAME": "laptop"})
+    assert config.kubeconfig != "/home/me/.kube/config" and config.node_name == "sim-7"
+
+
+def test_kubernetes_mode_off_keeps_the_node_unsimulated(tmp_path: Path) -> None:
+    config = _planned(tmp_path, "-k", "false")
+    assert not config.kubernetes and not config.process_attribution
+    assert _planned(tmp_path, "--kubernetes-process-attribution", "false").process_attribution is False
+
+
+def test_a_scenario_without_a_section_simulates_no_node(tmp_path: Path) -> None:
+    config = _planned(tmp_path, text=SCENARIO.split("kubernetes:", maxsplit=1)[0])
+    assert not config.kubernetes and config.pod_resources_socket == Config().pod_resources_socket
+
+
+def test_a_reference_to_a_missing_gpu_is_a_scenario_error_at_its_line(tmp_path: Path) -> None:
+    text = SCENARIO.replace("gpus: [1]", "gpus: [5]")
+    with pytest.raises(ConfigError) as error:
+        build_app(_config(tmp_path, text=text), load_counters(None))
+    assert "node.yaml:12: kubernetes.pods[0].containers[0].gpus[0]" in str(error.value)
+    assert "GPU 5 does not exist" in str(error.value)
+
+
+def test_scenario_devices_are_what_the_fake_library_reports(tmp_path: Path) -> None:
+    devices = scenario_devices(load_scenario(_scenario(tmp_path)))
+    assert [(device.index, device.minor) for device in devices] == [(0, 0), (1, 1)]
+    assert all(device.uuid.startswith("GPU-") and device.pci_bus_id.startswith("00000000:") for device in devices)
+
+
+MIG_SCENARIO = """\
+seed: 5
+gpu_count: 2
+gpu_defaults: {model: H100-SXM5-80GB}
+gpus:
+  0:
+    mig:
+      - {profile: 3g.40gb, processes: [{pid: 7101, used_memory: 20GiB}]}
+      - 1g.10gb
+kubernetes:
+  namespaces: [{name: lab, labels: {team: research}}]
+  pods:
+    - name: notebook-0
+      namespace: lab
+      containers: [{name: jupyter, gpus: [{gpu: 0, mig: 1}], pids: [7101]}]
+"""
+
+
+def test_mig_instances_of_the_scenario_are_handed_out_by_their_mig_uuid(tmp_path: Path) -> None:
+    scenario = load_scenario(_scenario(tmp_path, MIG_SCENARIO))
+    migs = scenario_migs(scenario)
+    assert [(mig.gpu_instance_id, mig.profile) for mig in migs] == [(1, "3g.40gb"), (7, "1g.10gb")]
+    app = build_app(_config(tmp_path, "-c", "100", text=MIG_SCENARIO), load_counters(None))
+    app.start()
+    try:
+        wanted = 'DCGM_EXP_CONTAINER_FB_USED{gpu="0"'
+        deadline = time.monotonic() + 15
+        while wanted not in (text := app.cache.current.body(False, False).decode()):
+            assert time.monotonic() < deadline, text
+            time.sleep(0.02)
+        assert app.sampler.snapshot.migs == migs  # the fake library made exactly these MIG devices
+    finally:
+        app.stop()
+    [memory] = [line for line in text.splitlines() if line.startswith("DCGM_EXP_CONTAINER_FB_USED{")]
+    assert 'GPU_I_PROFILE="3g.40gb",GPU_I_ID="1"' in memory and 'pod="notebook-0"' in memory
+    assert memory.endswith(" 20480.0")
+    fb = [line for line in text.splitlines() if line.startswith('DCGM_FI_DEV_FB_USED{gpu="0"')]
+    assert [('pod="notebook-0"' in line, 'GPU_I_ID="1"' in line) for line in fb] == [(True, True), (False, False)]
