@@ -6,12 +6,12 @@ Usage (the harness runs this; by hand it is handy for a look)::
     python -m bench.launch nvitop --scenario S.yaml --port 8000 --probe-port 8001 --interval-ms 1000
 
 Both exporters run their own, unmodified entry points (``exporter.cli.main`` and
-``nvitop_exporter.cli.main``) on the same fake NVML library built from the same scenario:
-
-* gpu-pod-exporter installs the fake itself (``--simulate``); the launcher only wraps the fake's
-  ``install`` so that the counting proxy goes in front of it;
-* nvitop-exporter knows nothing of simulation, so the launcher installs the fake as ``pynvml.nvmlLib``
-  before nvitop initialises NVML (nvitop imports pynvml and finds the library already loaded).
+``nvitop_exporter.cli.main``) on the same fake NVML library built from the same scenario, installed
+the same way: the launcher puts it (behind the counting proxy) in as ``pynvml.nvmlLib`` before the
+exporter initialises NVML, and pynvml then uses it instead of loading libnvidia-ml.so. So
+gpu-pod-exporter runs its production code path, not ``--simulate`` (whose wiring would add the
+simulator's own imports, e.g. the fake kubelet's grpc, to the measured process); with pods it is
+pointed at the simulated cluster (run in another process) by its production ``-k`` flags.
 
 The sampling cycle is counted where each exporter runs it: ``Sampler.run_cycle`` for ours; for
 nvitop, one pass of its collect loop is ``update_host`` followed by ``update_device`` for every device
@@ -62,31 +62,26 @@ def _time_cycle(stats: ProbeStats, run: Callable[..., Any]) -> Callable[..., Any
     return run_cycle
 
 
-def run_ours(args: argparse.Namespace, extra: list[str], stats: ProbeStats, holder: _Holder) -> int:
-    from exporter import cli  # noqa: PLC0415
-    from exporter.nvml import sampler  # noqa: PLC0415
-
-    original_install = FakeNvmlLibrary.install
-
-    def install(fake: FakeNvmlLibrary) -> None:
-        original_install(fake)
-        put_in_front(fake, stats)
-        holder.fake = fake
-
-    FakeNvmlLibrary.install = install  # type: ignore[method-assign,assignment]
-    sampler.Sampler.run_cycle = _time_cycle(stats, sampler.Sampler.run_cycle)  # type: ignore[method-assign]
-    return cli.main(["--simulate", args.scenario, "--address", f"127.0.0.1:{args.port}",
-                     "--collect-interval", str(args.interval_ms), *extra])
-
-
-def run_nvitop(args: argparse.Namespace, extra: list[str], stats: ProbeStats, holder: _Holder) -> int:
+def _install_fake(scenario: str, stats: ProbeStats, holder: _Holder) -> None:
     from exporter.simulate.scenario import load_scenario  # noqa: PLC0415
 
-    fake = FakeNvmlLibrary(load_scenario(args.scenario))
+    fake = FakeNvmlLibrary(load_scenario(scenario))
     fake.install()
     put_in_front(fake, stats)
     holder.fake = fake
 
+
+def run_ours(args: argparse.Namespace, extra: list[str], stats: ProbeStats, holder: _Holder) -> int:
+    _install_fake(args.scenario, stats, holder)
+    from exporter import cli  # noqa: PLC0415
+    from exporter.nvml import sampler  # noqa: PLC0415
+
+    sampler.Sampler.run_cycle = _time_cycle(stats, sampler.Sampler.run_cycle)  # type: ignore[method-assign]
+    return cli.main(["--address", f"127.0.0.1:{args.port}", "--collect-interval", str(args.interval_ms), *extra])
+
+
+def run_nvitop(args: argparse.Namespace, extra: list[str], stats: ProbeStats, holder: _Holder) -> int:
+    _install_fake(args.scenario, stats, holder)
     from nvitop_exporter import cli  # type: ignore[import-untyped]  # noqa: PLC0415
     from nvitop_exporter.exporter import PrometheusExporter  # type: ignore[import-untyped]  # noqa: PLC0415
 
