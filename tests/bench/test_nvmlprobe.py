@@ -1,0 +1,82 @@
+import json
+import socket
+import urllib.request
+from collections.abc import Iterator
+
+import pynvml
+import pytest
+
+from bench import scenarios
+from bench.nvmlprobe import ProbeServer, ProbeStats, driver_latency_s, put_in_front
+from exporter.simulate.fakenvml import FakeNvmlLibrary
+from exporter.simulate.scenario import REALISTIC_FIELD_VALUE_LATENCY_S, REALISTIC_LATENCY_S, parse_scenario
+
+
+@pytest.fixture
+def probed() -> Iterator[tuple[FakeNvmlLibrary, ProbeStats]]:
+    scenario = parse_scenario(scenarios.scenario_yaml(2), "bench.yaml", "bench")
+    fake = FakeNvmlLibrary(scenario)
+    stats = ProbeStats()
+    fake.install()
+    put_in_front(fake, stats)
+    pynvml.nvmlInit()
+    try:
+        yield fake, stats
+    finally:
+        pynvml.nvmlShutdown()
+        with pynvml.libLoadLock:
+            pynvml.nvmlLib = fake  # so that uninstall recognises its own library
+        fake.uninstall()
+
+
+def test_calls_through_pynvml_reach_the_fake_and_are_timed(probed: tuple[FakeNvmlLibrary, ProbeStats]):
+    fake, stats = probed
+    handle = pynvml.nvmlDeviceGetHandleByIndex(1)
+    before = stats.snapshot()["nvml_wall_s"]
+    for _ in range(3):
+        pynvml.nvmlDeviceGetUtilizationRates(handle)
+    assert fake.calls["nvmlDeviceGetUtilizationRates"] == 3
+    # 3 calls of 2.5 us each at least: the injected latency is real time spent inside the library.
+    assert stats.snapshot()["nvml_wall_s"] - before >= 3 * REALISTIC_LATENCY_S["nvmlDeviceGetUtilizationRates"]
+
+
+def test_field_value_entries_are_counted(probed: tuple[FakeNvmlLibrary, ProbeStats]):
+    _, stats = probed
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    pynvml.nvmlDeviceGetFieldValues(handle, [pynvml.NVML_FI_DEV_ECC_CURRENT, pynvml.NVML_FI_DEV_MEMORY_TEMP,
+                                             pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION])
+    assert stats.snapshot()["field_entries"] == 3
+
+
+def test_symbols_the_fake_lacks_are_counted_as_attempts(probed: tuple[FakeNvmlLibrary, ProbeStats]):
+    _, stats = probed
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    for _ in range(2):
+        with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+            pynvml.nvmlDeviceGetProcessUtilization(handle, 0)
+    assert stats.snapshot()["missing_calls"] == {"nvmlDeviceGetProcessUtilization": 2}
+
+
+def test_driver_latency_is_calls_times_per_call_latency_plus_field_entries():
+    latency = {"nvmlDeviceGetFanSpeed": 137e-6, "nvmlDeviceGetFieldValues": 10e-6}
+    calls = {"nvmlDeviceGetFanSpeed": 2, "nvmlDeviceGetFieldValues": 1, "nvmlDeviceGetIndex": 5}
+    assert driver_latency_s(calls, 4, latency, 5e-6) == pytest.approx(2 * 137e-6 + 10e-6 + 4 * 5e-6)
+
+
+def test_probe_endpoint_serves_the_fakes_counts(probed: tuple[FakeNvmlLibrary, ProbeStats]):
+    fake, stats = probed
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ProbeServer(port, stats, lambda: fake)
+    server.start()
+    pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0))
+    stats.add_cycle(0.001, 0.002)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
+        reading = json.load(response)
+    assert reading["installed"] is True
+    assert reading["cycles"] == 1
+    assert reading["calls"]["nvmlDeviceGetMemoryInfo"] == 1
+    expected = sum(count * fake.scenario.latency.get(name, 0.0) for name, count in reading["calls"].items())
+    assert reading["driver_latency_s"] == pytest.approx(expected + reading["field_entries"]
+                                                         * REALISTIC_FIELD_VALUE_LATENCY_S)
