@@ -22,9 +22,9 @@ instead of a silent stall.
 Only what attribution needs is kept (``PodMetadata``: namespace, name, UID, labels, container
 IDs, phase; ``NamespaceMetadata``: name, labels); a DELETED event or a relist that no longer
 contains a pod removes it from every index, so memory follows the pods on the node. Raw JSON
-is parsed directly (``_preload_content=False``): the official client still handles
-configuration, authentication, TLS and URLs, but its model classes would cost far more memory
-and CPU for objects of which we read six fields.
+is parsed directly from the unread response: model classes would cost far more memory and CPU
+for objects of which we read six fields. The requests go out through ``exporter.kube.apiserver``
+(urllib3; the official client only for kubeconfigs with credential plugins).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from exporter.kube.apiserver import build_lists
 from exporter.logs import get_logger
 
 LOG = get_logger("kube.api")  # under the exporter's handler and format
@@ -488,8 +489,9 @@ class KubernetesMetadata:
 
     ``on_change`` is called (from the watch threads) when the cached content or the up/error
     condition changed. ``api_factory`` returns an object with CoreV1Api's ``list_pod_for_all_namespaces``
-    and ``list_namespace`` (a ``kubernetes.client.CoreV1Api`` will do); by default ``CoreV1Lists``
-    built from ``kubeconfig`` or, when that is empty, from the in-cluster service account.
+    and ``list_namespace`` (a ``kubernetes.client.CoreV1Api`` will do); by default
+    ``exporter.kube.apiserver.build_lists``: urllib3 with the settings of ``kubeconfig`` or, when that is
+    empty, of the in-cluster service account.
     """
 
     def __init__(
@@ -508,7 +510,7 @@ class KubernetesMetadata:
         self._on_change = on_change
         self._kubeconfig = kubeconfig
         self._timeouts = timeouts or WatchTimeouts()
-        self._api_factory = api_factory or (lambda: build_core_v1_api(kubeconfig))
+        self._api_factory = api_factory or (lambda: build_lists(kubeconfig))
         self._monotonic = monotonic
         self._wall_clock = wall_clock
         self._state = ApiState()
@@ -649,7 +651,11 @@ def describe_api_error(resource: str, exc: BaseException) -> tuple[str, str]:
 
 
 def build_core_v1_api(kubeconfig: str) -> CoreV1Lists:
-    """The two CoreV1 list calls, from a kubeconfig file, or the in-cluster service account when empty.
+    """The two CoreV1 list calls through the kubernetes package, for a kubeconfig only it can use.
+
+    ``exporter.kube.apiserver.build_lists`` sends everything else itself; this path is for user entries
+    with an ``exec`` credential plugin or an ``auth-provider``, or a cluster behind ``proxy-url``
+    (the ~30 MiB client import happens only then).
 
     Uses a private ``Configuration``, so nothing global in the kubernetes package changes.
     urllib3's own retries are disabled: the watch loop has its own backoff and state reporting.

@@ -12,7 +12,9 @@ cluster:
 * 410 Gone for a resourceVersion older than the history (``expire_history``), either as an
   ERROR event inside an HTTP 200 watch stream (what kube-apiserver does) or as an HTTP 410;
 * injectable outages: connection refused (the port closes) or HTTP 503 for every request;
-  slowness (a delay before every answer); malformed JSON in a list body or a watch stream.
+  slowness (a delay before every answer); malformed JSON in a list body or a watch stream;
+* optionally HTTPS (``ssl_context``, which may require client certificates) and a required bearer
+  ``token`` (401 otherwise); every request's Authorization header is kept in ``authorizations``.
 
 Pods and namespaces are mutable at runtime (``add_pod``, ``delete_pod``, ``set_pod_labels``,
 ``add_namespace``, ...), each change producing the watch event a real server would send. The
@@ -28,6 +30,7 @@ import copy
 import hashlib
 import json
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -81,6 +84,8 @@ class FakeApiServer:
         port: int = 0,
         bookmark_interval_s: float | None = 30.0,
         history: int = DEFAULT_HISTORY,
+        token: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.node_name = node_name
         self.host = host
@@ -103,6 +108,9 @@ class FakeApiServer:
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
         self.requests: list[tuple[str, str, dict[str, str]]] = []  # (verb, resource, query)
+        self.token = token
+        self.ssl_context = ssl_context
+        self.authorizations: list[str] = []  # each request's Authorization header ("" when absent)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -112,6 +120,8 @@ class FakeApiServer:
         self._stopping.clear()
         server = ThreadingHTTPServer((self.host, self.port), _handler_class(self))
         server.daemon_threads = True
+        if self.ssl_context is not None:
+            server.socket = self.ssl_context.wrap_socket(server.socket, server_side=True)
         self.port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
@@ -150,17 +160,18 @@ class FakeApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     def write_kubeconfig(self, path: str | Path) -> Path:
-        """A kubeconfig pointing at this server (plain HTTP, a dummy bearer token)."""
+        """A kubeconfig pointing at this server with its bearer token (a dummy one when none is required)."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(yaml.safe_dump({
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "simulated", "cluster": {"server": self.url}}],
-            "users": [{"name": "simulated", "user": {"token": "simulated-token"}}],
+            "users": [{"name": "simulated", "user": {"token": self.token or "simulated-token"}}],
             "contexts": [{"name": "simulated", "context": {"cluster": "simulated", "user": "simulated"}}],
             "current-context": "simulated",
         }, sort_keys=False), encoding="utf-8")
@@ -556,6 +567,11 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             resource = {"/api/v1/pods": "pods", "/api/v1/namespaces": "namespaces"}.get(parts.path)
             watching = query.get("watch", "").lower() in ("true", "1")
             api.requests.append(("watch" if watching else "list", resource or parts.path, query))
+            authorization = self.headers.get("Authorization", "")
+            api.authorizations.append(authorization)
+            if api.token is not None and authorization != f"Bearer {api.token}":
+                _send(self, 401, json.dumps(_status(401, "Unauthorized", "Unauthorized")).encode())
+                return
             if not api._pause():
                 return
             if api._outage == "503":

@@ -98,11 +98,15 @@ def test_hostile_pod_and_namespace_names_and_label_values(node: tuple[NodeCluste
     def attributed() -> str | None:
         exporter.assert_running()
         text = exporter.metrics()
-        temperatures = {labels["gpu"]: workload_of(labels) for name, labels, _ in parse_samples(text)
+        samples = parse_samples(text)
+        temperatures = {labels["gpu"]: workload_of(labels) for name, labels, _ in samples
                         if name == "DCGM_FI_DEV_GPU_TEMP"}
-        return text if temperatures == wanted else None
+        # Container memory comes from the process attribution, which may land a cycle after the labels.
+        holders = {labels["gpu"]: workload_of(labels) for name, labels, _ in samples
+                   if name == "DCGM_EXP_CONTAINER_FB_USED"}
+        return text if temperatures == wanted and holders == wanted else None
 
-    text = wait_for(attributed, 30.0, "every GPU attributed with its hostile names, exactly")
+    text = wait_for(attributed, 30.0, "every GPU and its container memory attributed with its hostile names")
     samples = parse_samples(text)
 
     # Nothing was injected: one temperature per GPU, no gpu="99", and the other families agree.

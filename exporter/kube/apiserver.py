@@ -1,0 +1,309 @@
+"""How the exporter reaches the Kubernetes API server: the two list/watch GETs, over urllib3.
+
+Why not the ``kubernetes`` package's client: its config loaders and ``ApiClient`` import
+``kubernetes.client``, whose package import loads every generated API and model class (pydantic
+models in kubernetes 37): about 30 MiB of resident memory in a DaemonSet pod on every GPU node,
+for two GET endpoints whose JSON ``exporter.kube.metadata`` parses itself. So the connection
+settings are read here, for the shapes a DaemonSet and an operator's kubeconfig actually have:
+
+* in cluster (no ``--kubeconfig``): ``KUBERNETES_SERVICE_HOST``/``_PORT``, the service account's
+  CA and token. The token file is re-read before every request: bound service account tokens
+  expire (one hour by default) and the kubelet rewrites the file well before that;
+* a kubeconfig file: the current context's cluster (``server``, ``certificate-authority[-data]``,
+  ``insecure-skip-tls-verify``, ``tls-server-name``) and user (``token``, ``tokenFile``,
+  ``client-certificate[-data]``/``client-key[-data]``, ``username``/``password``); relative paths
+  are relative to the kubeconfig's directory, as kubectl reads them.
+
+Anything else in the user or cluster entry (an ``exec`` credential plugin, an ``auth-provider``,
+a ``proxy-url``) is the kubernetes package's business: such a kubeconfig is handed to its loader
+(``exporter.kube.metadata.build_core_v1_api``), and only then is the heavy client imported.
+
+Requests carry the same query parameters, ``Accept`` header and bearer token the generated client
+sends; urllib3's own retries are off (the watch loop has its own backoff and state reporting); a
+non-2xx answer raises ``ApiStatusError`` with ``status`` and ``reason``, as ``ApiException`` does.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import os
+import ssl
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import urllib3
+import yaml
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+# Keyword arguments the watch loop passes (CoreV1Api's names) -> the API's query parameter names.
+QUERY_NAMES: Mapping[str, str] = MappingProxyType({
+    "field_selector": "fieldSelector",
+    "label_selector": "labelSelector",
+    "watch": "watch",
+    "allow_watch_bookmarks": "allowWatchBookmarks",
+    "resource_version": "resourceVersion",
+    "timeout_seconds": "timeoutSeconds",
+})
+
+KNOWN_CLUSTER_KEYS = frozenset({"server", "certificate-authority", "certificate-authority-data",
+                                "insecure-skip-tls-verify", "tls-server-name", "extensions"})
+KNOWN_USER_KEYS = frozenset({"token", "tokenFile", "client-certificate", "client-certificate-data",
+                             "client-key", "client-key-data", "username", "password", "extensions"})
+
+
+class ApiConfigError(Exception):
+    """The API server cannot be reached as configured (the message says which file and key)."""
+
+
+class ApiStatusError(Exception):
+    """The API server answered with a non-2xx status (``status`` e.g. 410, ``reason`` e.g. Gone)."""
+
+    def __init__(self, status: int, reason: str, body: bytes = b"") -> None:
+        super().__init__(f"({status}) {reason}")
+        self.status = status
+        self.reason = reason
+        self.body = body
+
+
+@dataclass(frozen=True)
+class ApiEndpoint:
+    """Everything needed to send an authenticated GET to the API server."""
+
+    server: str  # scheme://host[:port], no trailing slash
+    source: str  # "in-cluster service account" or the kubeconfig path, for messages
+    ca_file: str | None = None
+    ca_pem: str | None = None
+    verify: bool = True
+    tls_server_name: str | None = None
+    client_cert_pem: bytes | None = None
+    client_key_pem: bytes | None = None
+    token: str | None = None
+    token_file: str | None = None
+    basic_auth: tuple[str, str] | None = None
+
+    def authorization(self) -> str | None:
+        """The Authorization header value for the next request (a token file is read each time)."""
+        if self.token_file:
+            try:
+                token = Path(self.token_file).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ApiConfigError(f"{self.source}: cannot read token file {self.token_file}: "
+                                     f"{exc.strerror or exc}") from exc
+            if token:
+                return f"Bearer {token}"
+        if self.token:
+            return f"Bearer {self.token}"
+        if self.basic_auth:
+            user, password = self.basic_auth
+            return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        return None
+
+
+def in_cluster_endpoint(environ: Mapping[str, str] | None = None,
+                        account_dir: Path = SERVICE_ACCOUNT_DIR) -> ApiEndpoint:
+    """The API server as a pod sees it: the service's environment variables and the service account."""
+    env = os.environ if environ is None else environ
+    host = env.get("KUBERNETES_SERVICE_HOST", "")
+    port = env.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        raise ApiConfigError("not running in a pod (KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT unset); "
+                             "give --kubeconfig to run outside the cluster")
+    token_file = account_dir / "token"
+    ca_file = account_dir / "ca.crt"
+    for needed in (token_file, ca_file):
+        if not needed.is_file():
+            raise ApiConfigError(f"service account file {needed} is missing (is automountServiceAccountToken "
+                                 "off for this pod?)")
+    server_host = f"[{host}]" if ":" in host else host
+    return ApiEndpoint(server=f"https://{server_host}:{port}", source="in-cluster service account",
+                       ca_file=str(ca_file), token_file=str(token_file))
+
+
+def _named(entries: Any, name: str, kind: str, path: Path) -> dict[str, Any]:
+    for entry in entries or ():
+        if isinstance(entry, dict) and entry.get("name") == name:
+            body = entry.get(kind)
+            if not isinstance(body, dict):
+                raise ApiConfigError(f"{path}: {kind} {name!r} has no {kind!r} map")
+            return body
+    raise ApiConfigError(f"{path}: no {kind} named {name!r} in '{kind}s'")
+
+
+def _decode_data(value: Any, path: Path, key: str) -> bytes:
+    try:
+        return base64.b64decode(str(value), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ApiConfigError(f"{path}: {key} is not valid base64") from exc
+
+
+def _read_file(base: Path, value: Any, path: Path, key: str) -> bytes:
+    target = Path(str(value))
+    target = target if target.is_absolute() else base / target
+    try:
+        return target.read_bytes()
+    except OSError as exc:
+        raise ApiConfigError(f"{path}: {key}: cannot read {target}: {exc.strerror or exc}") from exc
+
+
+def kubeconfig_endpoint(kubeconfig: str | Path) -> ApiEndpoint | None:
+    """The endpoint of the kubeconfig's current context; None when only the kubernetes package can use it."""
+    path = Path(kubeconfig)
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ApiConfigError(f"{path}: cannot read the kubeconfig: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise ApiConfigError(f"{path}{where}: not valid YAML") from exc
+    if not isinstance(document, dict):
+        raise ApiConfigError(f"{path}: not a kubeconfig (expected a map with 'current-context')")
+    context_name = document.get("current-context")
+    if not context_name:
+        raise ApiConfigError(f"{path}: no 'current-context'")
+    context = _named(document.get("contexts"), str(context_name), "context", path)
+    cluster = _named(document.get("clusters"), str(context.get("cluster", "")), "cluster", path)
+    user = _named(document.get("users"), str(context.get("user", "")), "user", path) if context.get("user") else {}
+    if set(cluster) - KNOWN_CLUSTER_KEYS or set(user) - KNOWN_USER_KEYS:
+        return None  # exec plugins, auth providers, proxies: the kubernetes package's loader handles them
+    server = str(cluster.get("server") or "").rstrip("/")
+    if urlsplit(server).scheme not in ("http", "https") or not urlsplit(server).hostname:
+        raise ApiConfigError(f"{path}: cluster {context.get('cluster')!r}: 'server' must be an http(s) URL, "
+                             f"got {server!r}")
+    base = path.parent
+    ca_pem = None
+    ca_file = None
+    if cluster.get("certificate-authority-data"):
+        ca_pem = _decode_data(cluster["certificate-authority-data"], path, "certificate-authority-data").decode(
+            "ascii", "replace")
+    elif cluster.get("certificate-authority"):
+        ca_file_path = Path(str(cluster["certificate-authority"]))
+        ca_file = str(ca_file_path if ca_file_path.is_absolute() else base / ca_file_path)
+    cert = key = None
+    if user.get("client-certificate-data") or user.get("client-certificate"):
+        cert = (_decode_data(user["client-certificate-data"], path, "client-certificate-data")
+                if user.get("client-certificate-data")
+                else _read_file(base, user["client-certificate"], path, "client-certificate"))
+        if not (user.get("client-key-data") or user.get("client-key")):
+            raise ApiConfigError(f"{path}: user {context.get('user')!r} has a client certificate but no client key")
+        key = (_decode_data(user["client-key-data"], path, "client-key-data") if user.get("client-key-data")
+               else _read_file(base, user["client-key"], path, "client-key"))
+    token_file = None
+    if user.get("tokenFile"):
+        token_path = Path(str(user["tokenFile"]))
+        token_file = str(token_path if token_path.is_absolute() else base / token_path)
+    basic = (str(user["username"]), str(user.get("password", ""))) if user.get("username") else None
+    return ApiEndpoint(server=server, source=str(path), ca_file=ca_file, ca_pem=ca_pem,
+                       verify=not bool(cluster.get("insecure-skip-tls-verify")),
+                       tls_server_name=str(cluster["tls-server-name"]) if cluster.get("tls-server-name") else None,
+                       client_cert_pem=cert, client_key_pem=key,
+                       token=str(user["token"]) if user.get("token") else None,
+                       token_file=token_file, basic_auth=basic)
+
+
+@contextlib.contextmanager
+def _private_files(*contents: bytes) -> Iterator[list[str]]:
+    """PEM blobs as files readable only by us, for ``load_cert_chain``; removed right after loading."""
+    paths: list[str] = []
+    try:
+        for content in contents:
+            handle, name = tempfile.mkstemp(prefix="gpu-pod-exporter-", suffix=".pem")
+            paths.append(name)
+            with os.fdopen(handle, "wb") as stream:
+                stream.write(content)
+        yield paths
+    finally:
+        for name in paths:
+            with contextlib.suppress(OSError):
+                Path(name).unlink()
+
+
+def ssl_context_for(endpoint: ApiEndpoint) -> ssl.SSLContext:
+    """A client TLS context: the endpoint's CA (or the system's), its client certificate, its verification."""
+    try:
+        context = ssl.create_default_context(cafile=endpoint.ca_file, cadata=endpoint.ca_pem)
+        if not endpoint.verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if endpoint.client_cert_pem is not None and endpoint.client_key_pem is not None:
+            with _private_files(endpoint.client_cert_pem, endpoint.client_key_pem) as (cert_file, key_file):
+                context.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ApiConfigError(f"{endpoint.source}: TLS material unusable: {exc}") from exc
+    return context
+
+
+class HttpLists:
+    """``list_pod_for_all_namespaces`` and ``list_namespace`` with CoreV1Api's keyword arguments.
+
+    Each returns the urllib3 response unread (the caller parses a list or streams a watch);
+    ``_request_timeout`` is ``(connect_s, read_s)``.
+    """
+
+    def __init__(self, endpoint: ApiEndpoint, pool_factory: Callable[..., urllib3.PoolManager] = urllib3.PoolManager
+                 ) -> None:
+        self.endpoint = endpoint
+        options: dict[str, Any] = {"maxsize": 4, "retries": False}
+        if endpoint.server.startswith("https://"):
+            options["ssl_context"] = ssl_context_for(endpoint)
+            if endpoint.tls_server_name:
+                options["server_hostname"] = endpoint.tls_server_name
+            if not endpoint.verify:
+                options["cert_reqs"] = ssl.CERT_NONE
+                options["assert_hostname"] = False
+        self._pool = pool_factory(**options)
+
+    def list_pod_for_all_namespaces(self, **kwargs: Any) -> Any:
+        return self._get("/api/v1/pods", kwargs)
+
+    def list_namespace(self, **kwargs: Any) -> Any:
+        return self._get("/api/v1/namespaces", kwargs)
+
+    def _get(self, path: str, kwargs: dict[str, Any]) -> Any:
+        timeout = kwargs.pop("_request_timeout", None)
+        kwargs.pop("_preload_content", None)  # always unread: the caller parses or streams the body
+        query = [(QUERY_NAMES[name], _query_value(value)) for name, value in kwargs.items() if value is not None]
+        url = self.endpoint.server + path + (f"?{urlencode(query)}" if query else "")
+        headers = {"Accept": "application/json", "User-Agent": "gpu-pod-exporter"}
+        authorization = self.endpoint.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        if isinstance(timeout, tuple):
+            request_timeout: Any = urllib3.Timeout(connect=timeout[0], read=timeout[1])
+        else:
+            request_timeout = urllib3.Timeout(total=timeout) if timeout else urllib3.Timeout()
+        response = self._pool.request("GET", url, headers=headers, preload_content=False,
+                                      timeout=request_timeout, retries=False)
+        if not 200 <= response.status <= 299:
+            try:
+                body = response.read(64 * 1024)
+            finally:
+                response.release_conn()
+            raise ApiStatusError(response.status, response.reason or "", body)
+        return response
+
+
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def build_lists(kubeconfig: str) -> Any:
+    """The list/watch client for this configuration: ``HttpLists`` unless only the kubernetes package can do it."""
+    if not kubeconfig:
+        return HttpLists(in_cluster_endpoint())
+    endpoint = kubeconfig_endpoint(kubeconfig)
+    if endpoint is not None:
+        return HttpLists(endpoint)
+    from exporter.kube.metadata import build_core_v1_api  # noqa: PLC0415 - avoids an import cycle
+
+    return build_core_v1_api(kubeconfig)

@@ -1,0 +1,258 @@
+"""The API server connection: in-cluster service account, kubeconfig shapes, TLS, tokens, errors.
+
+Every test sends real requests to the fake API server (over HTTPS with certificates made on the fly
+where TLS matters) and checks what the watch loop would get: the pods, or an error with a status.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from exporter.kube.apiserver import (
+    ApiConfigError,
+    ApiStatusError,
+    HttpLists,
+    build_lists,
+    in_cluster_endpoint,
+    kubeconfig_endpoint,
+)
+from exporter.simulate.fakeapiserver import FakeApiServer
+from tests.web.certs import CertificateAuthority, Issued
+
+NODE = "node-a"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def pod_names(lists: Any) -> list[str]:
+    response = lists.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}", _request_timeout=(2, 5))
+    try:
+        return sorted(item["metadata"]["name"] for item in json.loads(response.read())["items"])
+    finally:
+        response.release_conn()
+
+
+def populate(server: FakeApiServer) -> FakeApiServer:
+    server.add_namespace("ml", {"team": "research"})
+    server.add_pod("ml", "trainer-0")
+    server.add_pod("ml", "elsewhere", node_name="node-b")
+    return server
+
+
+@pytest.fixture(scope="module")
+def authority() -> CertificateAuthority:
+    return CertificateAuthority("test cluster CA")
+
+
+@pytest.fixture(scope="module")
+def server_pair(authority: CertificateAuthority) -> Issued:
+    return authority.issue("kube-apiserver", dns=("localhost", "kubernetes.default.svc"), ips=("127.0.0.1",))
+
+
+def server_context(server_pair: Issued, tmp_path: Path,
+                   client_ca: CertificateAuthority | None = None) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    cert, key = server_pair.write_pair(tmp_path / "server", "apiserver")
+    context.load_cert_chain(cert, key)
+    if client_ca is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cadata=client_ca.pem.decode())
+    return context
+
+
+@pytest.fixture
+def https_api(server_pair: Issued, tmp_path: Path) -> Iterator[FakeApiServer]:
+    server = populate(FakeApiServer(NODE, token="first-token", ssl_context=server_context(server_pair, tmp_path)))
+    server.start()
+    yield server
+    server.stop()
+
+
+def write_kubeconfig(path: Path, cluster: dict[str, Any], user: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "ops",
+        "clusters": [{"name": "prod", "cluster": cluster}],
+        "users": [{"name": "exporter", "user": user}],
+        "contexts": [{"name": "ops", "context": {"cluster": "prod", "user": "exporter"}}],
+    }), encoding="utf-8")
+    return path
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def service_account(directory: Path, token: str, ca_pem: bytes) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "token").write_text(token, encoding="utf-8")
+    (directory / "ca.crt").write_bytes(ca_pem)
+    return directory
+
+
+# -- in cluster -------------------------------------------------------------------------------------
+
+
+def test_in_cluster_reaches_the_api_over_tls_and_follows_a_rotated_token(
+        https_api: FakeApiServer, authority: CertificateAuthority, tmp_path: Path) -> None:
+    account = service_account(tmp_path / "sa", "first-token", authority.pem)
+    env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(https_api.port)}
+    lists = HttpLists(in_cluster_endpoint(env, account))
+    assert pod_names(lists) == ["trainer-0"]
+
+    # The kubelet rewrites a bound token before it expires; the next request must carry the new one.
+    https_api.token = "second-token"
+    (account / "token").write_text("second-token\n", encoding="utf-8")
+    assert pod_names(lists) == ["trainer-0"]
+    assert https_api.authorizations[-2:] == ["Bearer first-token", "Bearer second-token"]
+
+
+def test_in_cluster_outside_a_pod_says_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(ApiConfigError, match=r"not running in a pod.*--kubeconfig"):
+        in_cluster_endpoint({}, tmp_path)
+
+
+def test_in_cluster_without_a_mounted_token_names_the_file(tmp_path: Path) -> None:
+    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    with pytest.raises(ApiConfigError, match=r"sa/token is missing.*automountServiceAccountToken"):
+        in_cluster_endpoint(env, tmp_path / "sa")
+
+
+def test_in_cluster_ipv6_service_host_is_bracketed(authority: CertificateAuthority, tmp_path: Path) -> None:
+    account = service_account(tmp_path / "sa", "t", authority.pem)
+    endpoint = in_cluster_endpoint({"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}, account)
+    assert endpoint.server == "https://[fd00::1]:443"
+
+
+# -- kubeconfig -------------------------------------------------------------------------------------
+
+
+def test_kubeconfig_with_embedded_ca_and_client_certificate_against_mutual_tls(
+        server_pair: Issued, authority: CertificateAuthority, tmp_path: Path) -> None:
+    client_ca = CertificateAuthority("client CA")
+    client = client_ca.issue("system:node-exporter", client=True)
+    server = populate(FakeApiServer(NODE, ssl_context=server_context(server_pair, tmp_path, client_ca=client_ca)))
+    with server:
+        cluster = {"server": server.url, "certificate-authority-data": b64(authority.pem)}
+        good = write_kubeconfig(tmp_path / "good", cluster, {"client-certificate-data": b64(client.cert_pem),
+                                                              "client-key-data": b64(client.key_pem)})
+        assert pod_names(build_lists(str(good))) == ["trainer-0"]
+        assert server.authorizations[-1] == ""  # the certificate is the credential
+
+        without = write_kubeconfig(tmp_path / "without", cluster, {"token": "x"})
+        with pytest.raises(Exception) as refused:
+            pod_names(build_lists(str(without)))
+        assert "SSL" in repr(refused.value) or "reset" in repr(refused.value).lower()
+
+
+def test_kubeconfig_paths_are_relative_to_its_directory(https_api: FakeApiServer, authority: CertificateAuthority,
+                                                          tmp_path: Path) -> None:
+    directory = tmp_path / "kube"
+    directory.mkdir()
+    authority.write(directory / "ca.pem")
+    (directory / "token").write_text("first-token", encoding="utf-8")
+    config = write_kubeconfig(directory / "config", {"server": https_api.url, "certificate-authority": "ca.pem"},
+                              {"tokenFile": "token"})
+    assert pod_names(build_lists(str(config))) == ["trainer-0"]
+    assert https_api.authorizations[-1] == "Bearer first-token"
+
+
+def test_kubeconfig_verifies_the_server_unless_told_not_to(https_api: FakeApiServer, tmp_path: Path) -> None:
+    stranger = CertificateAuthority("someone else's CA")
+    cluster = {"server": https_api.url, "certificate-authority-data": b64(stranger.pem)}
+    with pytest.raises(Exception) as refused:
+        pod_names(build_lists(str(write_kubeconfig(tmp_path / "strict", cluster, {"token": "first-token"}))))
+    assert "CERTIFICATE_VERIFY_FAILED" in repr(refused.value)
+
+    insecure = {"server": https_api.url, "insecure-skip-tls-verify": True}
+    lists = build_lists(str(write_kubeconfig(tmp_path / "insecure", insecure, {"token": "first-token"})))
+    assert pod_names(lists) == ["trainer-0"]
+
+
+def test_tls_server_name_is_checked_instead_of_the_address(https_api: FakeApiServer, authority: CertificateAuthority,
+                                                             tmp_path: Path) -> None:
+    cluster = {"server": https_api.url, "certificate-authority-data": b64(authority.pem),
+               "tls-server-name": "kubernetes.default.svc"}
+    assert pod_names(build_lists(str(write_kubeconfig(tmp_path / "named", cluster, {"token": "first-token"})))) \
+        == ["trainer-0"]
+    cluster["tls-server-name"] = "not-the-apiserver.example"
+    with pytest.raises(Exception) as refused:
+        pod_names(build_lists(str(write_kubeconfig(tmp_path / "wrong", cluster, {"token": "first-token"}))))
+    assert "CERTIFICATE_VERIFY_FAILED" in repr(refused.value) or "hostname" in repr(refused.value).lower()
+
+
+def test_a_wrong_token_and_a_410_raise_with_the_status(https_api: FakeApiServer, authority: CertificateAuthority,
+                                                        tmp_path: Path) -> None:
+    cluster = {"server": https_api.url, "certificate-authority-data": b64(authority.pem)}
+    wrong = build_lists(str(write_kubeconfig(tmp_path / "wrong", cluster, {"token": "stolen"})))
+    with pytest.raises(ApiStatusError) as unauthorized:
+        pod_names(wrong)
+    assert (unauthorized.value.status, unauthorized.value.reason) == (401, "Unauthorized")
+
+    right = build_lists(str(write_kubeconfig(tmp_path / "right", cluster, {"token": "first-token"})))
+    https_api.expire_history(as_http=True)
+    with pytest.raises(ApiStatusError) as gone:
+        right.list_namespace(watch=True, resource_version="1", _request_timeout=(1, 2))
+    assert gone.value.status == 410
+    assert https_api.requests[-1] == ("watch", "namespaces", {"watch": "true", "resourceVersion": "1"})
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("clusters: [\n  - name: a\n    cluster: {server: x\n", r"kubeconfig:\d+: not valid YAML"),
+    ("apiVersion: v1\nkind: Config\n", "no 'current-context'"),
+    ("current-context: ops\ncontexts: [{name: ops, context: {cluster: prod, user: u}}]\n",
+     "no cluster named 'prod'"),
+    ("current-context: ops\ncontexts: [{name: ops, context: {cluster: prod}}]\n"
+     "clusters: [{name: prod, cluster: {server: 'ftp://x'}}]\n", "'server' must be an http\\(s\\) URL"),
+])
+def test_a_broken_kubeconfig_is_one_clear_error(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ApiConfigError, match=message) as raised:
+        kubeconfig_endpoint(path)
+    assert str(path) in str(raised.value)
+
+
+def test_a_credential_plugin_goes_through_the_kubernetes_package(tmp_path: Path) -> None:
+    """``exec`` (cloud IAM plugins) is the kubernetes package's job; the token it yields is sent."""
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(textwrap.dedent("""
+        import json
+        print(json.dumps({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                          "status": {"token": "from-plugin"}}))
+    """), encoding="utf-8")
+    with populate(FakeApiServer(NODE, token="from-plugin")) as server:
+        user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable,
+                         "args": [str(plugin)], "interactiveMode": "Never"}}
+        config = write_kubeconfig(tmp_path / "config", {"server": server.url}, user)
+        assert kubeconfig_endpoint(config) is None
+        lists = build_lists(str(config))
+        assert not isinstance(lists, HttpLists)
+        assert pod_names(lists) == ["trainer-0"]
+        assert server.authorizations[-1] == "Bearer from-plugin"
+
+
+def test_the_usual_path_never_imports_the_kubernetes_package(tmp_path: Path) -> None:
+    """The generated client costs ~30 MiB of RSS; a token or certificate kubeconfig must not load it."""
+    with populate(FakeApiServer(NODE)) as server:
+        config = server.write_kubeconfig(tmp_path / "kubeconfig")
+        script = (
+            "import sys\n"
+            "from exporter.kube.metadata import KubernetesMetadata\n"
+            "from exporter.kube.apiserver import build_lists\n"
+            "from tests.kube.test_apiserver import pod_names\n"
+            f"print(pod_names(build_lists({str(config)!r})))\n"
+            "print(sorted(name for name in sys.modules if name.split('.')[0] == 'kubernetes'))\n"
+        )
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                                cwd=REPO, timeout=60)
+    assert result.stdout.splitlines() == ["['trainer-0']", "[]"]
