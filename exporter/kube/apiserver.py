@@ -268,9 +268,7 @@ class HttpLists:
         return self._get("/api/v1/namespaces", kwargs)
 
     def _get(self, path: str, kwargs: dict[str, Any]) -> Any:
-        timeout = kwargs.pop("_request_timeout", None)
-        kwargs.pop("_preload_content", None)  # always unread: the caller parses or streams the body
-        query = [(QUERY_NAMES[name], _query_value(value)) for name, value in kwargs.items() if value is not None]
+        timeout, query = split_request_arguments(kwargs)
         url = self.endpoint.server + path + (f"?{urlencode(query)}" if query else "")
         headers = {"Accept": "application/json", "User-Agent": "gpu-pod-exporter"}
         authorization = self.endpoint.authorization()
@@ -289,6 +287,17 @@ class HttpLists:
                 response.release_conn()
             raise ApiStatusError(response.status, response.reason or "", body)
         return response
+
+
+def split_request_arguments(kwargs: Mapping[str, Any]) -> tuple[Any, list[tuple[str, str]]]:
+    """CoreV1Api-style keyword arguments -> (``_request_timeout``, the API's query parameters).
+
+    ``_preload_content`` is dropped: responses always come back unread (the caller parses a list or
+    streams a watch).
+    """
+    query = [(QUERY_NAMES[name], _query_value(value)) for name, value in kwargs.items()
+             if value is not None and name not in ("_request_timeout", "_preload_content")]
+    return kwargs.get("_request_timeout"), query
 
 
 def _query_value(value: Any) -> str:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from exporter.kube.apiserver import build_lists
+from exporter.kube.apiserver import build_lists, split_request_arguments
 from exporter.logs import get_logger
 
 LOG = get_logger("kube.api")  # under the exporter's handler and format
@@ -684,16 +684,6 @@ class CoreV1Lists:
     unread, and a non-2xx answer raises ``ApiException`` (with ``status``, e.g. 410).
     """
 
-    # Keyword arguments the watch loop passes -> the API's query parameter names.
-    QUERY_NAMES: Mapping[str, str] = MappingProxyType({
-        "field_selector": "fieldSelector",
-        "label_selector": "labelSelector",
-        "watch": "watch",
-        "allow_watch_bookmarks": "allowWatchBookmarks",
-        "resource_version": "resourceVersion",
-        "timeout_seconds": "timeoutSeconds",
-    })
-
     def __init__(self, api_client: Any) -> None:
         self.api_client = api_client
 
@@ -706,9 +696,7 @@ class CoreV1Lists:
     def _get(self, path: str, kwargs: dict[str, Any]) -> Any:
         from kubernetes.client.exceptions import ApiException  # noqa: PLC0415 - loaded with the client
 
-        timeout = kwargs.pop("_request_timeout", None)
-        kwargs.pop("_preload_content", None)  # always unread: the caller parses or streams the body
-        query = [(self.QUERY_NAMES[name], value) for name, value in kwargs.items() if value is not None]
+        timeout, query = split_request_arguments(kwargs)
         request = self.api_client.param_serialize("GET", path, query_params=query,
                                                   header_params={"Accept": "application/json"},
                                                   auth_settings=["BearerToken"])

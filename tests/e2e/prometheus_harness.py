@@ -21,7 +21,6 @@ A missing `prometheus` binary skips the calling test, or fails it when CI=true
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -36,7 +35,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-import pytest
 import yaml
 
 from tests.dashboards.dashboard_queries import (
@@ -45,6 +43,7 @@ from tests.dashboards.dashboard_queries import (
     all_queries,
     dcgm_exporter_queries,
 )
+from tests.e2e.tools import require_program
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RULE_FILES = tuple(sorted((REPO_ROOT / "deploy" / "rules").glob("*.yaml")))
@@ -83,14 +82,8 @@ class ResolvedQuery:
 
 
 def require_prometheus() -> str:
-    """The prometheus executable; skips the calling test, or fails it under CI=true, if absent."""
-    path = shutil.which("prometheus")
-    if path is None:
-        message = "prometheus is not installed (Debian: apt-get install prometheus)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{message}; CI=true requires it")
-        pytest.skip(message)
-    return path
+    """The prometheus executable (skip locally, fail under CI=true when absent)."""
+    return require_program("prometheus")
 
 
 def free_port() -> int:

@@ -9,10 +9,14 @@ import pytest
 
 
 def require_program(name: str) -> str:
+    """The executable's path; skips the calling test with the reason, or fails it when CI=true.
+
+    Why fail under CI: a skipped rule or Prometheus suite would let broken alerts and dashboards land.
+    """
     path = shutil.which(name)
     if path is None:
-        message = f"{name} is not installed (Debian package 'prometheus'); ./scripts/test installs it"
+        message = f"{name} is not installed (Debian: apt-get install prometheus; ./scripts/test does it)"
         if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
+            pytest.fail(f"{message}; CI=true requires it")
         pytest.skip(message)
     return path

@@ -7,12 +7,10 @@ missing promtool is a failure, because a skipped rule suite would let broken ale
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from tests.e2e.tools import require_program
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = REPO_ROOT / "deploy" / "rules"
@@ -21,14 +19,8 @@ RULE_TEST_FILES = sorted((RULES_DIR / "tests").glob("*.yaml"))
 
 
 def promtool() -> str:
-    """The promtool executable; skips the test (fails it under CI=true) when there is none."""
-    path = shutil.which("promtool")
-    if path is None:
-        message = "promtool is not installed (Debian: apt-get install prometheus)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{message}; CI=true requires it")
-        pytest.skip(message)
-    return path
+    """The promtool executable (skip locally, fail under CI=true when absent)."""
+    return require_program("promtool")
 
 
 def run_promtool(*args: str | Path, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess[str]:
