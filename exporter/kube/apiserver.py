@@ -241,12 +241,25 @@ def ssl_context_for(endpoint: ApiEndpoint) -> ssl.SSLContext:
     return context
 
 
-class HttpLists:
+class CoreV1ListMethods:
     """``list_pod_for_all_namespaces`` and ``list_namespace`` with CoreV1Api's keyword arguments.
 
     Each returns the urllib3 response unread (the caller parses a list or streams a watch);
-    ``_request_timeout`` is ``(connect_s, read_s)``.
+    ``_request_timeout`` is ``(connect_s, read_s)``. Subclasses say how a GET is sent.
     """
+
+    def list_pod_for_all_namespaces(self, **kwargs: Any) -> Any:
+        return self._get("/api/v1/pods", kwargs)
+
+    def list_namespace(self, **kwargs: Any) -> Any:
+        return self._get("/api/v1/namespaces", kwargs)
+
+    def _get(self, path: str, kwargs: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+
+class HttpLists(CoreV1ListMethods):
+    """The two lists over urllib3 with an ``ApiEndpoint``'s TLS settings and credentials."""
 
     def __init__(self, endpoint: ApiEndpoint, pool_factory: Callable[..., urllib3.PoolManager] = urllib3.PoolManager
                  ) -> None:
@@ -260,12 +273,6 @@ class HttpLists:
                 options["cert_reqs"] = ssl.CERT_NONE
                 options["assert_hostname"] = False
         self._pool = pool_factory(**options)
-
-    def list_pod_for_all_namespaces(self, **kwargs: Any) -> Any:
-        return self._get("/api/v1/pods", kwargs)
-
-    def list_namespace(self, **kwargs: Any) -> Any:
-        return self._get("/api/v1/namespaces", kwargs)
 
     def _get(self, path: str, kwargs: dict[str, Any]) -> Any:
         timeout, query = split_request_arguments(kwargs)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from exporter.kube.apiserver import build_lists, split_request_arguments
+from exporter.kube.apiserver import CoreV1ListMethods, build_lists, split_request_arguments
 from exporter.logs import get_logger
 
 LOG = get_logger("kube.api")  # under the exporter's handler and format
@@ -672,7 +672,7 @@ def build_core_v1_api(kubeconfig: str) -> CoreV1Lists:
     return CoreV1Lists(client.ApiClient(configuration))
 
 
-class CoreV1Lists:
+class CoreV1Lists(CoreV1ListMethods):
     """``list_pod_for_all_namespaces`` and ``list_namespace`` as CoreV1Api has them, without CoreV1Api.
 
     Why: importing the generated ``kubernetes.client.api.core_v1_api`` module builds the pydantic
@@ -686,12 +686,6 @@ class CoreV1Lists:
 
     def __init__(self, api_client: Any) -> None:
         self.api_client = api_client
-
-    def list_pod_for_all_namespaces(self, **kwargs: Any) -> Any:
-        return self._get("/api/v1/pods", kwargs)
-
-    def list_namespace(self, **kwargs: Any) -> Any:
-        return self._get("/api/v1/namespaces", kwargs)
 
     def _get(self, path: str, kwargs: dict[str, Any]) -> Any:
         from kubernetes.client.exceptions import ApiException  # noqa: PLC0415 - loaded with the client

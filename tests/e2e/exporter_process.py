@@ -143,6 +143,16 @@ class ExporterProcess:
         return self.process.returncode
 
 
+def series(exporter: ExporterProcess, name: str, *keys: str) -> dict[tuple[str, ...], float]:
+    """Samples of ``name`` keyed by the values of ``keys`` (counter samples may carry a parser-added _total)."""
+    found: dict[tuple[str, ...], float] = {}
+    for family in text_string_to_metric_families(exporter.metrics()):
+        for sample in family.samples:
+            if sample.name in (name, f"{name}_total"):
+                found[tuple(sample.labels.get(key, "") for key in keys)] = sample.value
+    return found
+
+
 @contextmanager
 def running_exporter(args: Sequence[str], env: dict[str, str] | None = None,
                      wrapper: Sequence[str] = ()) -> Iterator[ExporterProcess]:

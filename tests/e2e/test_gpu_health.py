@@ -8,25 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.exporter_process import ExporterProcess, running_exporter, wait_for
+from tests.e2e.exporter_process import running_exporter, series, wait_for
 
 pytestmark = pytest.mark.e2e
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 HEALTH_CSV = str(FIXTURES / "health-counters.csv")
 DEADLINE_S = 30.0
-
-
-def series(exporter: ExporterProcess, name: str, *keys: str) -> dict[tuple[str, ...], float]:
-    """Samples of ``name`` keyed by the values of ``keys`` (counter samples may carry a parser-added _total)."""
-    found: dict[tuple[str, ...], float] = {}
-    for family in text_string_to_metric_families(exporter.metrics()):
-        for sample in family.samples:
-            if sample.name in (name, f"{name}_total"):
-                found[tuple(sample.labels.get(key, "") for key in keys)] = sample.value
-    return found
 
 
 def test_a_gpu_that_falls_off_the_bus_stays_visible_as_unhealthy_and_the_others_continue() -> None:

@@ -13,10 +13,9 @@ import re
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.health.wiring import XID_LOG_INTERVAL_S
-from tests.e2e.exporter_process import ExporterProcess, running_exporter, wait_for
+from tests.e2e.exporter_process import running_exporter, series, wait_for
 from tests.faults.support import log_lines, value, write_scenario
 
 pytestmark = pytest.mark.e2e
@@ -37,16 +36,6 @@ xid_events:
   - {gpu: 2, xid: 48, at: 3s}
   - {gpu: 0, xid: 31, at: 5s, count: 2000, over: 1s}
 """
-
-
-def series(exporter: ExporterProcess, name: str, *keys: str) -> dict[tuple[str, ...], float]:
-    """Samples of ``name`` keyed by the values of ``keys`` (the parser may add _total to counters)."""
-    found: dict[tuple[str, ...], float] = {}
-    for family in text_string_to_metric_families(exporter.metrics()):
-        for sample in family.samples:
-            if sample.name in (name, f"{name}_total"):
-                found[tuple(sample.labels.get(key, "") for key in keys)] = sample.value
-    return found
 
 
 def test_xid_storm(tmp_path: Path) -> None:

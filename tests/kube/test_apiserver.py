@@ -166,6 +166,7 @@ def test_kubeconfig_paths_are_relative_to_its_directory(https_api: FakeApiServer
     assert https_api.authorizations[-1] == "Bearer first-token"
 
 
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # the insecure case is the point
 def test_kubeconfig_verifies_the_server_unless_told_not_to(https_api: FakeApiServer, tmp_path: Path) -> None:
     stranger = CertificateAuthority("someone else's CA")
     cluster = {"server": https_api.url, "certificate-authority-data": b64(stranger.pem)}
