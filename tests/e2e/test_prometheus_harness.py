@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -23,6 +22,7 @@ from tests.e2e.prometheus_harness import (
     Sample,
     dashboard_panel_queries,
     require_prometheus,
+    serve_metrics,
 )
 
 GPU = ('gpu="0",UUID="GPU-0a",pci_bus_id="00000000:8D:00.0",device="nvidia0",modelName="NVIDIA H200",'
@@ -75,28 +75,8 @@ class Exposition:
 @pytest.fixture(scope="module")
 def exposition_server() -> Iterator[tuple[str, Exposition]]:
     exposition = Exposition()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path != "/metrics":
-                self.send_error(404)
-                return
-            body = exposition.render()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}", exposition
-    server.shutdown()
-    server.server_close()
+    with serve_metrics(exposition.render) as address:
+        yield address, exposition
 
 
 @pytest.fixture(scope="module")

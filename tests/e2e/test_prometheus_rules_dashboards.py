@@ -44,12 +44,10 @@ the thermal-violation ``rate(...[5m]) > 0.5`` and the ``time() - last_sample > 1
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +68,7 @@ from tests.dashboards.dashboard_queries import (
 from tests.dashboards.exporter_metrics import EXTERNAL_METRICS, exporter_metric_entries
 from tests.dashboards.promql_names import names_in, or_branches, recorded_names, rule_groups
 from tests.e2e.exporter_process import REPO_ROOT, ExporterProcess, free_port
-from tests.e2e.prometheus_harness import RULE_FILES, PrometheusHarness, Sample, require_prometheus
+from tests.e2e.prometheus_harness import RULE_FILES, PrometheusHarness, Sample, require_prometheus, serve_metrics
 
 pytestmark = pytest.mark.e2e
 
@@ -119,30 +117,10 @@ class Fleet:
         return f"127.0.0.1:{self.exporters[role].port}"
 
 
-@contextmanager
-def serve_text(text: str) -> Iterator[str]:
-    """A fixed Prometheus text exposition on 127.0.0.1 (a stand-in for another exporter); yields host:port."""
+def serve_text(text: str) -> AbstractContextManager[str]:
+    """A fixed Prometheus text exposition (a stand-in for another exporter); yields host:port."""
     body = text.encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return serve_metrics(lambda: body)
 
 
 def unreachable_kubeconfig(path: Path) -> Path:
