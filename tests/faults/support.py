@@ -32,6 +32,12 @@ def value(exporter: ExporterProcess, name: str, **labels: str) -> float | None:
     return None
 
 
+def single_value(exporter: ExporterProcess, name: str) -> float:
+    """The value of ``name``, which must have exactly one sample (a self-metric without labels)."""
+    [(_, sample_value)] = exporter.samples(name)
+    return sample_value
+
+
 def wait_value(exporter: ExporterProcess, name: str, wanted: float, deadline_s: float = 20.0, **labels: str) -> None:
     wait_for(lambda: value(exporter, name, **labels) == wanted or None, deadline_s, f"{name}{labels} == {wanted}")
 

@@ -14,7 +14,7 @@ between the 10 s reference and the end): +0.5 and +0.4 MiB in two clean runs; +4
 injected leak that keeps each deleted pod's metadata (``MetadataCache.delete_pod`` appending the
 pod to a list). The pods carry the ten labels a Helm-deployed pod typically has, so a leak of pod
 objects is big enough to see. 2 MiB sits between the two and leaves room for one heap step
-(+0.9 MiB seen once in the 10-minute run). The issue's 10 % of ~97 MiB (~9.7 MiB) is the bench's
+(+0.9 MiB seen once in a 10-minute run with the old API client). The issue's 10 % of ~59 MiB (~6 MiB) is the bench's
 criterion over 10 minutes; in 40 s it could not catch this leak.
 """
 

@@ -53,6 +53,8 @@ def render_default_scenario(monkeypatch: pytest.MonkeyPatch) -> bytes:
 def test_full_exposition_matches_the_golden_file(monkeypatch: pytest.MonkeyPatch) -> None:
     body = render_default_scenario(monkeypatch)
     if os.environ.get("UPDATE_GOLDEN"):
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("UPDATE_GOLDEN is set under CI=true: the golden test would compare the render with itself")
         GOLDEN.write_bytes(body)
     assert GOLDEN.exists(), "golden file missing: run with UPDATE_GOLDEN=1"
     expected = GOLDEN.read_text(encoding="utf-8").splitlines()

@@ -65,4 +65,4 @@ def test_the_memory_errors_scenario_is_read_through_the_new_rows(nvml: Any, cloc
     assert gpu1.values["DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"] == 1
     assert gpu3.values["DCGM_FI_DEV_RETIRED_SBE"] == 4 and gpu3.values["DCGM_FI_DEV_RETIRED_PENDING"] == 1
     assert "DCGM_FI_DEV_RETIRED_SBE" not in gpu1.values  # A100: page retirement not supported, omitted
-    assert gpu0.values["DCGM_FI_DEV_THERMAL_VIOLATION"] >= 0
+    assert gpu0.values["DCGM_FI_DEV_THERMAL_VIOLATION"] == 0  # read, and no thermal throttling in this scenario

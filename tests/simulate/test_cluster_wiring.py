@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
-from exporter.app import Extensions
+from exporter.app import App, Extensions
 from exporter.cli import build_app
 from exporter.config import Config, ConfigError, load_config
 from exporter.metrics.counters import load_counters
 from exporter.simulate.cluster_wiring import scenario_devices, scenario_migs, simulated_cluster_extensions
 from exporter.simulate.scenario import load_scenario
+from tests.e2e.exporter_process import wait_for
 
 SCENARIO = """\
 seed: 3
@@ -40,6 +40,16 @@ def _config(tmp_path: Path, *args: str, environ: dict[str, str] | None = None, t
     return load_config(["--simulate", _scenario(tmp_path, text), "--address", "127.0.0.1:0", *args], environ or {})
 
 
+def exposition_with(app: App, *parts: str, deadline_s: float = 15.0) -> str:
+    """The app's cached text exposition, once it contains every one of ``parts`` (polled)."""
+
+    def current() -> str | None:
+        text = app.cache.current.body(False, False).decode()
+        return text if all(part in text for part in parts) else None
+
+    return wait_for(current, deadline_s, f"{parts} in the exposition")
+
+
 def test_the_app_runs_against_the_simulated_node(tmp_path: Path) -> None:
     app = build_app(_config(tmp_path, "-c", "100"), load_counters(None))
     assert app.config.kubernetes and app.config.process_attribution and app.config.node_name == "sim-7"
@@ -47,10 +57,7 @@ def test_the_app_runs_against_the_simulated_node(tmp_path: Path) -> None:
     app.start()
     try:
         wanted = ('pod="trainer-0"', 'team="research"', 'DCGM_EXP_CONTAINER_FB_USED{gpu="1"')
-        deadline = time.monotonic() + 15
-        while not all(part in (text := app.cache.current.body(False, False).decode()) for part in wanted):
-            assert time.monotonic() < deadline, text
-            time.sleep(0.02)
+        text = exposition_with(app, *wanted)
         [memory] = [line for line in text.splitlines() if line.startswith("DCGM_EXP_CONTAINER_FB_USED{")]
         assert 'pod="trainer-0"' in memory and memory.endswith(" 2048.0")
         assert 'Hostname="sim-7"' in text
@@ -134,10 +141,7 @@ def test_mig_instances_of_the_scenario_are_handed_out_by_their_mig_uuid(tmp_path
     app.start()
     try:
         wanted = 'DCGM_EXP_CONTAINER_FB_USED{gpu="0"'
-        deadline = time.monotonic() + 15
-        while wanted not in (text := app.cache.current.body(False, False).decode()):
-            assert time.monotonic() < deadline, text
-            time.sleep(0.02)
+        text = exposition_with(app, wanted)
         assert app.sampler.snapshot.migs == migs  # the fake library made exactly these MIG devices
     finally:
         app.stop()
