@@ -15,7 +15,8 @@ settings are read here, for the shapes a DaemonSet and an operator's kubeconfig 
   are relative to the kubeconfig's directory, as kubectl reads them.
 
 Anything else in the user or cluster entry (an ``exec`` credential plugin, an ``auth-provider``,
-a ``proxy-url``) is the kubernetes package's business: such a kubeconfig is handed to its loader
+a ``proxy-url``), and a ``KUBECONFIG``-style list of files to merge, is the kubernetes package's
+business: such a kubeconfig is handed to its loader
 (``exporter.kube.metadata.build_core_v1_api``), and only then is the heavy client imported.
 
 Requests carry the same query parameters, ``Accept`` header and bearer token the generated client
@@ -32,7 +33,7 @@ import os
 import ssl
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -84,10 +85,10 @@ class ApiEndpoint:
     verify: bool = True
     tls_server_name: str | None = None
     client_cert_pem: bytes | None = None
-    client_key_pem: bytes | None = None
-    token: str | None = None
+    client_key_pem: bytes | None = field(default=None, repr=False)  # secrets stay out of reprs and logs
+    token: str | None = field(default=None, repr=False)
     token_file: str | None = None
-    basic_auth: tuple[str, str] | None = None
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
 
     def authorization(self) -> str | None:
         """The Authorization header value for the next request (a token file is read each time)."""
@@ -139,7 +140,7 @@ def _named(entries: Any, name: str, kind: str, path: Path) -> dict[str, Any]:
 
 def _decode_data(value: Any, path: Path, key: str) -> bytes:
     try:
-        return base64.b64decode(str(value), validate=True)
+        return base64.b64decode("".join(str(value).split()), validate=True)  # wrapped lines are fine
     except (binascii.Error, ValueError) as exc:
         raise ApiConfigError(f"{path}: {key} is not valid base64") from exc
 
@@ -317,7 +318,11 @@ def build_lists(kubeconfig: str) -> Any:
     """The list/watch client for this configuration: ``HttpLists`` unless only the kubernetes package can do it."""
     if not kubeconfig:
         return HttpLists(in_cluster_endpoint())
-    endpoint = kubeconfig_endpoint(kubeconfig)
+    if os.pathsep in kubeconfig:  # a KUBECONFIG list: merging files is the kubernetes package's job
+        from exporter.kube.metadata import build_core_v1_api  # noqa: PLC0415 - avoids an import cycle
+
+        return build_core_v1_api(kubeconfig)
+    endpoint = kubeconfig_endpoint(Path(kubeconfig).expanduser())
     if endpoint is not None:
         return HttpLists(endpoint)
     from exporter.kube.metadata import build_core_v1_api  # noqa: PLC0415 - avoids an import cycle

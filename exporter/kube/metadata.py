@@ -650,7 +650,7 @@ def describe_api_error(resource: str, exc: BaseException) -> tuple[str, str]:
     return name, f"Kubernetes API {resource} list/watch failed: {name}: {text[:200]}"
 
 
-def build_core_v1_api(kubeconfig: str) -> CoreV1Lists:
+def build_core_v1_api(kubeconfig: str) -> Any:
     """The two CoreV1 list calls through the kubernetes package, for a kubeconfig only it can use.
 
     ``exporter.kube.apiserver.build_lists`` sends everything else itself; this path is for user entries
@@ -663,13 +663,15 @@ def build_core_v1_api(kubeconfig: str) -> CoreV1Lists:
     from kubernetes import client, config  # noqa: PLC0415 - heavy import, only in Kubernetes mode
 
     configuration = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig,  # type: ignore[no-untyped-call]
-                                client_configuration=configuration, persist_config=False)
-    else:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    config.load_kube_config(config_file=kubeconfig,  # type: ignore[no-untyped-call]
+                            client_configuration=configuration, persist_config=False)
     configuration.retries = False
-    return CoreV1Lists(client.ApiClient(configuration))
+    api_client = client.ApiClient(configuration)
+    if not hasattr(api_client, "param_serialize"):
+        # An older kubernetes release (the older generator): its CoreV1Api is light and returns the unread
+        # urllib3 response for _preload_content=False, raising ApiException with .status.
+        return client.CoreV1Api(api_client)
+    return CoreV1Lists(api_client)
 
 
 class CoreV1Lists(CoreV1ListMethods):

@@ -257,3 +257,36 @@ def test_the_usual_path_never_imports_the_kubernetes_package(tmp_path: Path) -> 
         result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                                 cwd=REPO, timeout=60)
     assert result.stdout.splitlines() == ["['trainer-0']", "[]"]
+
+
+def test_wrapped_base64_and_a_home_relative_path_are_read_as_kubectl_reads_them(
+        https_api: FakeApiServer, authority: CertificateAuthority, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    wrapped = "\n".join(textwrap.wrap(b64(authority.pem), 64))  # as a YAML block scalar would carry it
+    monkeypatch.setenv("HOME", str(tmp_path))
+    write_kubeconfig(tmp_path / "config", {"server": https_api.url, "certificate-authority-data": wrapped},
+                     {"token": "first-token"})
+    assert pod_names(build_lists("~/config")) == ["trainer-0"]
+
+
+def test_a_kubeconfig_list_is_merged_by_the_kubernetes_package(tmp_path: Path) -> None:
+    """KUBECONFIG=a:b (cluster in one file, context and user in the other) works as with kubectl."""
+    with populate(FakeApiServer(NODE, token="merged")) as server:
+        clusters = tmp_path / "clusters"
+        clusters.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config",
+                                            "clusters": [{"name": "prod", "cluster": {"server": server.url}}]}))
+        mine = tmp_path / "mine"
+        mine.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "ops",
+            "users": [{"name": "exporter", "user": {"token": "merged"}}],
+            "contexts": [{"name": "ops", "context": {"cluster": "prod", "user": "exporter"}}]}))
+        lists = build_lists(f"{clusters}:{mine}")
+        assert pod_names(lists) == ["trainer-0"]
+        assert server.authorizations[-1] == "Bearer merged"
+
+
+def test_secrets_stay_out_of_the_endpoint_repr(tmp_path: Path) -> None:
+    user = {"token": "s3cret-token", "username": "admin", "password": "hunter2"}
+    endpoint = kubeconfig_endpoint(write_kubeconfig(tmp_path / "config", {"server": "https://10.0.0.1"}, user))
+    assert endpoint is not None and endpoint.authorization() == "Bearer s3cret-token"
+    assert "s3cret" not in repr(endpoint) and "hunter2" not in repr(endpoint)
