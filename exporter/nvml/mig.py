@@ -12,8 +12,9 @@ MIG. So the tracker does not walk every cycle. Every ``check_interval_s`` (60 s)
 mode (one call) and, when enabled, each slot's handle and UUID. Only MIG devices whose UUID it has
 not seen before are identified (GI id, CI id, name); an unchanged layout costs no identification
 calls at all. A MIG handle that stops answering (NOT_FOUND / INVALID_ARGUMENT when the instance was
-destroyed) marks the layout stale so it is probed again at the next cycle, and an event watcher
-that sees ``nvmlEventMigConfigChange`` can call ``mark_stale`` too.
+destroyed) marks the layout stale so it is probed again at the next cycle. A new layout is
+therefore seen within 60 s, at once when an old instance disappears (``nvmlEventMigConfigChange``
+is not subscribed to: the periodic probe already bounds the delay).
 
 Empty slots answer NOT_FOUND (or INVALID_ARGUMENT) and are skipped, as NVIDIA's own Go code does,
 rather than ending the walk (nvitop stops at the first error and misses later instances).
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,14 +70,13 @@ class MigTracker:
         self.capable: bool | None = None  # None: not probed yet; False: NotSupported, never asked again
         self.enabled = False
         self.devices: tuple[MigDevice, ...] = ()
-        self.changes = 0  # layouts adopted (the first one included)
         self._signature: tuple[object, ...] | None = None
         self._checked_at = -math.inf
         self._stale = True
         self._known: dict[str, MigIdentity] = {}
 
     def mark_stale(self) -> None:
-        """Probe again at the next cycle (a MIG handle vanished, or a MIG config-change event arrived)."""
+        """Probe again at the next cycle (a MIG handle vanished)."""
         self._stale = True
 
     def refresh(self, nvml: NvmlClient, parent_handle: Any, parent_uuid: str, now: float) -> bool:
@@ -121,7 +121,6 @@ class MigTracker:
         self.enabled = enabled
         self.devices = devices
         self._known = {device.identity.uuid: device.identity for device in devices}
-        self.changes += 1
         return True
 
     @staticmethod
@@ -193,20 +192,20 @@ class InstancePlan:
                 metrics.append(read.metric_id)
         return cls(specs=chosen, queries=tuple(queries), gpm_metrics=tuple(metrics))
 
-    @property
-    def query_names(self) -> frozenset[str]:
-        return frozenset(self.queries)
-
 
 def instance_values(nvml: NvmlClient, device: MigDevice, plan: InstancePlan, query_state: QueryState, *,
-                    gpm_values: dict[int, float], on_unsupported: Callable[[str], None]) -> dict[str, float]:
+                    gpm_values: dict[int, float], on_unsupported: Callable[[str], None],
+                    skip: Collection[str] = ()) -> dict[str, float]:
     """DCGM-unit values of one GPU instance: named queries on its MIG handle plus its GPM metrics.
 
     Raises NVMLError when the MIG handle is gone (``is_gone``) or for errors the caller classifies;
-    a query the MIG device does not support is reported through ``on_unsupported`` and skipped.
+    a query the MIG device does not support is reported through ``on_unsupported`` and skipped;
+    queries in ``skip`` (found unsupported before) are not asked at all.
     """
     results: dict[str, dict[str, float]] = {}
     for name in plan.queries:
+        if name in skip:
+            continue
         try:
             results[name] = QUERIES[name].run(nvml, device.handle, query_state)
         except pynvml.NVMLError as exc:

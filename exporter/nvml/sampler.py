@@ -40,7 +40,7 @@ from exporter.metrics.catalog import (
     Scope,
     dcgm_number,
 )
-from exporter.nvml.client import ErrorClass, NvmlClient, classify, describe
+from exporter.nvml.client import ErrorClass, NvmlClient, classify, describe, mig_instance_id
 from exporter.nvml.gpm import GpmReader, gpm_unsupported
 from exporter.nvml.inventory import Device, Inventory, discover
 from exporter.nvml.mig import MIG_CHECK_INTERVAL_S, InstancePlan, MigTracker, instance_values, is_gone
@@ -157,6 +157,7 @@ class _DeviceState:
     processes_read_at: float = float("-inf")
     mig: MigTracker = field(default_factory=MigTracker)
     mig_query_state: QueryState = field(default_factory=QueryState)
+    mig_unsupported_queries: set[str] = field(default_factory=set)  # not asked again until the layout changes
     gpm: GpmReader = field(default_factory=GpmReader)
 
 
@@ -471,8 +472,8 @@ class Sampler:
                 if known is not None and (used is None or (known.used_memory_bytes or 0) >= used):
                     continue
                 by_pid[process.pid] = GpuProcess(pid=int(process.pid), used_memory_bytes=used,
-                                                 gpu_instance_id=_instance_id(process.gpuInstanceId),
-                                                 compute_instance_id=_instance_id(process.computeInstanceId))
+                                                 gpu_instance_id=mig_instance_id(process.gpuInstanceId),
+                                                 compute_instance_id=mig_instance_id(process.computeInstanceId))
         state.processes = tuple(sorted(by_pid.values(), key=lambda process: process.pid))
         state.processes_read_at = now
         return state.processes
@@ -486,15 +487,6 @@ class Sampler:
         """
         return tuple(identity for state in self._states for identity in state.mig.identities())
 
-    def request_mig_refresh(self, parent_uuid: str | None = None) -> None:
-        """Re-probe the MIG layout at the next cycle (e.g. on an ``nvmlEventMigConfigChange`` event).
-
-        Thread-safe in effect: it only sets a flag the sampling thread reads.
-        """
-        for state in self._states:
-            if parent_uuid is None or state.device.identity.uuid == parent_uuid:
-                state.mig.mark_stale()
-
     def _refresh_mig(self, state: _DeviceState, now: float) -> None:
         tracker = state.mig
         was_enabled = tracker.enabled
@@ -506,6 +498,7 @@ class Sampler:
             return
         if not changed:
             return
+        state.mig_unsupported_queries.clear()  # new MIG devices may answer what the old ones did not
         if tracker.enabled != was_enabled:
             # MIG mode decides which readings exist (utilization is NotSupported with MIG on): ask again.
             state.unsupported_queries.clear()
@@ -608,6 +601,7 @@ class Sampler:
         readings: list[MigReading] = []
 
         def unsupported(what: str) -> None:
+            state.mig_unsupported_queries.add(what)
             self._log.once(("unsupported", identity.uuid, f"MIG {what}"), logging.INFO,
                            "reading not supported on this GPU's MIG devices; it is omitted",
                            gpu=identity.index, reading=what)
@@ -617,7 +611,7 @@ class Sampler:
             try:
                 gpm_values = self._read_instance_gpm(state, gpu_instance_id)
                 values = instance_values(self.nvml, device, plan, state.mig_query_state, gpm_values=gpm_values,
-                                         on_unsupported=unsupported)
+                                         on_unsupported=unsupported, skip=state.mig_unsupported_queries)
             except Exception as exc:  # noqa: BLE001
                 if is_gone(exc):  # the instance was destroyed: look at the layout again next cycle
                     tracker.mark_stale()
@@ -688,14 +682,6 @@ class Sampler:
             self._on_snapshot(snapshot)
         except Exception:
             log.exception("snapshot consumer failed")
-
-
-def _instance_id(raw: Any) -> int | None:
-    """NVML reports 0xFFFFFFFF for 'not a MIG instance'."""
-    if raw is None:
-        return None
-    value = int(raw)
-    return None if value == 0xFFFFFFFF else value
 
 
 def _gpm_missing(state: _DeviceState, read: FromGpm) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.nvml.mig import profile_from_name
+from exporter.nvml.mig import MIG_CHECK_INTERVAL_S, profile_from_name
 from exporter.simulate.models import MIB, MIG_PROFILES
 
 from .fake_sampling import captured_logs, samples, sampling
@@ -134,8 +134,7 @@ def test_mig_mode_changes_bring_utilization_back() -> None:
         rig.cycle(1.0)
         assert "DCGM_FI_DEV_GPU_UTIL" not in rig.sampler.snapshot.devices[0].values
         rig.fake.set_mig_layout(0, None)
-        rig.sampler.request_mig_refresh(rig.sampler.snapshot.devices[0].identity.uuid)  # e.g. a config event
-        reading = rig.cycle(2.0).devices[0]
+        reading = rig.cycle(1.0 + MIG_CHECK_INTERVAL_S).devices[0]  # the periodic layout check sees it
         assert reading.mig == () and rig.sampler.snapshot.migs == ()
         assert reading.values["DCGM_FI_DEV_GPU_UTIL"] == 0
         assert "DCGM_FI_DEV_FB_USED" in reading.values  # a whole GPU again: parent framebuffer rows
