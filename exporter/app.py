@@ -28,8 +28,6 @@ from exporter.metrics.render import (
     FamilyBuilder,
     RenderContext,
     RenderOptions,
-    WorkloadLabeler,
-    no_workloads,
     render,
 )
 from exporter.nvml.sampler import Sampler
@@ -54,7 +52,6 @@ class Extensions:
     on_start: list[Callable[[], None]] = field(default_factory=list)
     on_stop: list[Callable[[], None]] = field(default_factory=list)
     on_snapshot: list[Callable[[Snapshot], None]] = field(default_factory=list)
-    workloads: WorkloadLabeler = no_workloads
     # Readings a component needs every cycle whether or not the CSV exports them (GPU health flags).
     sampler_dependencies: list[FieldSpec] = field(default_factory=list)
 
@@ -100,7 +97,7 @@ class App:
         now = self._clock()
         stall = self._stall
         ctx = RenderContext(snapshot=self.sampler.snapshot, counters=self.counters, options=self.options,
-                            workloads=self.extensions.workloads, stall=stall,
+                            stall=stall,
                             stall_seconds=now - stall.started if stall else 0.0)
         for hook in self.extensions.context_hooks:
             ctx = hook(ctx)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
 
 from exporter.app import App, Extensions
@@ -48,7 +47,6 @@ class HealthTelemetry:
         self.clock_events = ClockEventTracker(config.clock_events_window_ms / 1000, clock) \
             if wants_clock_events else None
         self.watcher = EventWatcher(self._inventory, self._on_event, wait_timeout_ms=wait_timeout_ms, clock=clock)
-        self.other_events: Counter[tuple[str, str]] = Counter()  # (GPU UUID, event type) -> count
         self._app: App | None = None
         self._log = StateLog(log)
         self._clock = clock
@@ -86,7 +84,6 @@ class HealthTelemetry:
                 log.warning("Xid error reported; more of this Xid on this GPU within %.0f s are counted in "
                             "DCGM_EXP_XID_ERRORS_TOTAL, not logged", XID_LOG_INTERVAL_S, extra={"fields": fields})
         else:
-            self.other_events[(identity.uuid, event.type_name)] += 1
             self._log.once(("event", identity.uuid, event.type_name), logging.WARNING,
                            "GPU reported an NVML event; its counters show the details",
                            gpu=identity.index, uuid=identity.uuid, event=event.type_name)

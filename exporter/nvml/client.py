@@ -111,3 +111,14 @@ class NvmlClient:
 
     def in_flight(self) -> InFlight | None:
         return self._in_flight
+
+
+NOT_MIG_INSTANCE = 0xFFFFFFFF  # what NVML reports for a GPU/compute instance id outside MIG
+
+
+def mig_instance_id(raw: object) -> int | None:
+    """A GPU or compute instance id from NVML, None for 'not a MIG instance' (0xFFFFFFFF) or absent."""
+    if raw is None:
+        return None
+    value = int(raw)  # type: ignore[call-overload]
+    return None if value == NOT_MIG_INSTANCE else value

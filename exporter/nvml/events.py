@@ -44,7 +44,7 @@ from typing import Any
 import pynvml
 
 from exporter.logs import StateLog, get_logger
-from exporter.nvml.client import ErrorClass, NvmlClient, classify, describe
+from exporter.nvml.client import ErrorClass, NvmlClient, classify, describe, mig_instance_id
 from exporter.nvml.inventory import Device, Inventory
 from exporter.snapshot import DeviceIdentity
 
@@ -71,7 +71,6 @@ EVENT_TYPE_NAMES: dict[int, str] = {
     pynvml.nvmlEventTypeDramRetirementFailure: "dram_retirement_failure",
     getattr(pynvml, "nvmlEventTypeGpuUnavailableError", 0x4000): "gpu_unavailable_error",
 }
-NOT_MIG = 0xFFFFFFFF
 
 WAIT_TIMEOUT_MS = 500  # bounds stop(); a real wait costs nothing while it blocks
 IDLE_POLL_S = 0.2  # how often to look for an inventory while there is none
@@ -105,10 +104,6 @@ def handle_value(handle: Any) -> int | None:
         return ctypes.cast(handle, ctypes.c_void_p).value
     except (ctypes.ArgumentError, TypeError):
         return None
-
-
-def _instance_id(raw: int) -> int | None:
-    return None if raw == NOT_MIG else int(raw)
 
 
 @dataclass
@@ -276,8 +271,8 @@ class EventWatcher:
                            "an NVML event names a GPU that is not in the inventory; it is dropped")
             return
         event = DeviceEvent(identity=device.identity, event_type=int(data.eventType), data=int(data.eventData),
-                            gpu_instance_id=_instance_id(int(data.gpuInstanceId)),
-                            compute_instance_id=_instance_id(int(data.computeInstanceId)))
+                            gpu_instance_id=mig_instance_id(int(data.gpuInstanceId)),
+                            compute_instance_id=mig_instance_id(int(data.computeInstanceId)))
         self.events += 1
         try:
             self._on_event(event)

@@ -50,8 +50,6 @@ NVLINK_TX: int = pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC
 
 ACTIVITY_METRICS = (GRAPHICS, SM, OCCUPANCY, INTEGER, ANY_TENSOR, DFMA_TENSOR, HMMA_TENSOR, DMMA_TENSOR,
                     IMMA_TENSOR, DRAM, FP64, FP32, FP16)
-# Interconnect bandwidths exist for the whole GPU only; a GPU-instance sample does not have them.
-DEVICE_WIDE_METRICS = (PCIE_TX, PCIE_RX, NVLINK_RX, NVLINK_TX)
 # Units as NVML documents them (pynvml's comments on the metric ids), also written to metricInfo.
 METRIC_INFO: Mapping[int, tuple[str, str, str]] = {
     GRAPHICS: ("GR_UTIL", "Graphics engine activity", "%"),
@@ -130,9 +128,6 @@ class ActivityModel:
         self._byte_rates = dict(byte_rates or {})
         self._memo: dict[float, dict[int, float]] = {}
         self.metric_ids: tuple[int, ...] = (*ACTIVITY_METRICS, *self._byte_rates)
-
-    def supports(self, metric_id: int) -> bool:
-        return metric_id in self.metric_ids
 
     def _channel(self, name: str, t: float, default: float) -> float:
         pattern = self._channels.get(name)
