@@ -34,7 +34,6 @@ from exporter.web.health import HealthReport
 log = get_logger("web")
 
 REQUEST_TIMEOUT_S = 10.0
-SINGLE_WRITE_MAX_BYTES = 256 * 1024  # larger bodies (uncompressed text of many GPUs) go in a second write
 
 
 class WebSecurity:
@@ -123,7 +122,9 @@ LANDING_PAGE = """<!DOCTYPE html>
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: _BoundedHTTPServer
     protocol_version = "HTTP/1.0"
-    disable_nagle_algorithm = True  # TCP_NODELAY: the one write of a response leaves at once
+    # TCP_NODELAY: the body written after the head leaves at once instead of waiting for the
+    # client's (possibly delayed) ACK of the head.
+    disable_nagle_algorithm = True
     server_version = f"gpu-pod-exporter/{__version__}"
     sys_version = ""
     timeout = REQUEST_TIMEOUT_S
@@ -172,26 +173,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _send(self, code: int, content_type: str, body: bytes, head: bool,
               extra: Mapping[str, str] | None = None) -> None:
-        """Status line, headers and body in one write (one ``sendall``) unless the body is large.
-
-        Why not ``send_response`` + ``end_headers`` + a second write: two writes cost a second
-        syscall, and a small second segment can wait on the peer's delayed ACK (Nagle); under
-        64 concurrent scrapers that showed as tail latency.
-        """
-        self.log_request(code, len(body))
-        lines = [f"{self.protocol_version} {code} {self.responses[code][0]}",
-                 f"Server: {self.version_string()}",
-                 f"Date: {self.date_time_string()}",
-                 f"Content-Type: {content_type}",
-                 f"Content-Length: {len(body)}"]
-        lines += [f"{key}: {value}" for key, value in {**self.server.owner.security.headers(), **(extra or {})}.items()]
-        response = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "strict")
-        if head:
-            self.wfile.write(response)
-        elif len(body) <= SINGLE_WRITE_MAX_BYTES:
-            self.wfile.write(response + body)
-        else:  # copying a large body costs more than the second write (TCP_NODELAY: no Nagle wait)
-            self.wfile.write(response)
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in {**self.server.owner.security.headers(), **(extra or {})}.items():
+            self.send_header(key, value)
+        self.end_headers()
+        if not head:
             self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
