@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
@@ -17,6 +18,12 @@ from exporter.web.server import WebSecurity
 log = get_logger("cli")
 
 EXIT_RUNTIME_ERROR = 1
+
+# Tools that ship in the same package and image as the exporter, each run as
+# ``gpu-pod-exporter <tool> ...``. The name maps to a module with ``main(argv) -> int``; it is imported
+# only when asked for, so none of them is loaded by (or slows down) the exporter itself. No subcommand
+# means the exporter, so every dcgm-exporter command line keeps working.
+SUBCOMMANDS: dict[str, str] = {}
 
 
 def _fail(message: str, code: int = EXIT_CONFIG_ERROR) -> int:
@@ -57,8 +64,17 @@ def build_app(config: Config, counters: CounterSet, security: WebSecurity | None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments and arguments[0] in SUBCOMMANDS:
+        tool = importlib.import_module(SUBCOMMANDS[arguments[0]])
+        return int(tool.main(arguments[1:]))
+    return run_exporter(arguments)
+
+
+def run_exporter(arguments: Sequence[str]) -> int:
+    """The exporter itself: load and check every input, then serve until SIGTERM."""
     try:
-        config = load_config(sys.argv[1:] if argv is None else argv)
+        config = load_config(arguments)
     except ConfigError as exc:
         return _fail(str(exc))
     configure(config.log_format, config.debug)
