@@ -32,7 +32,9 @@ client-go's reflector, and better where a DaemonSet on thousands of nodes needs 
   the current failure episode, the retry count and the next delay.
 
 ``WatchGroup`` runs several reflectors over one API connection and turns their statuses into one
-``ApiState`` (``up`` only while every watch is held) and one log line per change of state (the
+``ApiState`` (``up`` only while every watch is held: open, and proven by an event, a bookmark or
+``watch_settle_s`` without an error, so a watch answered 410 at once never counts) and one log line
+per change of state (the
 first failure of an episode, with its retry count and next delay; the recovery), never one per
 retry. When the API has been failing for ``stale_after_s``, it asks its owner to drop what it
 mirrored (labels of pods long gone are more likely wrong than right) and relists on recovery.
@@ -103,6 +105,7 @@ class WatchTimeouts:
     backoff_initial_s: float = 1.0  # the first retry window
     backoff_max_s: float = 60.0  # the longest retry window: at most one attempt per minute per resource
     backoff_reset_s: float = 120.0  # a watch held this long ends a failure streak (client-go: 2 min)
+    watch_settle_s: float = 5.0  # a watch open this long without an error counts as held (kube_api_up)
     retry_after_max_s: float = 600.0  # a longer Retry-After is cut to this
     stale_after_s: float = 300.0  # API failing this long: forget what was mirrored
 
@@ -129,7 +132,7 @@ class ReflectorStatus:
     resource: str
     held: bool = False  # a watch stream is open now
     synced: bool = False  # a list succeeded at least once
-    settled: bool = False  # the current or last watch delivered an event or a bookmark
+    settled: bool = False  # the open watch delivered an event or bookmark, or stayed open watch_settle_s
     episode: Failure | None = None  # the failure streak in progress (None: healthy or routine resume)
     episode_since: float | None = None  # monotonic time the episode began
     retries: int = 0  # consecutive failed attempts (the backoff window number)
@@ -142,8 +145,9 @@ class ReflectorStatus:
 class ApiState:
     """Health of the API side, for self-metrics and /health. Same shape as the kubelet's.
 
-    ``up`` is true only while every watch of the group is held: a relist loop that never keeps a
-    watch open is down, however many of its lists succeed.
+    ``up`` is true only while every watch of the group is held (open and proven, see
+    ``ReflectorStatus.settled``): a relist loop that never keeps a watch open is down, however many
+    of its lists succeed.
     """
 
     up: bool = False
@@ -291,6 +295,8 @@ class Reflector:
         self._list_from = "cache"  # cache: resourceVersion=0 | not-older: the synced version | consistent
         self._relist_reason = "initial"
         self._failed_since_settled = False  # a failure happened and no watch has delivered anything since
+        self._watch_serial = 0
+        self._open_watch: int | None = None  # serial of the watch held now
         self._thread = threading.Thread(target=self._run, name=thread_name or f"kube-watch-{resource.name}",
                                         daemon=True)
         self.lists = 0  # successful lists, for tests
@@ -436,8 +442,13 @@ class Reflector:
         opened = self._monotonic()
         self._response = response
         self.watches += 1
+        with self._status_lock:
+            self._watch_serial += 1
+            serial = self._open_watch = self._watch_serial
         self._succeeded(held=True, settled=False)
-        settled = False
+        timer = threading.Timer(self._timeouts.watch_settle_s, self._settle, args=(serial,))
+        timer.daemon = True
+        timer.start()
         try:
             lines = _lines(response)
             while not self._stop.is_set():
@@ -452,25 +463,39 @@ class Reflector:
                 self._handle(line)
                 if self._monotonic() - opened >= self._timeouts.backoff_reset_s:
                     self.backoff.reset()
-                if not settled:
-                    settled = True
-                    self._failed_since_settled = False
-                    self._succeeded(settled=True, episode=None, episode_since=None, retries=0, next_delay_s=0.0)
+                if not self._status.settled:
+                    self._settle(serial)
         finally:
+            timer.cancel()
             self._response = None
             _abort_response(response)
             with self._status_lock:
+                self._open_watch = None
                 self._status = replace(self._status, held=False)
             self._on_status(self)
+        if self._stop.is_set():
+            return True
         held_s = self._monotonic() - opened
         if held_s >= self._timeouts.backoff_reset_s:
             self.backoff.reset()
-        normal = self._stop.is_set() or held_s >= NORMAL_END_FRACTION * timeout_s
+        normal = held_s >= NORMAL_END_FRACTION * timeout_s
         if normal:
             self._failed_since_settled = False
         if normal and self._status.episode is not None:
             self._succeeded(episode=None, episode_since=None, retries=0, next_delay_s=0.0)
         return normal
+
+    def _settle(self, serial: int) -> None:
+        """The open watch ``serial`` proved itself (an event or bookmark, or ``watch_settle_s`` open
+        without an error): it counts as held for ``kube_api_up``, and a failure episode is over."""
+        with self._status_lock:
+            if self._open_watch != serial or self._status.settled:
+                return
+            self._failed_since_settled = False
+            self._status = replace(self._status, settled=True, episode=None, episode_since=None, retries=0,
+                                   next_delay_s=0.0, last_success_wall=self._wall_clock(),
+                                   last_success_monotonic=self._monotonic())
+        self._on_status(self)
 
     def _handle(self, line: bytes) -> None:
         try:
@@ -586,7 +611,7 @@ class WatchGroup:
         last_wall = max(s.last_success_wall for s in statuses)
         monotonics = [s.last_success_monotonic for s in statuses if s.last_success_monotonic is not None]
         episodes = [s for s in statuses if s.episode is not None]
-        up = all(s.held for s in statuses)
+        up = all(s.held and s.settled for s in statuses)
         since = min((s.episode_since for s in episodes if s.episode_since is not None), default=None)
         retries = max(s.retries for s in statuses)
         base = ApiState(up=up, error="", error_kind="", last_success_wall=last_wall,
@@ -604,16 +629,23 @@ class WatchGroup:
 
     def _status_changed(self, reflector: Reflector) -> None:
         with self._lock:
-            statuses = [r.status for r in self.reflectors]
-            failing = [s for s in statuses if s.episode is not None]
             now = self._monotonic()
+            statuses = [r.status for r in self.reflectors]
+            # The episode that began first speaks for the group: a second resource failing too, or
+            # failing differently, is no new state of the connection.
+            failing = sorted((s for s in statuses if s.episode is not None),
+                             key=lambda s: s.episode_since if s.episode_since is not None else now)
             previous = self._logged
             if failing:
-                condition: tuple[str, str] | None = ("down", failing[0].episode.kind)  # type: ignore[union-attr]
+                primary = failing[0].episode
+                assert primary is not None
+                condition: tuple[str, str] | None = ("down", primary.kind)
+                if previous is not None and previous[0] == "down" and primary.soft:
+                    condition = previous  # a routine kind (410, cut) taking over an outage is no new state
                 if self._down_since is None:
                     self._down_since = min(s.episode_since or now for s in failing)
                 self._down_retries = max(self._down_retries, *(s.retries for s in failing))
-            elif all(s.held for s in statuses):
+            elif all(s.held and s.settled for s in statuses):
                 condition = ("up", "")
             else:
                 condition = previous
@@ -646,5 +678,5 @@ class WatchGroup:
             LOG.info("Kubernetes API up: watching %s", self.description, extra={"fields": fields})
         else:
             fields.update(retries=retries, down_s=round(now - (down_since or now), 1))
-            LOG.info("Kubernetes API up again after %d retries in %.0f s: watching %s", retries,
+            LOG.info("Kubernetes API up again after %d retries in %.1f s: watching %s", retries,
                      now - (down_since or now), self.description, extra={"fields": fields})

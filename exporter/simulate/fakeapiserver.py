@@ -41,6 +41,7 @@ import hashlib
 import json
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -131,7 +132,8 @@ class FakeApiServer:
         self._delay_s = 0.0
         self._gone_as_http = False
         self._gone_storm = False
-        self._throttle_retry_after: int | None = None
+        self._throttle_retry_after: float | None = None
+        self.too_large_retry_after_s = 1.0  # kube-apiserver's resourceVersionTooHighRetrySeconds
         self._restart_timer: threading.Timer | None = None
         self._malformed_lists = 0
         self._stopping = threading.Event()
@@ -150,7 +152,7 @@ class FakeApiServer:
         if self._server is not None:
             return self
         self._stopping.clear()
-        server = ThreadingHTTPServer((self.host, self.port), _handler_class(self))
+        server = _QuietServer((self.host, self.port), _handler_class(self))
         server.daemon_threads = True
         if self.ssl_context is not None:
             server.socket = self.ssl_context.wrap_socket(server.socket, server_side=True)
@@ -233,10 +235,11 @@ class FakeApiServer:
         """Wait this long before answering any request (a slow or overloaded server)."""
         self._delay_s = seconds
 
-    def set_throttle(self, retry_after_s: int | None) -> None:
+    def set_throttle(self, retry_after_s: float | None) -> None:
         """Answer every new request 429 with ``Retry-After: retry_after_s`` (None: stop).
 
         What API Priority and Fairness does when a flow's queues are full; open watches go on.
+        kube-apiserver sends whole seconds; a fraction is sent as given, for time-scaled tests.
         """
         self._throttle_retry_after = retry_after_s
 
@@ -315,6 +318,10 @@ class FakeApiServer:
         """End every open watch stream normally, as the server does when a watch's timeoutSeconds
         runs out: the client resumes with a new watch request (which ``set_delay`` then slows)."""
         self._end_watches(abort=False)
+
+    def cut_watches(self) -> None:
+        """Cut every open watch stream mid-way (no terminating chunk), as a dropped connection does."""
+        self._end_watches(abort=True)
 
     def _end_watches(self, *, abort: bool) -> None:
         with self._cond:
@@ -458,7 +465,7 @@ class FakeApiServer:
             return _send(handler, 400, json.dumps(_status(400, "BadRequest", message)).encode())
         with self._cond:
             if version not in ("", "0") and (not version.isdigit() or int(version) > self._rv):
-                return _too_large(handler, version, self._rv)
+                return _too_large(handler, version, self._rv, self.too_large_retry_after_s)
             self.list_reads["consistent" if version == "" else "cache"] += 1
             if self._malformed_lists > 0:
                 self._malformed_lists -= 1
@@ -486,7 +493,7 @@ class FakeApiServer:
                 since = int(since_text) if since_text.isdigit() else -1
                 initial = []
                 if since > self._rv:
-                    return _too_large(handler, since_text, self._rv)
+                    return _too_large(handler, since_text, self._rv, self.too_large_retry_after_s)
                 if since < self._oldest_rv or self._gone_storm:
                     if self._gone_as_http:
                         return _send(handler, 410, json.dumps(
@@ -564,6 +571,21 @@ class FakeApiServer:
                 _write_chunk(handler, line)
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """Clients that hang up (a stopped exporter, a cut test) are routine here, not tracebacks.
+
+    The listen backlog is a real server's, not socketserver's 5: a fleet reconnecting at once must
+    not see SYNs dropped (and a one-second retransmit) because of the fake.
+    """
+
+    request_queue_size = 1024
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
+
+
 def _matches(obj: Mapping[str, Any], selector: Mapping[str, str]) -> bool:
     for key, wanted in selector.items():
         if key == "spec.nodeName":
@@ -611,13 +633,13 @@ def _send(handler: BaseHTTPRequestHandler, code: int, body: bytes, headers: Mapp
     return code
 
 
-def _too_large(handler: BaseHTTPRequestHandler, asked: str, current: int) -> int:
+def _too_large(handler: BaseHTTPRequestHandler, asked: str, current: int, retry_after_s: float) -> int:
     """kube-apiserver's answer to a resourceVersion it has not reached (after waiting for it)."""
     status = _status(504, "Timeout", f"Timeout: Too large resource version: {asked}, current: {current}")
     status["details"] = {"causes": [{"reason": "ResourceVersionTooLarge",
                                      "message": f"Too large resource version: {asked}, current: {current}"}],
-                         "retryAfterSeconds": 1}
-    return _send(handler, 504, json.dumps(status).encode(), {"Retry-After": "1"})
+                         "retryAfterSeconds": max(1, round(retry_after_s))}
+    return _send(handler, 504, json.dumps(status).encode(), {"Retry-After": f"{retry_after_s:g}"})
 
 
 def _start_chunked(handler: BaseHTTPRequestHandler) -> None:
@@ -676,9 +698,9 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             api.log.append(record)
             try:
                 record.status = self._answer(resource, watching, query, record)
-            except OSError:
+            except OSError:  # the client went away mid-answer: nothing to send, nothing to report
                 record.status = -1
-                raise
+                self.close_connection = True
             finally:
                 record.answered_at = time.monotonic()
 
@@ -693,7 +715,7 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             if retry_after is not None:
                 return _send(self, 429, json.dumps(_status(429, "TooManyRequests", "Too many requests, please "
                                                            "try again later.")).encode(),
-                             {"Retry-After": str(retry_after)})
+                             {"Retry-After": f"{retry_after:g}"})
             outage = OUTAGES.get(api._outage or "", 0)
             if outage:
                 return _send(self, outage, json.dumps(_status(outage, "ServiceUnavailable" if outage == 503 else
