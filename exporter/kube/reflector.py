@@ -132,7 +132,7 @@ class ReflectorStatus:
     resource: str
     held: bool = False  # a watch stream is open now
     synced: bool = False  # a list succeeded at least once
-    settled: bool = False  # the open watch delivered an event or bookmark, or stayed open watch_settle_s
+    settled: bool = False  # the open watch follows a healthy one, or delivered a line, or lasted watch_settle_s
     episode: Failure | None = None  # the failure streak in progress (None: healthy or routine resume)
     episode_since: float | None = None  # monotonic time the episode began
     retries: int = 0  # consecutive failed attempts (the backoff window number)
@@ -445,7 +445,9 @@ class Reflector:
         with self._status_lock:
             self._watch_serial += 1
             serial = self._open_watch = self._watch_serial
-        self._succeeded(held=True, settled=False)
+        # A watch resumed after a healthy one (at start, or after a timeout) is held at once; after a
+        # failure it must prove itself first, so a watch answered 410 at once never counts as held.
+        self._succeeded(held=True, settled=not self._failed_since_settled)
         timer = threading.Timer(self._timeouts.watch_settle_s, self._settle, args=(serial,))
         timer.daemon = True
         timer.start()
