@@ -248,6 +248,10 @@ class Fleet:
     def _phase(self, logs: _LogLines, name: str, virtual_s: float, *, start: Callable[[], object],
                heal: Callable[[], object]) -> None:
         settings = self.settings
+        # Incidents are apart: every node has held its watches long enough (backoff_reset_s, 2 minutes)
+        # for its backoff to start again at the first window, as it would between two real incidents.
+        self._wait(lambda: all(r.backoff.failures == 0 for node in self.nodes for r in node.reflectors),
+                   3 * self.timeouts.backoff_reset_s + 10, f"every backoff reset before {name}")
         relists_before = self._relists()
         requests_before = self._requests()
         consistent_before = self.api.list_reads["consistent"]

@@ -67,7 +67,8 @@ def test_no_node_exceeds_its_request_budget(phases: dict[str, PhaseReport], name
 def test_one_log_line_per_node_per_change_of_state(phases: dict[str, PhaseReport], name: str) -> None:
     report = phases[name]
     assert 2 <= report.log_lines_max <= report.allowed_log_lines, report.log_samples
-    assert report.retries_max >= 3  # lines are per state, not per retry
+    # lines are per state, not per retry (the slow phase's attempts each wait out a 2 s timeout: fewer)
+    assert report.retries_max >= (1 if name == "slow" else 3)
     assert report.log_lines_total <= report.allowed_log_lines * SETTINGS.nodes
 
 
