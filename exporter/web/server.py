@@ -9,7 +9,8 @@ Built on the standard library's ``http.server`` with two changes that matter und
   so one slow or plain-HTTP client cannot block others.
 
 A scrape does no I/O besides the socket: it picks the cached bytes for the negotiated format
-(OpenMetrics or text 0.0.4, gzip or not) and writes them. Connections close after each response
+(OpenMetrics or text 0.0.4, gzip or not; ``exporter.metrics.exposition.wants_openmetrics`` keeps
+dcgm-exporter's counters typed ``counter``) and writes them. Connections close after each response
 (HTTP/1.0 semantics): Prometheus reconnects cheaply, and idle keep-alive connections cannot pin
 the bounded worker pool.
 """
@@ -28,6 +29,7 @@ from typing import Any
 
 from exporter import __version__
 from exporter.logs import get_logger
+from exporter.metrics.exposition import wants_openmetrics
 from exporter.web.cache import ExpositionCache
 from exporter.web.health import HealthReport
 
@@ -75,27 +77,6 @@ def parse_address(address: str) -> tuple[str, int]:
     """``:9400`` -> ("", 9400); ``[::1]:9400`` -> ("::1", 9400); ``127.0.0.1:0`` -> ("127.0.0.1", 0)."""
     host, _, port = address.rpartition(":")
     return host.strip("[]"), int(port)
-
-
-def wants_openmetrics(accept: str) -> bool:
-    """Pick OpenMetrics only when the client weighs it at least as high as the text format."""
-    best_om = best_text = -1.0
-    for part in accept.split(","):
-        media, *params = (piece.strip() for piece in part.split(";"))
-        quality = 1.0
-        for param in params:
-            key, _, value = param.partition("=")
-            if key.strip().lower() == "q":
-                try:
-                    quality = float(value)
-                except ValueError:
-                    quality = 0.0
-        media = media.lower()
-        if media == "application/openmetrics-text":
-            best_om = max(best_om, quality)
-        elif media in {"text/plain", "*/*", "text/*"}:
-            best_text = max(best_text, quality)
-    return best_om > 0 and best_om >= best_text
 
 
 def accepts_gzip(accept_encoding: str) -> bool:
@@ -153,7 +134,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             exposition = owner.cache.current
-            openmetrics = wants_openmetrics(self.headers.get("Accept", ""))
+            openmetrics = wants_openmetrics(self.headers.get("Accept", ""),
+                                            counters_need_text=exposition.counters_need_text)
             compressed = accepts_gzip(self.headers.get("Accept-Encoding", ""))
             body = exposition.body(openmetrics, compressed)
             extra = {"Vary": "Accept, Accept-Encoding"}
