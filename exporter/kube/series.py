@@ -66,6 +66,8 @@ from exporter.kube.deviceids import GpuKey
 from exporter.metrics.render import owned_family
 
 MIB = 1024.0 * 1024.0
+WORKLOAD_NAMES = ("container", "namespace", "pod")
+OLD_WORKLOAD_NAMES = ("container_name", "pod_namespace", "pod_name")  # -o/--use-old-namespace (1.x)
 
 
 @dataclass(frozen=True)
@@ -84,9 +86,10 @@ class LabeledDevice:
 def workload_labels(workload: Workload, config: Config,
                     base: Mapping[str, str] | None = None) -> dict[str, str]:
     """``container, namespace, pod [, pod_uid] [, team] [, pod labels...]``; a name already in
-    ``base`` is never overridden, and a label without a value is left out."""
-    labels: dict[str, str] = {"container": workload.container, "namespace": workload.namespace,
-                              "pod": workload.pod}
+    ``base`` is never overridden, and a label without a value is left out. With ``-o`` the first
+    three are dcgm-exporter 1.x's ``container_name, pod_namespace, pod_name``."""
+    names = OLD_WORKLOAD_NAMES if config.use_old_namespace else WORKLOAD_NAMES
+    labels: dict[str, str] = dict(zip(names, (workload.container, workload.namespace, workload.pod), strict=True))
     if config.kubernetes_enable_pod_uid and workload.pod_uid:
         labels["pod_uid"] = workload.pod_uid
     if workload.team:

@@ -176,13 +176,18 @@ class _BoundedHTTPServer(http.server.HTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], family: socket.AddressFamily, owner: ExporterHTTPServer,
-                 workers: int) -> None:
+                 workers: int, listener: socket.socket | None = None) -> None:
         self.address_family = family
         self.owner = owner
         self._slots = threading.BoundedSemaphore(workers)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="http")
         self._closing = threading.Event()
         super().__init__(address, _Handler, bind_and_activate=False)
+        if listener is not None:  # already bound and listening (systemd socket activation)
+            self.socket.close()
+            self.socket = listener
+            self.server_address = listener.getsockname()
+            return
         if family == socket.AF_INET6:
             with contextlib.suppress(OSError):  # a platform without dual-stack sockets keeps IPv6 only
                 self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
@@ -266,10 +271,15 @@ class ExporterHTTPServer:
     """Owns the listening socket and the serving thread."""
 
     def __init__(self, address: str, cache: ExpositionCache, health: Callable[[], HealthReport],
-                 max_requests: int = 32, security: WebSecurity | None = None) -> None:
+                 max_requests: int = 32, security: WebSecurity | None = None, *,
+                 listener: socket.socket | None = None) -> None:
         self.cache = cache
         self.health = health
         self.security = security or WebSecurity()
+        self._thread: threading.Thread | None = None
+        if listener is not None:  # --web-systemd-socket: exporter.web.socket_activation
+            self._server = _BoundedHTTPServer(("", 0), listener.family, self, max_requests, listener)
+            return
         host, port = parse_address(address)
         family = socket.AF_INET6 if (":" in host or host == "") and socket.has_ipv6 else socket.AF_INET
         bind_host = host if host else ("::" if family == socket.AF_INET6 else "0.0.0.0")  # noqa: S104 - ":9400" means all
@@ -279,7 +289,6 @@ class ExporterHTTPServer:
             if host or family != socket.AF_INET6:
                 raise
             self._server = _BoundedHTTPServer(("0.0.0.0", port), socket.AF_INET, self, max_requests)  # noqa: S104
-        self._thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
