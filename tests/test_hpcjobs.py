@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-
-import pytest
 
 from exporter.hpcjobs import MAX_JOBS_PER_FILE, HpcJobMapping, read_job_mapping
 from exporter.metrics.counters import load_counters
 from exporter.metrics.render import RenderContext, RenderOptions, render
 from exporter.snapshot import DeviceIdentity, DeviceReading, MigIdentity, MigReading, SamplerStatus, Snapshot
+from tests.nvml.fake_sampling import captured_logs
 
 GPU0 = DeviceIdentity(index=0, uuid="GPU-aaaa", pci_bus_id="00000000:18:00.0", minor=0, model="NVIDIA H100")
 GPU1 = DeviceIdentity(index=1, uuid="GPU-bbbb", pci_bus_id="00000000:2A:00.0", minor=1, model="NVIDIA H100")
@@ -58,16 +56,16 @@ def test_reading_is_bounded(tmp_path: Path) -> None:
     assert problems and "the rest is ignored" in problems[0]
 
 
-def test_a_missing_directory_is_logged_once_and_recovers(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_missing_directory_is_logged_once_and_recovers(tmp_path: Path) -> None:
     directory = tmp_path / "jobs"
     mapping = HpcJobMapping(str(directory), 5.0)
-    with caplog.at_level(logging.INFO, logger="gpu_pod_exporter"):
+    with captured_logs() as logs:
         for _ in range(3):
             mapping.refresh()
         directory.mkdir()
         (directory / "0").write_text("42\n")
         assert mapping.refresh() is True
-    messages = [record.getMessage() for record in caplog.records]
+    messages = logs.messages()
     assert sum("cannot list the HPC job mapping directory" in message for message in messages) == 1
     assert any("readable again" in message for message in messages)
     assert mapping.mapping == {(0, None): ("42",)}

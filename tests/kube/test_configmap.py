@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
 
 from exporter.kube.configmap import ConfigMapCounters, ConfigMapUnavailableError
 from exporter.metrics.counters import CounterFileError, CounterSet
+from tests.nvml.fake_sampling import captured_logs
 
 from .configmap_server import NAME, NAMESPACE, ConfigMapServer
 
@@ -54,9 +54,9 @@ def test_a_csv_mistake_names_the_configmap_and_line(tmp_path: Path) -> None:
 
 
 def test_refresh_applies_a_change_once_and_keeps_the_counters_on_a_broken_one(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path) -> None:
     applied: list[CounterSet] = []
-    with ConfigMapServer(TEMP_ONLY) as server, caplog.at_level(logging.INFO, logger="gpu_pod_exporter"):
+    with ConfigMapServer(TEMP_ONLY) as server, captured_logs() as logs:
         source = _source(server, tmp_path)
         source.on_change = applied.append
         source.read()
@@ -74,7 +74,7 @@ def test_refresh_applies_a_change_once_and_keeps_the_counters_on_a_broken_one(
         server.metrics = TEMP_ONLY
         assert source.refresh()
     assert [[row.name for row in counters.metrics] for counters in applied][-1] == ["DCGM_FI_DEV_GPU_TEMP"]
-    messages = [record.getMessage() for record in caplog.records]
+    messages = logs.messages()
     assert sum("has a mistake" in message for message in messages) == 1
     assert sum("answered 503" in message for message in messages) == 1
     assert any("readable again" in message for message in messages)
