@@ -22,13 +22,13 @@ import dataclasses
 import os
 import re
 import stat
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
 from exporter.logs import get_logger
 from exporter.metrics.render import RenderContext
+from exporter.periodic import Periodic
 from exporter.snapshot import DeviceIdentity
 
 LOG = get_logger("hpcjobs")
@@ -93,8 +93,7 @@ class HpcJobMapping:
         self.on_change = on_change
         self._mapping: JobMapping = EMPTY
         self._state: tuple[str, ...] | None = None  # the problems last logged
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = Periodic("hpc-job-mapping", self._step, interval_s)
 
     @property
     def mapping(self) -> JobMapping:
@@ -123,25 +122,15 @@ class HpcJobMapping:
                                                          "interval_s": self.interval_s}})
         if self.refresh():
             self.on_change()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="hpc-job-mapping", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
+        self._thread.stop()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                changed = self.refresh()
-            except Exception:  # a bug here must not end the mapping for good
-                LOG.exception("reading the HPC job mapping failed")
-                continue
-            if changed:
-                self.on_change()
+    def _step(self) -> float:
+        if self.refresh():
+            self.on_change()
+        return self.interval_s
 
     def extend_context(self, ctx: RenderContext) -> RenderContext:
         """Repeat each series of a GPU (instance) with jobs once per job, adding ``hpc_job``."""

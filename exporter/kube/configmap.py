@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from exporter.kube.apiserver import ApiStatusError, build_lists
 from exporter.logs import get_logger
 from exporter.metrics.counters import CounterFileError, CounterSet, parse_counters
+from exporter.periodic import Periodic
 
 LOG = get_logger("kube.configmap")
 
@@ -56,8 +56,8 @@ class ConfigMapCounters:
         self._text: str | None = None  # the CSV text in use (None: the file fallback is in use)
         self._rejected: str | None = None  # the last CSV text that failed to parse (logged once)
         self._failure: str | None = None  # the last fetch error (logged once per change)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._backoff_s = 0.0
+        self._thread = Periodic("configmap-counters", self.next_delay, interval_s)
 
     @property
     def source(self) -> str:
@@ -116,24 +116,19 @@ class ConfigMapCounters:
     # -- refreshing --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="configmap-counters", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
+        self._thread.stop()
 
-    def _run(self) -> None:
-        delay, backoff = self.interval_s, 0.0
-        while not self._stop.wait(delay):
-            if self.refresh():
-                delay, backoff = self.interval_s, 0.0
-            else:  # exponential, jittered: nodes that failed together do not retry together
-                backoff = min(max(backoff * 2, BACKOFF_INITIAL_S), BACKOFF_MAX_S)
-                delay = backoff * (0.5 + self._jitter())
+    def next_delay(self) -> float:
+        """One refresh; the wait until the next: the interval, or after failures an exponential backoff
+        with jitter (nodes that failed together do not retry together)."""
+        if self.refresh():
+            self._backoff_s = 0.0
+            return self.interval_s
+        self._backoff_s = min(max(self._backoff_s * 2, BACKOFF_INITIAL_S), BACKOFF_MAX_S)
+        return self._backoff_s * (0.5 + self._jitter())
 
     def refresh(self) -> bool:
         """One background read; applies a changed, valid CSV. False when the fetch failed."""

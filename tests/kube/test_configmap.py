@@ -82,10 +82,10 @@ def test_refresh_applies_a_change_once_and_keeps_the_counters_on_a_broken_one(
 
 def test_failures_back_off_exponentially_with_jitter(tmp_path: Path) -> None:
     with ConfigMapServer(TEMP_ONLY) as server:
-        source = ConfigMapCounters(f"{NAMESPACE}:{NAME}", str(server.write_kubeconfig(tmp_path / "k")), 0.01,
+        source = ConfigMapCounters(f"{NAMESPACE}:{NAME}", str(server.write_kubeconfig(tmp_path / "k")), 30.0,
                                    jitter=lambda: 0.5)
         server.status = 500
-        waits: list[float] = []
-        source._stop.wait = lambda delay: waits.append(delay) or len(waits) > 5  # type: ignore[method-assign]
-        source._run()
-    assert waits == [0.01, 5.0, 10.0, 20.0, 40.0, 80.0]
+        waits = [source.next_delay() for _ in range(8)]
+        server.status = 200
+        waits.append(source.next_delay())
+    assert waits == [5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0, 30.0]
