@@ -56,10 +56,15 @@ def test_the_app_runs_against_the_simulated_node(tmp_path: Path) -> None:
     workdir = Path(app.config.pod_resources_socket).parents[1]
     app.start()
     try:
-        wanted = ('pod="trainer-0"', 'team="research"', 'DCGM_EXP_CONTAINER_FB_USED{gpu="1"')
-        text = exposition_with(app, *wanted)
+        def container_memory() -> str | None:
+            text = exposition_with(app, 'pod="trainer-0"', 'team="research"', 'DCGM_EXP_CONTAINER_FB_USED{gpu="1"')
+            lines = [line for line in text.splitlines() if line.startswith("DCGM_EXP_CONTAINER_FB_USED{")]
+            # The process list is read on its own interval: the container's memory follows it.
+            return text if len(lines) == 1 and lines[0].endswith(" 2048.0") else None
+
+        text = wait_for(container_memory, 15.0, "trainer-0's 2 GiB process in DCGM_EXP_CONTAINER_FB_USED")
         [memory] = [line for line in text.splitlines() if line.startswith("DCGM_EXP_CONTAINER_FB_USED{")]
-        assert 'pod="trainer-0"' in memory and memory.endswith(" 2048.0")
+        assert 'pod="trainer-0"' in memory and 'container="trainer"' in memory
         assert 'Hostname="sim-7"' in text
         assert Path(app.config.pod_resources_socket).is_socket()
     finally:
