@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -101,9 +102,22 @@ def test_kubernetes_mode_off_keeps_the_node_unsimulated(tmp_path: Path) -> None:
     assert _planned(tmp_path, "--kubernetes-process-attribution", "false").process_attribution is False
 
 
-def test_a_scenario_without_a_section_simulates_no_node(tmp_path: Path) -> None:
-    config = _planned(tmp_path, text=SCENARIO.split("kubernetes:", maxsplit=1)[0])
-    assert not config.kubernetes and config.pod_resources_socket == Config().pod_resources_socket
+def test_a_scenario_without_a_section_simulates_no_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where a simulated node would put its socket and /proc
+    tempfile.tempdir = None
+    try:
+        app = build_app(_config(tmp_path, "-c", "100", text=SCENARIO.split("kubernetes:", maxsplit=1)[0]),
+                        load_counters(None))
+        app.start()
+        try:
+            text = exposition_with(app, 'DCGM_FI_DEV_GPU_TEMP{gpu="1"')
+        finally:
+            app.stop()
+    finally:
+        tempfile.tempdir = None
+    assert "pod=" not in text and "gpu_pod_exporter_kubelet_up" not in text  # no node, no attribution
+    assert not app.config.kubernetes and app.config.pod_resources_socket == Config().pod_resources_socket
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["node.yaml"]  # no simulated node's directory
 
 
 def test_a_reference_to_a_missing_gpu_is_a_scenario_error_at_its_line(tmp_path: Path) -> None:
