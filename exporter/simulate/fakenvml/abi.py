@@ -30,6 +30,7 @@ GPU_IS_LOST: int = pynvml.NVML_ERROR_GPU_IS_LOST
 LIBRARY_NOT_FOUND: int = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
 VERSION_MISMATCH: int = pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
 TIMEOUT: int = pynvml.NVML_ERROR_TIMEOUT
+DRIVER_NOT_LOADED: int = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
 
 PCIE_THROUGHPUT_WINDOW_S = 0.020  # [H]: measured by a byte counter over a 20 ms interval
 FIXED_WALL_EPOCH = 1_700_000_000.0  # wall time of scenario t=0 when a test injects its clock
@@ -49,7 +50,7 @@ ERROR_STRINGS = {
     pynvml.NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
     NOT_FOUND: "Not Found",
     INSUFFICIENT_SIZE: "Insufficient Size",
-    pynvml.NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    DRIVER_NOT_LOADED: "Driver Not Loaded",
     pynvml.NVML_ERROR_TIMEOUT: "Timeout",
     LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
     pynvml.NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",

@@ -79,6 +79,12 @@ class EventSet:
     queue: deque[FakeEvent] = field(default_factory=deque)
     lost_reported: set[int] = field(default_factory=set)
 
+    def forget(self, gpu: int) -> None:
+        """The GPU was reset: its registration (and a pending lost report) is gone."""
+        self.types.pop(gpu, None)
+        self.since.pop(gpu, None)
+        self.lost_reported.discard(gpu)
+
     def accepts(self, event: FakeEvent) -> bool:
         """Registered for this GPU and type, and registered before the event happened ([H])."""
         return bool(self.types.get(event.gpu, 0) & event.event_type) and event.at >= self.since[event.gpu]
@@ -192,7 +198,7 @@ class EventsMixin(LibraryState):
                 if target.queue:
                     self._write_event(pointee(data), target.queue.popleft())
                     return SUCCESS
-                lost = next((index for index in sorted(target.types) if now >= self._lost_at[index]
+                lost = next((index for index in sorted(target.types) if self._lost[index].active(now)
                              and index not in target.lost_reported), None)
                 if lost is not None:
                     target.lost_reported.add(lost)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from exporter.simulate.fakenvml.abi import GPU_IS_LOST, SUCCESS, check_symbol
+from exporter.simulate.fakenvml.abi import DRIVER_NOT_LOADED, GPU_IS_LOST, SUCCESS, check_symbol
 from exporter.simulate.fakenvml.state import LibraryState
 from exporter.simulate.patterns import (
     INFINITY,
@@ -74,10 +74,48 @@ class FaultsMixin(LibraryState):
             self._field_errors.clear()
 
     def lose_gpu(self, index: int) -> None:
-        """The GPU falls off the bus now: every call naming it answers GPU_IS_LOST from now on."""
+        """The GPU falls off the bus now: every call naming it answers GPU_IS_LOST until ``restore_gpu``."""
         self._check_gpu(index)
         with self._state_lock:
-            self._lost_at[index] = -INFINITY
+            self._lost[index] = Window(-INFINITY)
+
+    def restore_gpu(self, index: int) -> None:
+        """The lost GPU answers again from now on (it was reset), with the handle it had.
+
+        As after a real reset, event sets forget the GPU: it must be registered again to deliver
+        events. Restoring a GPU that is not lost changes nothing.
+        """
+        self._check_gpu(index)
+        now = self.elapsed()
+        with self._state_lock:
+            lost = self._lost[index]
+            if not lost.active(now):
+                return
+            self._lost[index] = Window(lost.start, now)
+        with self._events:
+            for event_set in self._event_sets.values():
+                event_set.forget(index)
+
+    def drop_driver(self) -> None:
+        """The kernel driver goes away now: every call answers DRIVER_NOT_LOADED, and so does nvmlInit.
+
+        Only ``nvmlShutdown`` and ``nvmlErrorString`` still work. ``restore_driver`` loads it again.
+        """
+        with self._state_lock:
+            self._driver_loaded = False
+        self.release_waits()
+
+    def restore_driver(self) -> None:
+        """The driver is loaded again. The old NVML session does not survive a reload: until the caller
+        runs ``nvmlInit`` again every call answers UNINITIALIZED, and old event sets are gone."""
+        with self._state_lock:
+            if self._driver_loaded:
+                return
+            self._driver_loaded = True
+            self._refcount = 0
+        with self._events:
+            self._event_sets.clear()
+            self._events.notify_all()
 
     def hang(self, symbol: str, seconds: float, gpu: int | None = None, *,
              holds_driver_lock: bool = False) -> None:
@@ -117,8 +155,10 @@ class FaultsMixin(LibraryState):
             self._errors.setdefault(fault.symbol, []).append(rule)
 
     def _device_gate(self, name: str, gpu: int, t: float) -> int:
-        """The per-GPU answer that preempts the real one: lost GPU first, then injected errors."""
-        if t >= self._lost_at[gpu]:
+        """The per-GPU answer that preempts the real one: no driver, lost GPU, then injected errors."""
+        if not self._driver_loaded:
+            return DRIVER_NOT_LOADED
+        if self._lost[gpu].active(t):
             return GPU_IS_LOST
         for rules in (self._errors.get(name), self._errors.get("*")):
             if rules:
@@ -128,6 +168,8 @@ class FaultsMixin(LibraryState):
         return SUCCESS
 
     def _system_gate(self, name: str, t: float) -> int:
+        if not self._driver_loaded and name not in _WILDCARD_EXEMPT:
+            return DRIVER_NOT_LOADED
         wildcard = None if name in _WILDCARD_EXEMPT else self._errors.get("*")
         for rules in (self._errors.get(name), wildcard):
             if rules:

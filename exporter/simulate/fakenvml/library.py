@@ -16,6 +16,7 @@ from typing import Any
 import pynvml
 
 from exporter.simulate.fakenvml.abi import (
+    DRIVER_NOT_LOADED,
     ERROR_STRINGS,
     FIXED_WALL_EPOCH,
     HANDLE_BASE,
@@ -44,6 +45,7 @@ from exporter.simulate.fakenvml.migdevices import MigMixin
 from exporter.simulate.fakenvml.readings import ReadingsMixin
 from exporter.simulate.patterns import (
     INFINITY,
+    Window,
 )
 from exporter.simulate.scenario import (
     NVML_ERROR_CODES,
@@ -92,9 +94,10 @@ class FakeNvmlLibrary(ReadingsMixin, MigMixin, GpmMixin, EventsMixin, FaultsMixi
         self._gpm_next_sample = 0
         self.gpm_short_intervals = 0  # nvmlGpmMetricsGet calls on samples < 100 ms apart (NVML: too close)
         self._by_pci = {(g.spec.pci_domain, g.spec.pci_bus, g.spec.pci_device): g for g in self._gpus}
-        self._lost_at = [INFINITY] * len(self._gpus)
+        self._driver_loaded = True
+        self._lost = [Window(INFINITY)] * len(self._gpus)
         for lost in scenario.lost:
-            self._lost_at[lost.gpu] = min(self._lost_at[lost.gpu], lost.at)
+            self._lost[lost.gpu] = Window(min(self._lost[lost.gpu].start, lost.at), lost.until)
         self._errors: dict[str, list[ErrorRule]] = {}
         self._field_errors: list[ErrorRule] = []
         for fault in scenario.errors:
@@ -222,6 +225,8 @@ class FakeNvmlLibrary(ReadingsMixin, MigMixin, GpmMixin, EventsMixin, FaultsMixi
     def _init(self, t: float) -> int:
         if self.scenario.library.missing:
             return LIBRARY_NOT_FOUND
+        if not self._driver_loaded:
+            return DRIVER_NOT_LOADED
         self._init_attempts += 1
         failure = self._init_failure
         if failure is not None:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from exporter.simulate.fakenvml.events import EventSet, FakeEvent
     from exporter.simulate.fakenvml.faults import ErrorRule, HangRule
     from exporter.simulate.fakenvml.gpm import GpmSample
+    from exporter.simulate.patterns import Window
     from exporter.simulate.scenario import InitFailure, ProcessSpec, Scenario
 
 
@@ -37,7 +38,8 @@ class LibraryState:
     _latency: dict[str, float]
     _field_latency: float
     _gpus: tuple[SimulatedGpu, ...]
-    _lost_at: list[float]
+    _lost: list[Window]  # per GPU: when it answers GPU_IS_LOST
+    _driver_loaded: bool
     _errors: dict[str, list[ErrorRule]]
     _field_errors: list[ErrorRule]
     _hangs: list[HangRule]
