@@ -95,3 +95,26 @@ def test_web_systemd_socket_without_a_socket_is_one_line_and_exit_2() -> None:
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith(
         "gpu-pod-exporter: error: flag --web-systemd-socket: web-systemd-socket: no socket was passed")
+
+
+def test_devices_flex_reports_a_mig_gpu_per_instance_with_its_chip_readings() -> None:
+    """-d f on the MIG demo node (GPU 0: seven 1g.10gb, GPU 1: three instances, GPUs 2-3 whole): the
+    series dcgm-exporter's default gives; without -d, each chip once (README, "MIG reporting")."""
+
+    def temperatures(args: list[str]) -> list[tuple[str, str | None]]:
+        with running_exporter(["--simulate", "mig-h100", "--collect-interval", "200", *args]) as exporter:
+            exporter.wait_healthy()
+
+            def complete() -> list[tuple[str, str | None]] | None:
+                found = sorted((labels["gpu"], labels.get("GPU_I_ID"))
+                               for name, labels, _ in parse_samples(exporter.metrics())
+                               if name == "DCGM_FI_DEV_GPU_TEMP")
+                return found if {gpu for gpu, _ in found} == {"0", "1", "2", "3"} else None
+
+            return wait_for(complete, 30.0, "temperatures of the four GPUs")
+
+    flex = temperatures(["-d", "f"])
+    assert [gpu for gpu, instance in flex if instance is None] == ["2", "3"]
+    assert len([gpu for gpu, instance in flex if gpu == "0"]) == 7 and ("0", None) not in flex
+    assert len([gpu for gpu, instance in flex if gpu == "1"]) == 3
+    assert temperatures([]) == [("0", None), ("1", None), ("2", None), ("3", None)]
