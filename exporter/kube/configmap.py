@@ -8,7 +8,9 @@ dcgm-exporter reads key ``metrics`` of that ConfigMap once at start and exits wh
   file. An API server that cannot be reached, or a ConfigMap that is missing, is not: the exporter
   starts with ``--collectors`` (or the built-in default) and says so;
 * afterwards it is re-read every ``--configmap-refresh-interval`` (60 s) on a thread of its own,
-  never per scrape. A changed CSV is applied without a restart (``on_change``); a broken one is
+  never per scrape. A changed CSV is applied without a restart (``on_change``: the renderer at
+  once, the sampler from its next cycle; only adding or removing the ``DCGM_EXP_CLOCK_EVENTS_*``
+  rows waits for a restart, their tracker being set up at start); a broken one is
   logged once and the counters in use stay; failures back off exponentially with jitter (so a fleet
   does not hammer a struggling API server in step) and are logged once per state change.
 
