@@ -40,7 +40,8 @@ DEFAULT_TIMEOUT_S = 10.0
 COUNTERS_HINT = "fix the counters CSV (dcgm-exporter's format: name, type, help) named in the message"
 WEB_CONFIG_HINT = "fix the web config file (Prometheus exporter-toolkit format) at the file, line and key shown"
 SCENARIO_HINT = "fix the scenario file at the line and key shown, or use a built-in scenario name"
-SKIPPED_ROWS_HINT = "these rows cannot be served through NVML: remove them from the counters CSV or accept their absence"
+SKIPPED_ROWS_HINT = ("these rows cannot be served through NVML: remove them from the counters CSV or accept their "
+                     "absence")
 
 
 class _DoctorArgumentParser(argparse.ArgumentParser):

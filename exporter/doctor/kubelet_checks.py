@@ -62,7 +62,8 @@ def check_kubelet(config: Config, devices: tuple[DeviceIdentity, ...], migs: tup
     client.stop(timeout_s=1.0)
     state = client.state
     if not outcome.finished:
-        rows.append(failed(SECTION, "list", f"List did not return within {timeout_s:g} s", LIST_HINTS["DEADLINE_EXCEEDED"]))
+        rows.append(failed(SECTION, "list", f"List did not return within {timeout_s:g} s",
+                           LIST_HINTS["DEADLINE_EXCEEDED"]))
         return rows
     if not state.up or state.listing is None:
         rows.append(_list_failed(state))

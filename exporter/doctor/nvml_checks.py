@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 import pynvml
@@ -168,7 +169,8 @@ def check_nvml(config: Config, counters: CounterSet | None, timeout_s: float) ->
             rows.append(_lost_row(index, reading.error, device.identity))
             continue
         rows.append(ok(section, "identity", _identity_text(device.identity), **_identity_data(device.identity)))
-        gpu_rows, processes = _gpu_rows(nvml, device, reading, snapshot, sampler, counters, config, timeout_s)
+        gpu = _Gpu(nvml, device, reading, snapshot, sampler, timeout_s)
+        gpu_rows, processes = _gpu_rows(gpu, counters, config)
         rows.extend(gpu_rows)
         if processes is not None:
             findings.processes[index] = processes
@@ -231,55 +233,70 @@ def _lost_row(index: int, reason: str, identity: DeviceIdentity | None = None) -
                   **data)
 
 
-def _gpu_rows(nvml: RecordingClient, device: Device, reading: DeviceReading | None, snapshot: Snapshot | None,
-              sampler: Sampler, counters: CounterSet | None, config: Config,
-              timeout_s: float) -> tuple[list[Row], tuple[GpuProcess, ...] | None]:
-    section = gpu_section(device.identity.index)
+@dataclass
+class _Gpu:
+    """One GPU under examination: its device, this run's reading of it, and the doctor's NVML client."""
+
+    nvml: RecordingClient
+    device: Device
+    reading: DeviceReading | None
+    snapshot: Snapshot | None
+    sampler: Sampler
+    timeout_s: float
+    xid_ok: bool = False
+
+    @property
+    def section(self) -> str:
+        return gpu_section(self.device.identity.index)
+
+    def guarded(self, check: str, probe: Callable[[], T], **data: Any) -> tuple[T | None, Row | None, bool]:
+        """Run one probe under the deadline: (value, the row for an error or a hang, hung)."""
+        outcome = run_with_deadline(probe, self.timeout_s, f"doctor-{check}")
+        if not outcome.finished:
+            text = f"{self.nvml.last_function} did not return within {self.timeout_s:g} s"
+            return None, failed(self.section, check, text, HANG_HINT, hung=True, **data), True
+        if outcome.error is not None:
+            return None, _probe_error_row(self.section, check, self.nvml.last_function, outcome.error), False
+        return outcome.value, None, False
+
+    def row(self, check: str, probe: Callable[[], Row], **data: Any) -> tuple[Row, bool]:
+        """A probe that produces its own row: that row, or the error/hang row instead; and whether it hung."""
+        value, problem, hung = self.guarded(check, probe, **data)
+        if problem is not None:
+            return problem, hung
+        assert value is not None  # a finished probe without an error returned its row
+        return value, False
+
+
+def _gpu_rows(gpu: _Gpu, counters: CounterSet | None,
+              config: Config) -> tuple[list[Row], tuple[GpuProcess, ...] | None]:
     rows: list[Row] = []
-    probes: list[tuple[str, Callable[[], Row]]] = [
-        ("mig", lambda: _mig_row(nvml, device, sampler)),
-        ("gpm", lambda: _gpm_row(nvml, device)),
-        ("events", lambda: _events_row(nvml, device)),
-    ]
-    for name, probe in probes:
-        outcome = run_with_deadline(probe, timeout_s, f"doctor-{name}")
-        if not outcome.finished:
-            rows.append(failed(section, name, f"{nvml.last_function} did not return within {timeout_s:g} s",
-                               HANG_HINT, hung=True))
+    facts: list[tuple[str, Callable[[], Row]]] = [("mig", lambda: _mig_row(gpu)), ("gpm", lambda: _gpm_row(gpu)),
+                                                  ("events", lambda: _events_row(gpu))]
+    for check, probe in facts:
+        row, hung = gpu.row(check, probe)
+        rows.append(row)
+        if hung:
             return rows, None
-        if outcome.error is not None:
-            rows.append(_probe_error_row(section, name, nvml.last_function, outcome.error))
-        elif outcome.value is not None:
-            rows.append(outcome.value)
-    process_outcome = run_with_deadline(lambda: _process_row(nvml, device, config), timeout_s, "doctor-processes")
+    gpu.xid_ok = any(row.check == "events" and bool(row.data.get("xid")) for row in rows)
+    listed, problem, hung = gpu.guarded("process list", lambda: _process_row(gpu, config))
     processes: tuple[GpuProcess, ...] | None = None
-    if not process_outcome.finished:
-        rows.append(failed(section, "process list", f"{nvml.last_function} did not return within {timeout_s:g} s",
-                           HANG_HINT, hung=True))
-        return rows, None
-    if process_outcome.error is not None:
-        rows.append(_probe_error_row(section, "process list", nvml.last_function, process_outcome.error))
-    elif process_outcome.value is not None:
-        rows.append(process_outcome.value[0])
-        processes = process_outcome.value[1]
+    if problem is not None:
+        rows.append(problem)
+        if hung:
+            return rows, None
+    elif listed is not None:
+        rows.append(listed[0])
+        processes = listed[1]
     if counters is None:
-        rows.append(skipped(section, "counters", "not checked: the counters CSV did not load"))
+        rows.append(skipped(gpu.section, "counters", "not checked: the counters CSV did not load"))
         return rows, processes
-    events_row = next((row for row in rows if row.check == "events"), None)
-    xid_ok = events_row is not None and bool(events_row.data.get("xid"))
-    for row in (*counters.metrics, *counters.labels):
-        outcome = run_with_deadline(
-            lambda row=row: _counter_row(nvml, device, reading, snapshot, sampler, row, xid_ok),  # type: ignore[misc]
-            timeout_s, "doctor-counter")
-        if not outcome.finished:
-            rows.append(failed(section, f"counter {row.name}",
-                               f"{nvml.last_function} did not return within {timeout_s:g} s", HANG_HINT, hung=True,
-                               kind="counter", state="failing"))
-            return rows, processes
-        if outcome.error is not None:
-            rows.append(_probe_error_row(section, f"counter {row.name}", nvml.last_function, outcome.error))
-        elif outcome.value is not None:
-            rows.append(outcome.value)
+    for counter in (*counters.metrics, *counters.labels):
+        row, hung = gpu.row(f"counter {counter.name}", partial(_counter_row, gpu, counter), kind="counter",
+                            counter=counter.name, state="failing")
+        rows.append(row)
+        if hung:
+            break
     return rows, processes
 
 
@@ -294,8 +311,8 @@ def _probe_error_row(section: str, check: str, function: str, error: BaseExcepti
 # -- per-GPU facts ----------------------------------------------------------------------------
 
 
-def _mig_row(nvml: RecordingClient, device: Device, sampler: Sampler) -> Row:
-    section = gpu_section(device.identity.index)
+def _mig_row(gpu: _Gpu) -> Row:
+    nvml, device, sampler, section = gpu.nvml, gpu.device, gpu.sampler, gpu.section
     try:
         current, pending = nvml.call(pynvml.nvmlDeviceGetMigMode, device.handle)
     except pynvml.NVMLError as exc:
@@ -315,8 +332,8 @@ def _mig_row(nvml: RecordingClient, device: Device, sampler: Sampler) -> Row:
               f"{layout}{pending_note}", mig="enabled", instances=[mig.uuid for mig in instances])
 
 
-def _gpm_row(nvml: RecordingClient, device: Device) -> Row:
-    section = gpu_section(device.identity.index)
+def _gpm_row(gpu: _Gpu) -> Row:
+    nvml, device, section = gpu.nvml, gpu.device, gpu.section
     try:
         supported = GpmReader().probe(nvml, device.handle)
     except pynvml.NVMLError as exc:
@@ -333,9 +350,9 @@ def _bits(mask: int) -> list[int]:
     return [1 << bit for bit in range(mask.bit_length()) if mask & (1 << bit)]
 
 
-def _events_row(nvml: RecordingClient, device: Device) -> Row:
+def _events_row(gpu: _Gpu) -> Row:
     """Which of the exporter's event types this GPU supports, and whether registering them works."""
-    section = gpu_section(device.identity.index)
+    nvml, device, section = gpu.nvml, gpu.device, gpu.section
     try:
         supported = int(nvml.call(pynvml.nvmlDeviceGetSupportedEventTypes, device.handle))
     except pynvml.NVMLError as exc:
@@ -363,16 +380,15 @@ def _events_row(nvml: RecordingClient, device: Device) -> Row:
     return ok(section, "events", f"registers {', '.join(names)}{note}", xid=xid, registered=names)
 
 
-def _process_row(nvml: RecordingClient, device: Device,
-                 config: Config) -> tuple[Row, tuple[GpuProcess, ...] | None]:
-    section = gpu_section(device.identity.index)
+def _process_row(gpu: _Gpu, config: Config) -> tuple[Row, tuple[GpuProcess, ...] | None]:
+    nvml, device, section = gpu.nvml, gpu.device, gpu.section
     used = config.process_attribution or config.process_metrics
     pids: dict[int, GpuProcess] = {}
     errors: list[str] = []
     for function in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):
         try:
             listed = nvml.call(function, device.handle)
-        except Exception as exc:  # noqa: BLE001 - NVMLLibraryMismatchError is not an NVMLError
+        except Exception as exc:  # NVMLLibraryMismatchError is not an NVMLError
             if classify(exc) in (ErrorClass.DEVICE_LOST, ErrorClass.NVML_DOWN):
                 raise
             errors.append(f"{getattr(function, '__name__', 'nvml')}: {describe(exc)}")
@@ -409,48 +425,42 @@ def _counter_value(spec: FieldSpec, reading: DeviceReading | None) -> float | No
     return value
 
 
-def _counter_row(nvml: RecordingClient, device: Device, reading: DeviceReading | None, snapshot: Snapshot | None,
-                 sampler: Sampler, row: CounterRow, xid_ok: bool) -> Row:
-    section = gpu_section(device.identity.index)
+def _counter_row(gpu: _Gpu, row: CounterRow) -> Row:
+    section = gpu.section
     check = f"counter {row.name}"
     spec = row.spec
-    read = spec.read
     base: dict[str, Any] = {"kind": "counter", "counter": row.name, "source": spec.nvml_source}
     if spec.is_label:
-        label = _label_value(spec, device.identity, snapshot)
+        label = _label_value(spec, gpu.device.identity, gpu.snapshot)
         if label:
             return ok(section, check, f"label {label!r}", state="served", value=label, **base)
         return ok(section, check, "not supported on this GPU (empty: no InfoROM); the label is omitted",
                   state="unsupported", **base)
-    if isinstance(read, FromExporter):
-        return _exporter_row(section, check, spec, reading, xid_ok, nvml, device, base)
-    value = _counter_value(spec, reading)
+    if isinstance(spec.read, FromExporter):
+        return _exporter_row(gpu, check, spec, spec.read, base)
+    value = _counter_value(spec, gpu.reading)
     if value is not None:
         return ok(section, check, f"served: {_number(value)} {spec.unit}".rstrip(), state="served", value=value,
                   **base)
-    probe = explain(nvml, device, spec)
-    return _unserved_row(section, check, spec, probe, base)
+    return _unserved_row(section, check, explain(gpu.nvml, gpu.device, spec), base)
 
 
-def _exporter_row(section: str, check: str, spec: FieldSpec, reading: DeviceReading | None, xid_ok: bool,
-                  nvml: RecordingClient, device: Device, base: dict[str, Any]) -> Row:
-    read = spec.read
-    assert isinstance(read, FromExporter)
+def _exporter_row(gpu: _Gpu, check: str, spec: FieldSpec, read: FromExporter, base: dict[str, Any]) -> Row:
+    section = gpu.section
     if read.component == "xid":
-        if xid_ok:
+        if gpu.xid_ok:
             return ok(section, check, "served: counted from NVML Xid events", state="served", **base)
         return ok(section, check, "not supported on this GPU: no Xid events (see the events row); the series "
                   "stays at 0", state="unsupported", **base)
     needed = [CATALOG.lookup(name) for name in spec.needs]
-    missing = [need for need in needed if need is not None and _counter_value(need, reading) is None]
+    missing = [need for need in needed if need is not None and _counter_value(need, gpu.reading) is None]
     if not missing:
         return ok(section, check, f"served: computed from {', '.join(spec.needs) or read.component}",
                   state="served", **base)
-    probe = explain(nvml, device, missing[0])
-    return _unserved_row(section, check, missing[0], probe, base)
+    return _unserved_row(section, check, explain(gpu.nvml, gpu.device, missing[0]), base)
 
 
-def _unserved_row(section: str, check: str, spec: FieldSpec, probe: _Probe, base: dict[str, Any]) -> Row:
+def _unserved_row(section: str, check: str, probe: _Probe, base: dict[str, Any]) -> Row:
     if probe.error is None:
         return degraded(section, check, f"no value yet although {probe.function} answers", NO_VALUE_HINT,
                         state="no-value", **base)
@@ -489,14 +499,22 @@ def explain(nvml: RecordingClient, device: Device, spec: FieldSpec) -> _Probe:
         elif isinstance(read, FromFieldRate):
             _field_status(nvml, handle, [(field_id, read.scope_id) for field_id in read.field_ids])
         elif isinstance(read, FromGpm):
-            support = nvml.call(pynvml.nvmlGpmQueryDeviceSupport, handle)
-            if not support.isSupportedDevice:
-                if read.fallback is None:
-                    raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-                _field_status(nvml, handle, [(field_id, read.fallback.scope_id) for field_id in read.fallback.field_ids])
+            _gpm_status(nvml, handle, read)
     except Exception as exc:  # noqa: BLE001 - the error is the finding
         return _Probe(nvml.last_function or spec.nvml_source, exc)
     return _Probe(nvml.last_function or spec.nvml_source)
+
+
+def _gpm_status(nvml: RecordingClient, handle: Any, read: FromGpm) -> None:
+    """Raise NotSupported for a GPU without GPM unless the row's field-value fallback answers."""
+    support = nvml.call(pynvml.nvmlGpmQueryDeviceSupport, handle)
+    if support.isSupportedDevice:
+        return
+    if read.fallback is not None:
+        _field_status(nvml, handle, [(field_id, read.fallback.scope_id) for field_id in read.fallback.field_ids])
+        return
+    nvml.last_function = "nvmlGpmQueryDeviceSupport (no GPM on this GPU)"
+    raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
 
 def _field_status(nvml: RecordingClient, handle: Any, keys: Sequence[tuple[int, int]]) -> None:

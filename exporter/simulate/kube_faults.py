@@ -32,7 +32,7 @@ KUBELET_FAULTS = ("missing", "wrong-socket", "rate-limited")
 API_SERVER_FAULTS = ("unreachable", "unavailable", "unauthorized")
 FORBIDDABLE = ("pods", "namespaces")
 STRAY_POD = ("stray", "stray-0")
-REJECTED_TOKEN = "rotated-token-the-kubeconfig-does-not-have"
+REJECTED_TOKEN = "rotated-token-the-kubeconfig-does-not-have"  # noqa: S105 - a fake server's token
 
 
 class Walker(Protocol):
