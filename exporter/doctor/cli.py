@@ -118,7 +118,8 @@ def _counters_rows(config: Config) -> tuple[list[Row], CounterSet | None]:
         counters = load_counters(config.collectors)
     except CounterFileError as exc:
         return [config_error("config", "counters", f"{config.source_of('collectors')}: {exc}", COUNTERS_HINT)], None
-    text = f"{counters.source}: {len(counters.metrics)} metric rows, {len(counters.labels)} label rows"
+    labels = len(counters.labels)
+    text = f"{counters.source}: {len(counters.metrics)} metric rows, {labels} label row{'s' if labels != 1 else ''}"
     if counters.warnings:
         return [degraded("config", "counters", f"{text}; {len(counters.warnings)} skipped: "
                          f"{'; '.join(counters.warnings)}", SKIPPED_ROWS_HINT)], counters
