@@ -13,9 +13,9 @@ from exporter.simulate.fakeapiserver import FakeApiServer
 def review(api: FakeApiServer, verb: str, resource: str) -> tuple[int, dict[str, Any]]:
     body = json.dumps({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                        "spec": {"resourceAttributes": {"verb": verb, "resource": resource}}}).encode()
-    request = urllib.request.Request(api.url + ACCESS_REVIEW_PATH, data=body, method="POST",  # noqa: S310
+    request = urllib.request.Request(api.url + ACCESS_REVIEW_PATH, data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310
+    with urllib.request.urlopen(request, timeout=5) as response:
         return response.status, json.loads(response.read())
 
 

@@ -69,10 +69,10 @@ def test_forbidden_namespaces_answer_403(tmp_path: Path) -> None:
                                       tmp_path)
     try:
         with pytest.raises(urllib.error.HTTPError) as caught:
-            urllib.request.urlopen(f"{cluster.apiserver.url}/api/v1/namespaces", timeout=5)  # noqa: S310
+            urllib.request.urlopen(f"{cluster.apiserver.url}/api/v1/namespaces", timeout=5)
         assert caught.value.code == 403
         assert json.loads(caught.value.read())["reason"] == "Forbidden"
-        with urllib.request.urlopen(f"{cluster.apiserver.url}/api/v1/pods", timeout=5) as response:  # noqa: S310
+        with urllib.request.urlopen(f"{cluster.apiserver.url}/api/v1/pods", timeout=5) as response:
             assert response.status == 200
     finally:
         cluster.stop()
