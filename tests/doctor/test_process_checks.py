@@ -8,8 +8,9 @@ from exporter.config import Config
 from exporter.doctor.process_checks import check_processes
 from exporter.snapshot import GpuProcess
 
-POD_CGROUP_V2 = ("0::/kubepods.slice/kubepods-burstable.slice/"
-                 "kubepods-burstable-pod0a1b2c3d_4e5f_6071_8293_a4b5c6d7e8f9.slice/cri-containerd-" + "ab" * 32 + ".scope\n")
+POD_UID = "0a1b2c3d_4e5f_6071_8293_a4b5c6d7e8f9"
+POD_CGROUP_V2 = (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD_UID}.slice/"
+                 "cri-containerd-" + "ab" * 32 + ".scope\n")
 POD_CGROUP_V1 = ("12:memory:/kubepods/burstable/pod0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9/" + "cd" * 32 + "\n"
                  "11:cpu,cpuacct:/kubepods/burstable/pod0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9/" + "cd" * 32 + "\n"
                  "0::/\n")
