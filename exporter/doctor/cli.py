@@ -157,7 +157,7 @@ def diagnose(options: argparse.Namespace, config: Config) -> Report:
         rows.extend(check_processes(config, findings.processes, findings.nvml_up))
         rows.extend(check_web(config, security, timeout))
         if options.prometheus:
-            rows.extend(check_prometheus(options.prometheus, config, counters, timeout))
+            rows.extend(check_prometheus(options.prometheus, config, counters, findings.rows, timeout))
     return Report.of(rows, node=config.node_name or socket.gethostname(), simulated=simulated)
 
 

@@ -9,7 +9,8 @@ Four questions, each through Prometheus' HTTP API:
   dashboard and rule that groups by ``pod`` then sees the exporter's pod instead);
 * **rules**: the shipped rule groups (``deploy/rules``, the chart's PrometheusRule) are loaded;
 * **counters**: every ``DCGM_*``/``gpu_pod_exporter_*`` series those loaded rules read exists for
-  this node; an absent one means an alert that can never fire here.
+  this node; an absent one means an alert that can never fire here (unless its absence is by
+  design: a reading no GPU of the node supports, an event counter before the first event).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from exporter.app import node_hostname
 from exporter.config import Config
 from exporter.doctor.report import Row, degraded, failed, ok, skipped
+from exporter.metrics.catalog import FromExporter
 from exporter.metrics.counters import CounterSet
 from exporter.web.server import parse_address
 
@@ -83,11 +85,29 @@ class PrometheusApi:
         return list(data.get("result") or ()) if isinstance(data, dict) else []
 
 
-def _selector(hostname: str | None) -> str:
-    return f'Hostname="{hostname}"' if hostname else ""
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def check_prometheus(url: str, config: Config, counters: CounterSet | None, timeout_s: float) -> list[Row]:
+@dataclass(frozen=True)
+class _Target:
+    job: str
+    instance: str
+    scrape_url: str
+    health: str
+    last_error: str
+
+    def selector(self) -> str:
+        return f'job="{_escape(self.job)}", instance="{_escape(self.instance)}"'
+
+
+def _over_targets(targets: Iterable[_Target], template: str) -> str:
+    """One query per target (``{sel}`` in ``template``), joined with ``or``."""
+    return " or ".join(template.replace("{sel}", target.selector()) for target in targets)
+
+
+def check_prometheus(url: str, config: Config, counters: CounterSet | None, gpu_rows: Iterable[Row],
+                     timeout_s: float) -> list[Row]:
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         return [failed(SECTION, "reachable", f"{url!r} is not an http(s) URL", UNREACHABLE_HINT)]
     api = PrometheusApi(url, timeout_s)
@@ -97,49 +117,58 @@ def check_prometheus(url: str, config: Config, counters: CounterSet | None, time
         return [failed(SECTION, "reachable", f"cannot query {url}: {exc}", UNREACHABLE_HINT)]
     version = info.get("version", "?") if isinstance(info, dict) else "?"
     rows = [ok(SECTION, "reachable", f"{url}: Prometheus {version}", version=version)]
-    hostname = node_hostname(config)
     try:
-        rows.append(_target_row(api, config, hostname))
-        rows.append(_labels_row(api, hostname))
+        targets = _our_targets(api, config, node_hostname(config))
+        rows.append(_target_row(targets, node_hostname(config)))
+        up = [target for target in targets if target.health == "up"]
         groups = api.get("/api/v1/rules").get("groups") or []
+        if up:
+            rows.append(_labels_row(api, up))
+        else:
+            rows.append(skipped(SECTION, "labels", "not checked: no scrape target of this node is up"))
         rows.append(_rules_row(groups))
-        rows.append(_counters_row(api, groups, hostname, counters, config))
+        if up:
+            rows.append(_counters_row(api, groups, up, counters, counter_states(gpu_rows)))
+        else:
+            rows.append(skipped(SECTION, "counters", "not checked: no scrape target of this node is up"))
     except PrometheusError as exc:
         rows.append(failed(SECTION, "query", f"Prometheus refused a query: {exc}", UNREACHABLE_HINT))
     return rows
 
 
-def _target_row(api: PrometheusApi, config: Config, hostname: str | None) -> Row:
-    targets = api.get("/api/v1/targets", state="active").get("activeTargets") or []
+def _our_targets(api: PrometheusApi, config: Config, hostname: str | None) -> list[_Target]:
+    """The targets delivering this node's series: by the Hostname label of GPU series, else by our port."""
+    active = [_Target(str(item.get("labels", {}).get("job", "")), str(item.get("labels", {}).get("instance", "")),
+                      str(item.get("scrapeUrl", "")), str(item.get("health", "")), str(item.get("lastError", "")))
+              for item in api.get("/api/v1/targets", state="active").get("activeTargets") or []]
     pairs: set[tuple[str, str]] = set()
     if hostname:
-        expr = f'count by (job, instance) ({{__name__=~"DCGM_.+|gpu_pod_exporter_.+", {_selector(hostname)}}})'
+        expr = f'count by (job, instance) ({{__name__=~"DCGM_.+", Hostname="{_escape(hostname)}"}})'
         pairs = {(item["metric"].get("job", ""), item["metric"].get("instance", "")) for item in api.query(expr)}
-    ours = [target for target in targets
-            if (target.get("labels", {}).get("job", ""), target.get("labels", {}).get("instance", "")) in pairs]
-    if not ours:
+    ours = [target for target in active if (target.job, target.instance) in pairs]
+    if not ours:  # nothing scraped from this node: a target on the exporter's port that is down is the suspect
         _, port = parse_address(config.address)
-        ours = [target for target in targets
-                if urllib.parse.urlsplit(str(target.get("scrapeUrl", ""))).port == port
-                and target.get("health") != "up"]
-    if not ours:
+        ours = [target for target in active
+                if urllib.parse.urlsplit(target.scrape_url).port == port and target.health != "up"]
+    return ours
+
+
+def _target_row(targets: list[_Target], hostname: str | None) -> Row:
+    if not targets:
         where = f"node {hostname}" if hostname else "this exporter's port"
         return failed(SECTION, "target", f"no scrape target delivers series of {where}", NO_TARGET_HINT)
-    down = [target for target in ours if target.get("health") != "up"]
-    names = ", ".join(f"{t.get('labels', {}).get('instance', '?')} (job {t.get('labels', {}).get('job', '?')})"
-                      for t in ours)
+    names = ", ".join(f"{target.instance} (job {target.job})" for target in targets)
+    urls = [target.scrape_url for target in targets]
+    down = [target for target in targets if target.health != "up"]
     if down:
-        errors = "; ".join(str(target.get("lastError") or target.get("health")) for target in down)
-        return failed(SECTION, "target", f"target {names} is down: {errors}", DOWN_HINT,
-                      targets=[t.get("scrapeUrl") for t in ours])
-    return ok(SECTION, "target", f"target {names} is up", targets=[t.get("scrapeUrl") for t in ours])
+        errors = "; ".join(target.last_error or target.health for target in down)
+        return failed(SECTION, "target", f"target {names} is down: {errors}", DOWN_HINT, targets=urls)
+    return ok(SECTION, "target", f"target {names} is up", targets=urls)
 
 
-def _labels_row(api: PrometheusApi, hostname: str | None) -> Row:
-    if not hostname:
-        return skipped(SECTION, "labels", "not checked: --no-hostname leaves nothing to find this node's series by")
-    found = api.query(f'count by (job) ({{exported_pod!="", {_selector(hostname)}}}) or '
-                      f'count by (job) ({{exported_namespace!="", {_selector(hostname)}}})')
+def _labels_row(api: PrometheusApi, targets: list[_Target]) -> Row:
+    found = api.query(_over_targets(targets, 'count by (job) ({exported_pod!="", {sel}}) or '
+                                             'count by (job) ({exported_namespace!="", {sel}})'))
     if found:
         count = sum(int(float(item["value"][1])) for item in found)
         jobs = ", ".join(sorted({item["metric"].get("job", "?") for item in found}))
@@ -174,31 +203,58 @@ def needed_series(groups: Iterable[dict[str, Any]]) -> list[str]:
     return sorted(names - recorded)
 
 
-def _counters_row(api: PrometheusApi, groups: list[dict[str, Any]], hostname: str | None,
-                  counters: CounterSet | None, config: Config) -> Row:
+def counter_states(rows: Iterable[Row]) -> dict[str, set[str]]:
+    """Per counter row name, the states the GPU rows found (served, unsupported, failing, ...) on this node."""
+    states: dict[str, set[str]] = {}
+    for row in rows:
+        if row.data.get("kind") == "counter":
+            states.setdefault(str(row.data.get("counter")), set()).add(str(row.data.get("state")))
+    return states
+
+
+def _counters_row(api: PrometheusApi, groups: list[dict[str, Any]], targets: list[_Target],
+                  counters: CounterSet | None, states: dict[str, set[str]]) -> Row:
+    """Which series the loaded shipped rules read are absent, and whether that is expected on this node.
+
+    Expected: a CSV row none of this node's GPUs supports (the series is omitted by design), and an
+    event-driven row (Xid, clock events) whose series appear with the first event. Not expected: a
+    row missing from the CSV, a row this node serves that Prometheus does not have (dropped by
+    metricRelabelings or a sample limit), an exporter self-metric that is absent.
+    """
     needed = needed_series(groups)
     if not needed:
         return skipped(SECTION, "counters", "no shipped rule is loaded, so no counter is needed")
-    if not hostname:
-        return skipped(SECTION, "counters", "not checked: --no-hostname leaves nothing to find this node's series by")
-    expr = f'count by (__name__) ({{__name__=~"{"|".join(needed)}", {_selector(hostname)}}})'
+    expr = _over_targets(targets, f'count by (__name__) ({{__name__=~"{"|".join(needed)}", {{sel}}}})')
     present = {item["metric"].get("__name__", "") for item in api.query(expr)}
     missing = [name for name in needed if name not in present]
-    if not missing:
-        return ok(SECTION, "counters", f"all {len(needed)} series the shipped rules read are scraped from this node",
-                  needed=needed)
-    in_csv = [name for name in missing if counters is not None and counters.has(name)]
-    not_in_csv = [name for name in missing if name.startswith("DCGM_") and name not in in_csv]
-    other = [name for name in missing if name not in in_csv and name not in not_in_csv]
-    parts = []
-    if not_in_csv:
-        parts.append(f"not in the counters CSV: {', '.join(not_in_csv)}")
-    if in_csv:
-        parts.append(f"in the CSV but not served on this node (see the GPU rows): {', '.join(in_csv)}")
-    if other:
-        note = "" if config.kubernetes else " (Kubernetes attribution is off)"
-        parts.append(f"exporter self-metrics absent{note}: {', '.join(other)}")
-    hint = ("add the missing rows to the counters CSV (the chart's counters ConfigMap, -f/--collectors)"
-            if not_in_csv else "see the rows above for why this node does not produce them")
-    return degraded(SECTION, "counters", f"{len(missing)} of {len(needed)} series the shipped rules read are absent: "
-                    f"{'; '.join(parts)}", hint, needed=needed, missing=missing)
+    rows = {row.name: row for row in counters.metrics} if counters is not None else {}
+    groups_of: dict[str, list[str]] = {"not in the counters CSV": [], "not supported by this node's GPUs": [],
+                                       "no event yet (the series appears with the first one)": [],
+                                       "served here but not stored by Prometheus": [],
+                                       "exporter self-metrics absent": []}
+    for name in missing:
+        row = rows.get(name)
+        if row is None:
+            groups_of["not in the counters CSV" if name.startswith("DCGM_") else "exporter self-metrics absent"
+                      ].append(name)
+        elif isinstance(row.spec.read, FromExporter):
+            groups_of["no event yet (the series appears with the first one)"].append(name)
+        elif states.get(name) and states[name] <= {"unsupported"}:
+            groups_of["not supported by this node's GPUs"].append(name)
+        else:
+            groups_of["served here but not stored by Prometheus"].append(name)
+    parts = [f"{what}: {', '.join(names)}" for what, names in groups_of.items() if names]
+    expected = {"not supported by this node's GPUs", "no event yet (the series appears with the first one)"}
+    problems = [name for what, names in groups_of.items() if what not in expected for name in names]
+    text = f"{len(needed) - len(missing)} of {len(needed)} series the shipped rules read are scraped from this node"
+    if not problems:
+        detail = text + (f"; absent as expected: {'; '.join(parts)}" if parts else "")
+        return ok(SECTION, "counters", detail, needed=needed, missing=missing)
+    if groups_of["not in the counters CSV"]:
+        hint = "add the missing rows to the counters CSV (the chart's counters ConfigMap, -f/--collectors)"
+    elif groups_of["served here but not stored by Prometheus"]:
+        hint = "a metricRelabelings drop or the scrape's sampleLimit removes them: check the ServiceMonitor"
+    else:
+        hint = "the exporter did not produce its own metrics: check its log and /metrics"
+    return degraded(SECTION, "counters", f"{text}; {'; '.join(parts)}", hint, needed=needed, missing=missing,
+                    unexpected=problems)

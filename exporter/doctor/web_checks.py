@@ -93,7 +93,7 @@ def _identify(host: str, port: int, tls: bool, timeout_s: float) -> tuple[str, s
         connection.request("GET", "/health", headers={"User-Agent": "gpu-pod-exporter-doctor"})
         response = connection.getresponse()
         body = response.read(512).decode("utf-8", "replace").strip()
-        return response.getheader("Server", ""), f"/health {response.status}: {body[:160]}"
+        return response.getheader("Server", "").strip(), f"/health {response.status}: {body[:160]}"
     except (OSError, http.client.HTTPException) as exc:
         return "", f"no HTTP answer ({exc})"
     finally:
