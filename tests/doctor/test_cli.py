@@ -15,7 +15,7 @@ import pytest
 
 from exporter.cli import SUBCOMMANDS
 from exporter.cli import main as exporter_main
-from tests.doctor.support import FAST, doctor
+from tests.doctor.support import FAST, doctor, undocumented_problems
 from tests.e2e.exporter_process import REPO_ROOT, ExporterProcess, free_port
 
 ONE_GPU = "description: one GPU\ngpu_count: 1\ngpu_defaults: {model: L4}\n"
@@ -81,6 +81,7 @@ def test_a_broken_counters_file_is_a_config_error_after_the_other_checks(tmp_pat
     assert row["config_error"] is True and f"{counters}:2" in row["detail"]
     assert run.row("nvml", "library")["verdict"] == "ok"  # the rest still ran
     assert run.row("gpu 0", "counters")["verdict"] == "skipped"
+    assert not undocumented_problems([run])
 
 
 def test_a_broken_web_config_is_a_config_error(tmp_path: Path, one_gpu: str) -> None:
@@ -129,6 +130,7 @@ def test_basic_auth_without_tls_is_degraded(tmp_path: Path, one_gpu: str) -> Non
     run = doctor("--json", "--simulate", one_gpu, "--web-config-file", str(web), *FAST)
     row = run.row("web", "config")
     assert row["verdict"] == "degraded" and "clear text" in row["hint"]
+    assert not undocumented_problems([run])
 
 
 @pytest.fixture
@@ -158,6 +160,7 @@ def test_listen_address_taken_by_another_program(busy_port: int, one_gpu: str) -
     row = run.row("web", "listen")
     assert row["verdict"] == "failed" and "nginx/1.25" in row["detail"] and "--address" in row["hint"]
     assert run.code == 1
+    assert not undocumented_problems([run])
 
 
 @pytest.mark.e2e

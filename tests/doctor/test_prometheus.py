@@ -23,7 +23,7 @@ import yaml
 
 from exporter.doctor.prometheus_checks import SHIPPED_RULE_GROUPS, needed_series
 from tests.doctor.conftest import clean_environment
-from tests.doctor.support import Run, doctor
+from tests.doctor.support import Run, doctor, undocumented_problems
 from tests.e2e.exporter_process import REPO_ROOT, ExporterProcess, free_port
 from tests.e2e.prometheus_harness import RULE_FILES, PrometheusHarness, require_prometheus
 
@@ -121,6 +121,7 @@ def test_a_servicemonitor_without_honor_labels_is_caught(nodes: dict[str, Node])
     assert counters["data"]["missing"] == node.absent(counters["data"]["needed"])
     assert "not in the counters CSV: " in counters["detail"] and "counters CSV" in counters["hint"]
     assert run.code == 1
+    assert not undocumented_problems([run])
 
 
 @pytest.mark.e2e

@@ -17,7 +17,7 @@ import pytest
 
 from exporter.simulate.scenario import builtin_scenarios
 from tests.doctor.conftest import clean_environment
-from tests.doctor.support import FAST, Run, doctor
+from tests.doctor.support import FAST, Run, doctor, documented_rows, undocumented_problems
 
 Problem = tuple[str, str, str]  # (section, check, verdict)
 
@@ -86,6 +86,11 @@ def test_table_shows_each_problem_with_its_fix(runs: dict[tuple[str, str], Run],
     verdict = "OK" if code == 0 else "FAILED"
     assert re.fullmatch(rf"{verdict}: \d+ ok.* \(exit code {code}\)", lines[-1]), lines[-1]
     assert "Traceback" not in run.output
+
+
+def test_the_readme_explains_every_problem_row(runs: dict[tuple[str, str], Run]) -> None:
+    assert ("kubelet", "device ids") in documented_rows()
+    assert not undocumented_problems([run for (_, form), run in runs.items() if form == "json"])
 
 
 def test_no_driver_says_how_to_install_it(runs: dict[tuple[str, str], Run]) -> None:
