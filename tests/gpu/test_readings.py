@@ -39,6 +39,13 @@ class Oracle:
     def tolerance(self, value: float) -> float:
         return max(self.absolute, self.relative * abs(value))
 
+    def doc_row(self, metric: str) -> str:
+        """This oracle's row in docs/real-gpu.md (a test keeps the two equal)."""
+        flag = "--query-gpu" if self.query == "gpu" else "--query-remapped-rows"
+        tolerance = "exact" if not self.absolute and not self.relative else f"±{self.absolute:g}" + (
+            f" or ±{self.relative * 100:g} %" if self.relative else "")
+        return f"| `{metric}` | `{flag}={self.field}` | {tolerance} | {self.why} |"
+
 
 ORACLES: dict[str, Oracle] = {
     "DCGM_FI_DEV_SM_CLOCK": Oracle("clocks.sm", 60, 0.05, why="MHz; boost moves between samples"),
@@ -54,9 +61,12 @@ ORACLES: dict[str, Oracle] = {
     "DCGM_FI_DEV_FB_USED": Oracle("memory.used", 128, why="MiB; memory info v2: used excludes reserved"),
     "DCGM_FI_DEV_FB_RESERVED": Oracle("memory.reserved", 16, why="MiB; fixed while the driver is loaded"),
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": Oracle("pcie.replay_counter", 10, why="count; may tick between samples"),
-    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": Oracle("remapped_rows.correctable", 0, query="remapped-rows"),
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": Oracle("remapped_rows.uncorrectable", 0, query="remapped-rows"),
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE": Oracle("remapped_rows.failure", 0, query="remapped-rows"),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": Oracle("remapped_rows.correctable", 0, query="remapped-rows",
+                                                              why="rows, as the driver counts them"),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": Oracle("remapped_rows.uncorrectable", 0, query="remapped-rows",
+                                                              why="rows, as the driver counts them"),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": Oracle("remapped_rows.failure", 0, query="remapped-rows",
+                                                              why="0/1, as the driver counts them"),
 }
 # Identity labels on every series: compared exactly.
 MIN_CYCLES = 3
@@ -98,6 +108,17 @@ SANITY: dict[str, Sanity] = {
     "DCGM_FI_PROF_PCIE_TX_BYTES": Sanity("bytes/s, below the PCIe limit; no nvidia-smi field", _pcie_rate),
     "DCGM_FI_PROF_PCIE_RX_BYTES": Sanity("bytes/s, below the PCIe limit; no nvidia-smi field", _pcie_rate),
 }
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "real-gpu.md"
+
+
+def test_the_docs_state_every_tolerance() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    for metric, oracle in ORACLES.items():
+        assert oracle.doc_row(metric) in text, oracle.doc_row(metric)
+    for metric, sanity in SANITY.items():
+        assert f"| `{metric}` | - | {sanity.why} |" in text, metric
 
 
 def test_every_default_row_has_an_oracle_or_a_sanity_check() -> None:
