@@ -152,7 +152,7 @@ def diagnose(options: argparse.Namespace, config: Config) -> Report:
     with simulation if simulation is not None else contextlib.nullcontext():
         findings = check_nvml(config, counters, timeout)
         rows.extend(findings.rows)
-        rows.extend(check_kubelet(config, findings.devices, findings.migs, findings.nvml_up, timeout))
+        rows.extend(check_kubelet(config, findings, timeout))
         rows.extend(check_api(config, timeout))
         rows.extend(check_processes(config, findings.processes, findings.nvml_up))
         rows.extend(check_web(config, security, timeout))

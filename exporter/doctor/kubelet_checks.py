@@ -16,11 +16,11 @@ from pathlib import Path
 
 from exporter.config import Config
 from exporter.doctor.deadline import run_with_deadline
+from exporter.doctor.nvml_checks import NvmlFindings
 from exporter.doctor.report import Row, degraded, failed, ok, skipped
 from exporter.kube.deviceids import DeviceCatalog, DeviceIdKind, parse_device_id
 from exporter.kube.podresources.client import KubeletState, PodResourcesClient
 from exporter.kube.podresources.listing import PodResourcesListing, gpu_resource_filter
-from exporter.snapshot import DeviceIdentity, MigIdentity
 
 SECTION = "kubelet"
 OFF = "Kubernetes attribution is off (-k / DCGM_EXPORTER_KUBERNETES): no pod, namespace or container labels"
@@ -47,8 +47,8 @@ ID_MISMATCH_HINT = ("the kubelet hands out GPUs this exporter cannot see or numb
 RESOURCE_HINT = "add the resource name with --nvidia-resource-names (NVIDIA_RESOURCE_NAMES) so its pods are attributed"
 
 
-def check_kubelet(config: Config, devices: tuple[DeviceIdentity, ...], migs: tuple[MigIdentity, ...],
-                  nvml_up: bool, timeout_s: float) -> list[Row]:
+def check_kubelet(config: Config, gpus: NvmlFindings, timeout_s: float) -> list[Row]:
+    """``gpus``: what the NVML checks found (this node's GPUs and MIG devices, the GPUs NVML cannot read)."""
     if not config.kubernetes:
         return [skipped(SECTION, "socket", OFF)]
     socket_row = _socket_row(config.pod_resources_socket)
@@ -73,7 +73,7 @@ def check_kubelet(config: Config, devices: tuple[DeviceIdentity, ...], migs: tup
     rows.append(ok(SECTION, "list", f"v1 List answers: {listing.pods_listed} pods, {holding} holding devices",
                    pods=listing.pods_listed, pods_with_devices=holding))
     rows.append(_resource_row(config, listing))
-    rows.append(_device_id_row(config, listing, devices, migs, nvml_up))
+    rows.append(_device_id_row(config, listing, gpus))
     return rows
 
 
@@ -121,8 +121,8 @@ def _resource_row(config: Config, listing: PodResourcesListing) -> Row:
     return ok(SECTION, "resources", text, gpu=gpu, ignored=ignored)
 
 
-def _device_id_row(config: Config, listing: PodResourcesListing, devices: tuple[DeviceIdentity, ...],
-                   migs: tuple[MigIdentity, ...], nvml_up: bool) -> Row:
+def _device_id_row(config: Config, listing: PodResourcesListing, gpus: NvmlFindings) -> Row:
+    devices, unreadable = gpus.devices, gpus.unreadable
     accept = gpu_resource_filter(config.nvidia_resource_names)
     holders: dict[str, str] = {}
     for pod in listing.pods:
@@ -135,10 +135,10 @@ def _device_id_row(config: Config, listing: PodResourcesListing, devices: tuple[
     parsed = {raw: parse_device_id(raw) for raw in holders}
     forms = Counter(item.kind.value for item in parsed.values())
     forms_text = ", ".join(f"{kind} x{count}" for kind, count in sorted(forms.items()))
-    if not nvml_up or not devices:
+    if not gpus.nvml_up or not devices:
         return skipped(SECTION, "device ids", f"{len(holders)} IDs ({forms_text}); not mapped: NVML shows no GPU",
                        forms=dict(forms))
-    catalog = DeviceCatalog(devices, migs)
+    catalog = DeviceCatalog(devices, gpus.migs)
     unmatched = sorted(raw for raw, item in parsed.items() if catalog.resolve(item) is None)
     if not unmatched:
         return ok(SECTION, "device ids", f"{len(holders)} IDs ({forms_text}), every one maps to a GPU of this node",
@@ -151,4 +151,9 @@ def _device_id_row(config: Config, listing: PodResourcesListing, devices: tuple[
     if opaque:
         return degraded(SECTION, "device ids", text, "IDs such as 'tegra' or 'all' name no single GPU; pods "
                         "holding them cannot be attributed", forms=dict(forms), unmatched=unmatched)
+    if unreadable and len(unmatched) <= len(unreadable):
+        lost = ", ".join(f"GPU {index}" for index in unreadable)
+        return degraded(SECTION, "device ids", f"{text}; NVML cannot read {lost}, which these IDs may name",
+                        f"fix {lost} first (see its identity row); its pods get their labels back when it answers",
+                        forms=dict(forms), unmatched=unmatched)
     return failed(SECTION, "device ids", text, ID_MISMATCH_HINT, forms=dict(forms), unmatched=unmatched)

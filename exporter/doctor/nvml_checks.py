@@ -83,6 +83,7 @@ class NvmlFindings:
     devices: tuple[DeviceIdentity, ...] = ()
     migs: tuple[MigIdentity, ...] = ()
     processes: dict[int, tuple[GpuProcess, ...]] = field(default_factory=dict)  # NVML index -> processes
+    unreadable: tuple[int, ...] = ()  # GPUs whose identity NVML could not read (lost at discovery)
     hung: str = ""  # the hung call, when NVML stopped answering
 
 
@@ -150,12 +151,13 @@ def check_nvml(config: Config, counters: CounterSet | None, timeout_s: float) ->
     snapshot, hung = _sample(sampler, timeout_s)
     findings.migs = sampler.mig_identities()
     readings = {reading.identity.index: reading for reading in snapshot.devices} if snapshot else {}
+    findings.unreadable = tuple(index for index, _ in inventory.failed)
     for index, reason in inventory.failed:
         rows.append(_lost_row(index, reason))
     for device in inventory.devices:
         index = device.identity.index
         section = gpu_section(index)
-        if hung and hung_index(sampler) == index:
+        if hung and _hung_index(sampler) == index:
             findings.hung = hung
             rows.append(failed(section, "identity", f"{_identity_text(device.identity)}; {hung}", HANG_HINT,
                                **_identity_data(device.identity)))
@@ -179,7 +181,7 @@ def check_nvml(config: Config, counters: CounterSet | None, timeout_s: float) ->
     return findings
 
 
-def hung_index(sampler: Sampler) -> int | None:
+def _hung_index(sampler: Sampler) -> int | None:
     call = sampler.in_flight()
     return call.gpu if call is not None else None
 

@@ -18,12 +18,14 @@ from types import TracebackType
 
 from exporter.app import Extensions
 from exporter.config import Config
+from exporter.doctor.deadline import join_abandoned
 from exporter.simulate.cluster_wiring import simulated_cluster_extensions
 from exporter.simulate.fakenvml import FakeNvmlLibrary
 from exporter.simulate.patterns import INFINITY
 from exporter.simulate.scenario import Scenario, load_scenario
 
 FAULT_SETTLE_S = 0.5  # look this long after the last fault began
+RELEASE_WAIT_S = 5.0  # for probe threads to leave the fake library once its hangs are released
 
 
 def inspection_time(scenario: Scenario) -> float:
@@ -68,6 +70,7 @@ class DoctorSimulation:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self.library.release_hangs()  # an abandoned probe thread blocked in a simulated hang ends now
+        join_abandoned(RELEASE_WAIT_S)
         for hook in reversed(self._extensions.on_stop):
             hook()
         self.library.uninstall()

@@ -220,3 +220,14 @@ def test_broken_kubelet_and_api_server(tmp_path: Path, faults: str, section: str
     assert row["verdict"] in ("degraded", "failed"), row
     assert words[0].lower() in row["detail"].lower(), row
     assert words[1].lower() in row["hint"].lower(), row
+
+
+def test_a_lost_gpus_device_ids_are_not_called_a_mismatch(tmp_path: Path) -> None:
+    scenario = tmp_path / "lost.yaml"
+    scenario.write_text("description: GPU 1 lost, its pod still holds it\ngpu_count: 2\n"
+                        "gpu_defaults: {model: A100-SXM4-80GB}\nfaults:\n  - {type: gpu_lost, gpu: 1, at: 0s}\n"
+                        "kubernetes:\n  pods: [{name: p, containers: [{name: c, gpus: [0, 1]}]}]\n", encoding="utf-8")
+    run = doctor("--simulate", str(scenario), "--json", *FAST)
+    assert set(run.problems()) == {("gpu 1", "identity", "failed"), ("kubelet", "device ids", "degraded")}
+    row = run.row("kubelet", "device ids")
+    assert "NVML cannot read GPU 1" in row["detail"] and "fix GPU 1 first" in row["hint"]
