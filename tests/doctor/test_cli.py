@@ -15,6 +15,8 @@ import pytest
 
 from exporter.cli import SUBCOMMANDS
 from exporter.cli import main as exporter_main
+from exporter.config import build_parser as build_exporter_parser
+from exporter.doctor.cli import build_parser as build_doctor_parser
 from tests.doctor.support import FAST, doctor, undocumented_problems
 from tests.e2e.exporter_process import REPO_ROOT, ExporterProcess, free_port
 
@@ -189,3 +191,18 @@ def test_the_installed_command_never_shows_a_traceback(args: list[str]) -> None:
     assert "Traceback" not in result.stdout + result.stderr
     assert result.stdout.startswith("gpu-pod-exporter doctor: node ")
     assert "nvml" in result.stdout and "(exit code " in result.stdout.splitlines()[-1]
+
+
+def test_doctor_flags_do_not_shadow_exporter_flags() -> None:
+    doctor_flags = {flag for action in build_doctor_parser()._actions for flag in action.option_strings}
+    exporter_flags = {flag for action in build_exporter_parser()._actions for flag in action.option_strings}
+    assert doctor_flags & exporter_flags == {"-h", "--help"}
+
+
+def test_the_exporter_does_not_import_the_doctor() -> None:
+    probe = ("import sys, exporter.cli, exporter.app\n"
+             "exporter.cli.build_app\n"
+             "print(sorted(name for name in sys.modules if name.startswith('exporter.doctor')))\n")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                            check=True)
+    assert result.stdout.strip() == "[]"
