@@ -27,6 +27,7 @@ Every error is a ``PrometheusError`` whose text a user can act on.
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import time
@@ -253,7 +254,8 @@ class PrometheusClient:
             headers["X-Scope-OrgID"] = connection.tenant
         credentials = connection.basic_auth or url_credentials
         if credentials is not None:
-            headers.update(urllib3.util.make_headers(basic_auth=f"{credentials[0]}:{credentials[1]}"))
+            token = base64.b64encode(f"{credentials[0]}:{credentials[1]}".encode()).decode("ascii")
+            headers["Authorization"] = f"Basic {token}"
         if connection.bearer_token:
             headers["Authorization"] = f"Bearer {connection.bearer_token}"
         return headers

@@ -105,7 +105,7 @@ def missing_notes(presence: Presence) -> list[str]:
             raw = [name for name in ALLOCATION_INPUTS if cluster in presence.clusters(name)]
             names = ", ".join(source.series for source in SOURCES)
             notes.append(f"{where}: none of the report's recorded series are there ({names}), "
-                         f"although {' and '.join(raw) or 'allocation data'} is: load the recording rules of group "
+                         f"although {' and '.join(raw) or 'allocation data'} {'are' if len(raw) > 1 else 'is'}: load the recording rules of group "
                          f"{RULE_GROUP} ({RULE_FILE}; the Helm chart installs them as a PrometheusRule) into its "
                          "Prometheus. Its GPUs are left out of this report.")
             continue

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter.report.model import Report, Usage
-from exporter.report.sources import cluster_name
 
 Cell = str | float | None
 
@@ -88,7 +87,7 @@ def capacity_table(report: Report) -> Table:
     columns = (Column("cluster", decimals=None), Column("GPUs at end", decimals=0),
                Column("capacity", "GPU-h"), Column("allocated", "GPU-h"), Column("unallocated", "GPU-h"),
                Column("allocated", "%", 1), Column("data coverage", "%", 1))
-    rows = tuple((cluster_name(c.cluster), c.gpus_at_end, c.capacity_gpu_hours, c.allocated_gpu_hours,
+    rows = tuple((c.cluster or "(no cluster label)", c.gpus_at_end, c.capacity_gpu_hours, c.allocated_gpu_hours,
                   c.unallocated_gpu_hours, c.allocated_percent, c.coverage_percent) for c in report.capacity)
     return Table("capacity", "Cluster capacity", columns, rows)
 
