@@ -67,7 +67,9 @@ def daily_gpu_hours(report: Report) -> bytes:
         values = [per_key[key].get(day, 0.0) for day in days]
         axes.bar(days, values, bottom=bottoms, label=key)
         bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
-    axes.set_ylabel("allocated GPU-hours")
+    busy = [sum(item.busy_gpu_hours or 0.0 for item in report.daily if item.day == day) for day in days]
+    axes.plot(days, busy, color="black", marker="o", linestyle="--", label=f"busy, all {report.settings.by}s")
+    axes.set_ylabel("GPU-hours (bars: allocated)")
     axes.set_title(f"Allocated GPU-hours per day and {report.settings.by} (UTC days)")
     axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     axes.tick_params(axis="x", labelrotation=45)

@@ -104,8 +104,9 @@ def missing_notes(presence: Presence) -> list[str]:
         if len(missing) == len(SOURCES):
             raw = [name for name in ALLOCATION_INPUTS if cluster in presence.clusters(name)]
             names = ", ".join(source.series for source in SOURCES)
+            found = f"{' and '.join(raw) or 'allocation data'} {'are' if len(raw) > 1 else 'is'}"
             notes.append(f"{where}: none of the report's recorded series are there ({names}), "
-                         f"although {' and '.join(raw) or 'allocation data'} {'are' if len(raw) > 1 else 'is'}: load the recording rules of group "
+                         f"although {found}: load the recording rules of group "
                          f"{RULE_GROUP} ({RULE_FILE}; the Helm chart installs them as a PrometheusRule) into its "
                          "Prometheus. Its GPUs are left out of this report.")
             continue

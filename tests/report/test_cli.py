@@ -122,3 +122,13 @@ def test_the_exporter_imports_nothing_of_the_report_and_the_report_no_matplotlib
                             check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["[]", "[]"]
+
+
+def test_the_readme_s_report_command_is_a_valid_command_line() -> None:
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    [line] = [line for line in readme.splitlines() if line.startswith("gpu-pod-exporter report ")]
+    argv = line.split("#", 1)[0].split()[2:]
+    opts = options(argv, NOW)
+    assert opts.settings.prometheus == "http://prometheus:9090"
+    assert opts.window.end - opts.window.start == 7 * 86400
+    assert "[`docs/cost.md`](docs/cost.md)" in readme

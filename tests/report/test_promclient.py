@@ -138,7 +138,8 @@ def test_a_query_refused_as_too_large_is_halved_until_it_passes() -> None:
 
 @pytest.mark.parametrize(("status", "body"), [
     (400, {"status": "error", "errorType": "bad_data",
-           "error": "exceeded maximum resolution of 11,000 points per timeseries. Try decreasing the query resolution"}),
+           "error": "exceeded maximum resolution of 11,000 points per timeseries. Try decreasing the query "
+                    "resolution"}),
     (503, {"status": "error", "errorType": "timeout", "error": "query timed out in expression evaluation"}),
     (422, {"status": "error", "errorType": "execution",
            "error": "expanding series: the query time range exceeds the limit (query length: 721h, limit: 720h)"}),
@@ -158,7 +159,7 @@ def test_a_single_point_still_too_large_is_an_error_that_says_what_to_do() -> No
     answer = Answer(422, {"status": "error", "errorType": "execution", "error": "too many samples"})
     with server(lambda r: answer) as (url, _):
         prometheus, _ = client(url)
-        with pytest.raises(PrometheusError, match="even for a single point.*--cluster"):
+        with pytest.raises(PrometheusError, match=r"even for a single point.*--cluster"):
             prometheus.query_range("x", 0.0, 3.0, 1.0)
 
 
@@ -188,7 +189,7 @@ def test_a_server_that_stays_down_gives_up_after_the_retries() -> None:
 
 def test_nothing_listening_is_retried_then_named() -> None:
     prometheus, sleeps = client(f"http://127.0.0.1:{free_port()}", retries=1)
-    with pytest.raises(PrometheusError, match="cannot reach http://127.0.0.1:.*gave up after 2 attempts"):
+    with pytest.raises(PrometheusError, match=r"cannot reach http://127\.0\.0\.1:.*gave up after 2 attempts"):
         prometheus.query_range("x", 0.0, 1.0, 1.0)
     assert len(sleeps) == 1
 
