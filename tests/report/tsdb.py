@@ -7,9 +7,14 @@ backfiller against this Prometheus. The backfiller cannot see series it is writi
 run, so rules are backfilled level by level (a rule that reads another recorded series waits
 for the level below it), restarting Prometheus in between so that it loads the new blocks.
 
-Prometheus runs with ``--query.lookback-delta=30s``: backfilled blocks carry no staleness
-markers, which a live Prometheus writes when a series ends (a pod leaves a GPU); with samples
-on the minute, a 30 s lookback ends a series at its last sample exactly as a marker would.
+Timing, so that every number is exact: the backfiller evaluates a rule group at a fixed offset
+after each interval boundary (a hash of the group's name and file, learnt by ``rule_offset``).
+The raw samples are placed at that offset (tests/report/synthetic.py), so every rule reads the
+scrape taken at its own instant, and every level reads the level below at age zero. A report
+point on the interval boundary then reads the evaluation just before it, one offset old:
+Prometheus runs with ``--query.lookback-delta=60s`` (one interval of 120 s would also reach
+the evaluation before that one). Backfilled blocks carry no staleness markers, which a live
+Prometheus writes when a series ends; the short lookback ends a series where a marker would.
 """
 
 from __future__ import annotations
@@ -18,15 +23,12 @@ import json
 import re
 import shutil
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
 import yaml
 
-from tests.e2e.prometheus_harness import free_port
+from tests.e2e.prometheus_harness import PrometheusHarness
 from tests.e2e.tools import require_program
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -69,14 +71,13 @@ class BackfilledPrometheus:
         self.workdir = workdir
         self.data = workdir / "data"
         self.data.mkdir(parents=True, exist_ok=True)
-        self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
+        self.harness: PrometheusHarness | None = None
         self.promtool = require_program("promtool")
-        self.prometheus = require_program("prometheus")
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        assert self.harness is not None, "not started"
+        return self.harness.url
 
     # ------------------------------------------------------------------------------ blocks
     def add_openmetrics(self, name: str, lines: Iterable[str]) -> None:
@@ -149,45 +150,12 @@ class BackfilledPrometheus:
         shutil.rmtree(scratch)
 
     # --------------------------------------------------------------------------- lifecycle
-    def start(self, deadline_s: float = 60.0) -> None:
-        if self.process is not None:
-            return
-        config = self.workdir / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 1m\n", encoding="utf-8")
-        self.port = free_port()
-        log = (self.workdir / "prometheus.log").open("ab")
-        self.process = subprocess.Popen(
-            [self.prometheus, f"--config.file={config}", f"--storage.tsdb.path={self.data}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=100y",
-             "--query.lookback-delta=60s", "--log.level=warn"],
-            stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
-        log.close()
-        end = time.monotonic() + deadline_s
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {self.process.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if time.monotonic() > end:
-                self.stop()
-                raise TimeoutError(f"prometheus not ready after {deadline_s:.0f} s")
-            time.sleep(0.1)
+    def start(self) -> None:
+        if self.harness is None:
+            self.harness = PrometheusHarness([], storage_path=self.data, retention="100y",
+                                             extra_flags=["--query.lookback-delta=60s"]).start()
 
     def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
-        self.process = None
-
-    def log_tail(self, lines: int = 30) -> str:
-        path = self.workdir / "prometheus.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+        if self.harness is not None:
+            self.harness.stop()
+            self.harness = None
