@@ -16,6 +16,7 @@ from pathlib import Path
 
 from exporter.report.collect import Queries, cluster_matcher, fetch
 from exporter.report.compute import build_report
+from exporter.report.html import render_html
 from exporter.report.model import Report, Settings, Window
 from exporter.report.plots import MissingPlotLibraryError, require_matplotlib
 from exporter.report.pricing import PriceSheet, parse_prices
@@ -28,6 +29,7 @@ from exporter.report.promclient import (
 )
 from exporter.report.sources import ALLOCATION_INPUTS, FRACTION, RULE_FILE
 from exporter.report.tables import TABLES
+from exporter.report.text import render_csv, render_json, render_text
 from exporter.report.timespec import format_time, parse_duration, parse_time
 
 PROG = "gpu-pod-exporter report"
@@ -213,17 +215,13 @@ def make_report(opts: Options) -> Report:
 
 
 def render(report: Report, opts: Options) -> str:
-    from exporter.report import text  # noqa: PLC0415 - keeps the import list of the CLI short
-
     if opts.output_format == "html":
-        from exporter.report.html import render_html  # noqa: PLC0415 - needs the optional matplotlib
-
         return render_html(report)
     if opts.output_format == "csv":
-        return text.render_csv(report, opts.table)
+        return render_csv(report, opts.table)
     if opts.output_format == "json":
-        return text.render_json(report)
-    return text.render_text(report)
+        return render_json(report)
+    return render_text(report)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
