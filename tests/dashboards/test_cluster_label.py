@@ -43,8 +43,14 @@ def nodes(node: Any) -> Iterator[Any]:
         yield from nodes(argument)
 
 
+def reads_series(node: Any) -> bool:
+    """Whether ``node`` reads any stored series (a join with a table of constants reads none)."""
+    return any(isinstance(each, promql_parser.VectorSelector) for each in nodes(node))
+
+
 def clauses_without_cluster(expr: str) -> list[str]:
-    """``by (...)`` and ``on (...)`` clauses of ``expr`` that do not list ``cluster``."""
+    """``by (...)`` and ``on (...)`` clauses of ``expr`` that do not list ``cluster``; a join whose other
+    side is built from ``vector()`` constants (no cluster to match) is exempt."""
     missing = []
     for node in nodes(promql_parser.parse(expr)):
         if isinstance(node, promql_parser.AggregateExpr) and node.modifier is not None \
@@ -52,7 +58,8 @@ def clauses_without_cluster(expr: str) -> list[str]:
             missing.append(f"by ({', '.join(node.modifier.labels)})")
         if isinstance(node, promql_parser.BinaryExpr) and node.modifier is not None \
                 and node.modifier.matching is not None and str(node.modifier.matching.type).endswith("Include") \
-                and "cluster" not in node.modifier.matching.labels:
+                and "cluster" not in node.modifier.matching.labels and reads_series(node.lhs) \
+                and reads_series(node.rhs):
             missing.append(f"on ({', '.join(node.modifier.matching.labels)})")
     return missing
 
@@ -80,6 +87,8 @@ def test_the_check_catches_a_clause_without_cluster() -> None:
     assert clauses_without_cluster("sum by (namespace) (x) / on (cluster) y") == ["by (namespace)"]
     assert clauses_without_cluster("x * on (Hostname, UUID) group_left () y") == ["on (Hostname, UUID)"]
     assert clauses_without_cluster("sum without (xid) (x) and ignoring (pod) y") == []  # both keep cluster
+    assert clauses_without_cluster('x + on (slices) group_left () label_replace(vector(1), "slices", "1", "", "")') \
+        == []  # a table of constants has no cluster to match
 
 
 @pytest.mark.parametrize("path", sorted(DASHBOARDS), ids=lambda p: p.name)
