@@ -24,8 +24,9 @@ client-go's reflector, and better where a DaemonSet on thousands of nodes needs 
   that accepts a watch and drops it a second later is paced like one that refuses it;
 * **routine events are not failures**: a watch that ends at its timeout is resumed at once; a healthy
   watch that is cut (load-balancer idle timeout, one API server replica restarting) or answered
-  with one 410 is resumed within the first window without a warning. Only when the next attempt
-  fails too does it become a failure episode;
+  with one 410 is resumed within the first window without a warning. Only when the same event
+  happens again before a watch has proven itself (a 410 right after the relist that answered the
+  last one) does it become a failure episode;
 * **what it does is visible**: ``ApiCounters`` counts every request by resource, verb and HTTP code
   (``<error>`` when no answer came) and every relist by reason (``initial``, ``expired``,
   ``too-large``, ``malformed``, ``stale``); ``ReflectorStatus`` says whether a watch is held now,
@@ -295,6 +296,7 @@ class Reflector:
         self._list_from = "cache"  # cache: resourceVersion=0 | not-older: the synced version | consistent
         self._relist_reason = "initial"
         self._failed_since_settled = False  # a failure happened and no watch has delivered anything since
+        self._last_failure_kind = ""
         self._watch_serial = 0
         self._open_watch: int | None = None  # serial of the watch held now
         self._thread = threading.Thread(target=self._run, name=thread_name or f"kube-watch-{resource.name}",
@@ -361,8 +363,11 @@ class Reflector:
             elif failure.kind in ("gone", "too-large"):  # the list's version is unusable too
                 self._list_from = "consistent"
         delay = self.backoff.failed(now, failure.retry_after)
-        repeated = self._failed_since_settled
+        # A routine event (one 410, one cut) becomes a failure only when it repeats before any watch
+        # proved itself: 410 right after the relist that answered the last 410 is a storm.
+        repeated = self._failed_since_settled and self._last_failure_kind == failure.kind
         self._failed_since_settled = True
+        self._last_failure_kind = failure.kind
         with self._status_lock:
             previous = self._status
             episode, since = previous.episode, previous.episode_since
