@@ -34,12 +34,22 @@ from types import MappingProxyType
 from typing import Any
 
 from exporter import __version__
-from exporter.kube.apiserver import build_lists
-from exporter.kube.reflector import ApiCounters, ApiState, Reflector, WatchedResource, WatchGroup, WatchTimeouts
+from exporter.kube.apiserver import CoreV1Lists, build_lists
+from exporter.kube.reflector import (
+    ApiCounters,
+    ApiState,
+    Reflector,
+    WatchedResource,
+    WatchGroup,
+    WatchTimeouts,
+    describe_api_error,
+)
 from exporter.logs import get_logger
 
-__all__ = ["ApiState", "KubernetesMetadata", "MetadataCache", "MetadataView", "NamespaceMetadata", "PodMetadata",
-           "WatchTimeouts", "namespace_from_json", "pod_from_json", "strip_container_id"]
+# Also importable from here, where they used to live (the doctor reads them).
+__all__ = ["ApiState", "CoreV1Lists", "KubernetesMetadata", "MetadataCache", "MetadataView", "NamespaceMetadata",
+           "PodMetadata", "WatchTimeouts", "describe_api_error", "namespace_from_json", "pod_from_json",
+           "strip_container_id"]
 
 LOG = get_logger("kube.api")  # under the exporter's handler and format
 

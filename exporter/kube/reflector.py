@@ -259,6 +259,12 @@ def classify(resource: str, exc: BaseException) -> Failure:
     return Failure(name, f"Kubernetes API {resource} list/watch failed: {name}: {text[:200]}")
 
 
+def describe_api_error(resource: str, exc: BaseException) -> tuple[str, str]:
+    """``classify`` as (kind, one readable line), for callers that only report (``gpu-pod-exporter doctor``)."""
+    failure = classify(resource, exc)
+    return failure.kind, failure.message
+
+
 class Reflector:
     """List, then watch, one resource forever on its own thread (see the module docstring)."""
 
