@@ -59,7 +59,7 @@ class FleetSettings:
     nodes: int = 50
     scale: float = 1 / 40
     phase_s: float = 120.0  # each failure phase
-    slow_s: float = 360.0  # the slow phase: long enough for several list timeouts (each 30 s) and windows
+    slow_s: float = 240.0  # the slow phase: several list timeouts (30 s each), shorter than stale_after (300 s)
     normal_s: float = 120.0
     restart_down_s: float = 30.0
     retry_after_s: float = 30.0  # the throttled phase's Retry-After (longer than the first windows)
@@ -135,6 +135,13 @@ class PhaseReport:
     def per_second(self, count: float) -> float:
         total = self.duration_s + self.recovery_s
         return count / total if total else 0.0
+
+
+def reconnect_window(down_s: float) -> float:
+    """The backoff window that follows the one open when an API server down for ``down_s`` comes back:
+    every node that lost its watches at once retries in it (the real defaults, virtual seconds)."""
+    policy = REAL.backoff_policy()
+    return policy.window(policy.windows_until(down_s) + 1)
 
 
 def request_budget(timeouts: WatchTimeouts, virtual_s: float, scale: float) -> int:
@@ -348,11 +355,11 @@ class Fleet:
                 continue
             first.setdefault((match.group(1), record.resource), (record.at - up_at) / scale)
         times = sorted(first.values())
-        bins = 10
-        width = max(times[-1], 1e-9) / bins if times else 1.0
-        counts = [0] * bins
+        window = reconnect_window(self.settings.restart_down_s)
+        width = window / 10  # 20 bins: the window the fleet comes back in, and as long again for stragglers
+        counts = [0] * 20
         for value in times:
-            counts[min(bins - 1, int(value / width))] += 1
+            counts[min(len(counts) - 1, int(value / width))] += 1
         return Histogram(origin="the API server back up", bin_s=width, counts=counts,
                          first_s=times[0] if times else 0.0, last_s=times[-1] if times else 0.0)
 

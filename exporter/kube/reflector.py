@@ -593,6 +593,7 @@ class WatchGroup:
         self._logged: tuple[str, str] | None = None  # ("up", "") or ("down", kind) as last logged
         self._down_since: float | None = None
         self._down_retries = 0
+        self._dropped = False  # what was mirrored has been dropped in this outage
 
     def add(self, resource: WatchedResource, api: ApiRequests, decoder: Decoder) -> Reflector:
         reflector = Reflector(resource, api, decoder, timeouts=self.timeouts, counters=self.counters,
@@ -623,7 +624,8 @@ class WatchGroup:
             return ApiState()
         last_wall = max(s.last_success_wall for s in statuses)
         monotonics = [s.last_success_monotonic for s in statuses if s.last_success_monotonic is not None]
-        episodes = [s for s in statuses if s.episode is not None]
+        episodes = sorted((s for s in statuses if s.episode is not None),
+                          key=lambda s: s.episode_since if s.episode_since is not None else 0.0)
         up = all(s.held and s.settled for s in statuses)
         since = min((s.episode_since for s in episodes if s.episode_since is not None), default=None)
         retries = max(s.retries for s in statuses)
@@ -664,11 +666,16 @@ class WatchGroup:
                 condition = previous
             self._logged = condition
             down_since, retries = self._down_since, self._down_retries
+            # Drop what was mirrored once per outage: a resource that recovers meanwhile relists and
+            # fills the mirror again, which must not be dropped again while another still fails.
+            stale = bool(failing) and down_since is not None and not self._dropped \
+                and now - down_since > self.timeouts.stale_after_s
+            if stale:
+                self._dropped = True
             if condition is not None and condition[0] == "up":
-                self._down_since, self._down_retries = None, 0
+                self._down_since, self._down_retries, self._dropped = None, 0, False
         if condition != previous and condition is not None:
             self._log(condition, previous, failing, down_since=down_since, retries=retries, now=now)
-        stale = bool(failing) and down_since is not None and now - down_since > self.timeouts.stale_after_s
         dropped = stale and self._on_stale()
         if dropped:
             for each in self.reflectors:

@@ -317,6 +317,29 @@ def test_metadata_is_dropped_after_a_long_outage(api: FakeApiServer, tmp_path: P
         watcher.stop()
 
 
+def test_metadata_is_dropped_once_per_outage_even_if_one_resource_recovers(
+        api: FakeApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Namespaces forbidden (RBAC taken away) for longer than the stale limit: the metadata is dropped
+    once; the pods, still allowed, are relisted and stay, while namespaces keep failing."""
+    watcher = _metadata(api, tmp_path, timeouts=WatchTimeouts(
+        connect_s=0.5, list_read_s=0.5, watch_s=2, watch_read_slack_s=0.5, backoff_initial_s=0.02,
+        backoff_max_s=0.05, stale_after_s=0.3))
+    watcher.start()
+    try:
+        poll(lambda: watcher.synced and watcher.state.up, what="initial sync")
+        api.access.forbid("namespaces")
+        api.cut_watches()
+        poll(lambda: dict(watcher.counters.relists()).get(("pods", "stale"), 0) == 1, what="the stale relist")
+        poll(lambda: _pods(watcher) == [("ml", "trainer-0")], what="the pods relisted")
+        poll(lambda: watcher.reflectors[1].status.retries >= 20, what="namespaces failing on")
+        assert _pods(watcher) == [("ml", "trainer-0")] and watcher.view().namespaces == {}
+        assert watcher.state.error_kind == "http-403"
+        dropped = [r for r in caplog.records if "dropping what was mirrored" in r.getMessage()]
+        assert len(dropped) == 1
+    finally:
+        watcher.stop()
+
+
 def test_missing_configuration_is_a_visible_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     changes: list[int] = []
