@@ -300,7 +300,6 @@ class Reflector:
         self._resource_version: str | None = None
         self._synced_version = ""  # the resourceVersion of the last good list or event
         self._list_from = "cache"  # cache: resourceVersion=0 | not-older: the synced version | consistent
-        self._relist_reason = "initial"
         self._failed_since_settled = False  # a failure happened and no watch has delivered anything since
         self._last_failure_kind = ""
         self._watch_serial = 0
@@ -340,7 +339,6 @@ class Reflector:
                 self._relist.clear()
                 if self._resource_version is not None:
                     self._resource_version = None
-                    self._relist_reason = "stale"
                     self._counters.relist(self.resource.name, "stale")
             try:
                 if self._resource_version is None:
@@ -364,7 +362,6 @@ class Reflector:
             if self._resource_version is not None:  # the watch's version is unusable: relist
                 self._counters.relist(self.resource.name, failure.relist)
                 self._resource_version = None
-                self._relist_reason = failure.relist
                 self._list_from = "consistent" if failure.relist == "too-large" else "not-older"
             elif failure.kind in ("gone", "too-large"):  # the list's version is unusable too
                 self._list_from = "consistent"
