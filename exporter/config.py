@@ -58,16 +58,34 @@ def _parse_bool(raw: object) -> bool:
     raise ValueError(f"invalid boolean {raw!r}: expected true or false")
 
 
-def _positive_int(minimum: int, unit: str) -> Callable[[object], int]:
+# Every interval and window has an upper bound: a value past what a timer can wait would end the
+# thread that waits on it (``Event.wait`` raises OverflowError), and nobody means a day anyway.
+MAX_INTERVAL_MS = 24 * 3600 * 1000
+_MAX_INT_DIGITS = 30
+
+
+def _shown(raw: object) -> str:
+    """A user's value as quoted in an error: at most 40 characters of it."""
+    text = repr(raw)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _positive_int(minimum: int, unit: str, maximum: int = MAX_INTERVAL_MS) -> Callable[[object], int]:
     def parse(raw: object) -> int:
         if isinstance(raw, bool):
             raise ValueError(f"invalid value {raw!r}: expected an integer number of {unit}")
+        text = str(raw).strip()
         try:
-            value = int(str(raw).strip())
+            if len(text) > _MAX_INT_DIGITS:
+                raise ValueError  # int() of thousands of digits is slow or refused; no setting is that large
+            value = int(text)
         except ValueError:
-            raise ValueError(f"invalid value {raw!r}: expected an integer number of {unit}") from None
+            raise ValueError(f"invalid value {_shown(raw)}: expected an integer number of {unit}"
+                             f" (at most {maximum})") from None
         if value < minimum:
             raise ValueError(f"invalid value {value}: must be at least {minimum} {unit}")
+        if value > maximum:
+            raise ValueError(f"invalid value {value}: must be at most {maximum} {unit}")
         return value
 
     return parse
@@ -211,8 +229,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("web_config_file", ("--web-config-file",), "DCGM_EXPORTER_WEB_CONFIG_FILE", _parse_str, "",
            "Prometheus exporter-toolkit web config (TLS, mTLS, basic auth, headers)."),
     Option("web_max_requests", ("--web-max-requests",), "GPU_POD_EXPORTER_WEB_MAX_REQUESTS",
-           _positive_int(1, "requests"), 32,
-           "Requests served at once; more connections wait in the listen queue instead of failing."),
+           _positive_int(1, "requests", 1_000_000), 32,
+           "Accepted for compatibility; no effect since the event-loop server (see --web-max-connections)."),
+    Option("web_max_connections", ("--web-max-connections",), "GPU_POD_EXPORTER_WEB_MAX_CONNECTIONS",
+           _positive_int(16, "connections", 1_000_000), 1024,
+           "Open client connections at most; at the cap the oldest one that has not sent a request is closed."),
     Option("node_name", ("--node-name",), "NODE_NAME", _parse_str, "",
            "Node name for the Hostname label and the pod watch (default: this machine's hostname)."),
     Option("no_hostname", ("-n", "--no-hostname"), "DCGM_EXPORTER_NO_HOSTNAME", _parse_bool, False,
@@ -257,6 +278,7 @@ class Config:
     clock_events_window_ms: int = 300000
     web_config_file: str = ""
     web_max_requests: int = 32
+    web_max_connections: int = 1024
     node_name: str = ""
     no_hostname: bool = False
     replace_blanks_in_model_name: bool = False

@@ -40,6 +40,7 @@ from typing import Any
 
 from exporter.kube.apiserver import CoreV1ListMethods, build_lists, split_request_arguments
 from exporter.logs import get_logger
+from exporter.supervisor import supervised
 
 LOG = get_logger("kube.api")  # under the exporter's handler and format
 
@@ -311,7 +312,7 @@ class _ListWatch:
         self._relist = threading.Event()
         self._response: Any = None
         self._delivered = False  # the current watch stream delivered at least one event
-        self._thread = threading.Thread(target=self._run, name=f"kube-watch-{resource}", daemon=True)
+        self._thread = supervised(self._run, name=f"kube-watch-{resource}", stop=self._stop)
         self.synced = False  # at least one list succeeded
         self.lists = 0
         self.watches = 0

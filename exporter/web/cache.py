@@ -26,6 +26,7 @@ from exporter.metrics.exposition import (
     encode_text,
     gzip_bytes,
 )
+from exporter.supervisor import supervised
 
 log = get_logger("exposition")
 
@@ -99,7 +100,7 @@ class ExpositionCache:
 
     def start(self) -> None:
         self.refresh()
-        self._thread = threading.Thread(target=self._run, name="renderer", daemon=True)
+        self._thread = supervised(self._run, name="renderer", stop=self._stop)
         self._thread.start()
 
     def stop(self) -> None:
