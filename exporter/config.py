@@ -75,13 +75,13 @@ def _positive_int(minimum: int, unit: str, maximum: int = MAX_INTERVAL_MS) -> Ca
         if isinstance(raw, bool):
             raise ValueError(f"invalid value {raw!r}: expected an integer number of {unit}")
         text = str(raw).strip()
+        invalid = ValueError(f"invalid value {_shown(raw)}: expected an integer number of {unit} (at most {maximum})")
+        if len(text) > _MAX_INT_DIGITS:  # int() of thousands of digits is slow or refused; no setting is that large
+            raise invalid
         try:
-            if len(text) > _MAX_INT_DIGITS:
-                raise ValueError  # int() of thousands of digits is slow or refused; no setting is that large
             value = int(text)
         except ValueError:
-            raise ValueError(f"invalid value {_shown(raw)}: expected an integer number of {unit}"
-                             f" (at most {maximum})") from None
+            raise invalid from None
         if value < minimum:
             raise ValueError(f"invalid value {value}: must be at least {minimum} {unit}")
         if value > maximum:

@@ -184,15 +184,24 @@ def raise_file_limit(wanted: int) -> int:
 
 
 class _Connection(asyncio.Protocol):
-    """One client connection: opening (TLS) -> head -> busy (auth) -> writing -> closed."""
+    """One client connection: handshake (TLS) -> head -> busy (auth) -> writing -> closed.
 
-    def __init__(self, server: ExporterHTTPServer, peer: str) -> None:
+    TLS runs here on memory BIOs (``SSLContext.wrap_bio``) rather than in asyncio's SSL transport,
+    whose 256 KiB read buffer per connection would make a thousand open TLS connections cost
+    256 MiB; here a connection holds only what is in flight. It also lets the first byte decide:
+    a TLS handshake record, or a plain-HTTP request on the TLS port (answered with a readable 400).
+    """
+
+    def __init__(self, server: ExporterHTTPServer, peer: str, context: ssl.SSLContext | None) -> None:
         self.server = server
         self.peer = peer
         self.state = "opening"
         self.transport: asyncio.Transport | None = None
-        self.opener: asyncio.Task[None] | None = None
         self.plain_on_tls_port = False
+        self._context = context
+        self._tls: ssl.SSLObject | None = None
+        self._incoming: ssl.MemoryBIO | None = None
+        self._outgoing: ssl.MemoryBIO | None = None
         self._buffer = bytearray()
         self._timer: asyncio.TimerHandle | None = None
         self._body = memoryview(b"")
@@ -207,13 +216,47 @@ class _Connection(asyncio.Protocol):
         if self.state == "closed":  # evicted while opening
             transport.abort()
             return
-        self.state = "head"
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        self.arm(HEAD_TIMEOUT_S, "head-timeout", "a client did not send a complete request head in time")
+        if self._context is not None:
+            self.state = "handshake"
+            self.arm(HANDSHAKE_TIMEOUT_S, "handshake-timeout", "a client did not complete the TLS handshake in time")
+        else:
+            self._reading_head()
 
     def data_received(self, data: bytes) -> None:
-        if self.state != "head":
-            return  # anything after the head (a body, pipelined requests) is not read: we close after answering
+        if self.state == "handshake":
+            self._tls_data(data)
+        elif self.state == "head":
+            if self._tls is not None:
+                self._tls_data(data)
+            else:
+                self._head_data(data)
+        # anything after the head (a body, pipelined requests) is not read: we close after answering
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes itself; a half-closed client gets no answer
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.state = "closed"
+        self._disarm()
+        self._body = memoryview(b"")
+        self._tls = self._incoming = self._outgoing = None
+        self.server.forget(self)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._pump()
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def _reading_head(self) -> None:
+        self.state = "head"
+        self.arm(HEAD_TIMEOUT_S, "head-timeout", "a client did not send a complete request head in time")
+
+    def _head_data(self, data: bytes) -> None:
         self._buffer += data
         end = self._buffer.find(HEAD_END)
         if end < 0:
@@ -224,23 +267,58 @@ class _Connection(asyncio.Protocol):
         self._buffer = bytearray()
         self.server.handle(self, raw)
 
-    def eof_received(self) -> bool:
-        return False  # the transport closes itself; a half-closed client gets no answer
+    def _tls_data(self, data: bytes) -> None:
+        if self._tls is None:
+            assert self._context is not None
+            if data[0] != TLS_HANDSHAKE_RECORD:
+                if data[:1].isalpha():
+                    self.plain_on_tls_port = True
+                    self._reading_head()
+                    self._head_data(data)
+                else:
+                    self.server.noise("not-tls", "a client sent something other than TLS to the TLS port",
+                                      client=self.peer)
+                    self.close_now()
+                return
+            self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+            self._tls = self._context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        assert self._incoming is not None
+        self._incoming.write(data)
+        try:
+            if self.state == "handshake":
+                try:
+                    self._tls.do_handshake()
+                except ssl.SSLWantReadError:
+                    return
+                finally:
+                    self._flush_tls()
+                if not self.server.security.peer_allowed(self._tls):
+                    self.server.noise("peer-not-allowed", "client certificate not allowed (client_allowed_sans)",
+                                      client=self.peer)
+                    self.close_now()
+                    return
+                self._reading_head()
+            while self.state == "head" and self._tls is not None:
+                try:
+                    chunk = self._tls.read(16384)
+                except ssl.SSLWantReadError:
+                    break
+                if not chunk:
+                    break
+                self._head_data(chunk)
+            self._flush_tls()
+        except (ssl.SSLError, OSError) as exc:  # a failed handshake, a bad record, a close_notify
+            if not isinstance(exc, ssl.SSLZeroReturnError):
+                kind = "handshake-failed" if self.state == "handshake" else "tls-error"
+                self.server.noise(kind, "TLS failed", client=self.peer, error=_short(exc))
+            self._flush_tls()
+            self.close_now(graceful=True)
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.state = "closed"
-        self._disarm()
-        self._body = memoryview(b"")
-        self.server.forget(self)
+    def _flush_tls(self) -> None:
+        if self._outgoing is not None and self._outgoing.pending and self.transport is not None:
+            self.transport.write(self._outgoing.read())
 
-    def pause_writing(self) -> None:
-        self._paused = True
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        self._pump()
-
-    # -- used by the server -------------------------------------------------------------------------
+    # -- writing ------------------------------------------------------------------------------------
 
     def busy(self) -> None:
         """The head is complete: no longer idle, no head deadline."""
@@ -256,33 +334,49 @@ class _Connection(asyncio.Protocol):
         self.state = "writing"
         self.arm(WRITE_TIMEOUT_S, "write-timeout", "a client did not read its response in time")
         if len(body) <= CHUNK_BYTES:
-            transport.write(head + body)
-            transport.close()
+            self._write(head + body)
+            self._finish()
             return
-        transport.write(head)
+        self._write(head)
         self._body = memoryview(body)
         self._offset = 0
         self._pump()
 
+    def _write(self, data: bytes | memoryview) -> None:
+        assert self.transport is not None
+        if self._tls is None:
+            self.transport.write(data)
+            return
+        self._tls.write(data)
+        self._flush_tls()
+
     def _pump(self) -> None:
-        transport = self.transport
-        if self.state != "writing" or transport is None:
+        if self.state != "writing" or self.transport is None:
             return
         while self._offset < len(self._body) and not self._paused:
-            transport.write(self._body[self._offset:self._offset + CHUNK_BYTES])
+            self._write(self._body[self._offset:self._offset + CHUNK_BYTES])
             self._offset += CHUNK_BYTES
         if self._offset >= len(self._body):
             self._body = memoryview(b"")
-            transport.close()  # flushes what is buffered, then connection_lost
+            self._finish()
 
-    def close_now(self) -> None:
-        """Abort: evicted, timed out or shutting down."""
-        previous, self.state = self.state, "closed"
-        self._disarm()
-        if self.opener is not None and previous == "opening":
-            self.opener.cancel()
+    def _finish(self) -> None:
+        if self._tls is not None:
+            with contextlib.suppress(ssl.SSLError, OSError):
+                self._tls.unwrap()  # queue our close_notify; the client's reply is not waited for
+            self._flush_tls()
         if self.transport is not None:
-            self.transport.abort()
+            self.transport.close()  # flushes what is buffered, then connection_lost
+
+    def close_now(self, *, graceful: bool = False) -> None:
+        """Close at once (evicted, timed out, refused, shutting down); ``graceful`` lets a TLS alert out."""
+        self.state = "closed"
+        self._disarm()
+        if self.transport is not None:
+            if graceful:
+                self.transport.close()
+            else:
+                self.transport.abort()
         self.server.forget(self)
 
     def arm(self, seconds: float, kind: str, message: str) -> None:
@@ -397,10 +491,16 @@ class ExporterHTTPServer:
                 self.noise("accept-failed", "accepting a connection failed", error=exc.strerror or str(exc))
                 await asyncio.sleep(0.1)
                 continue
-            connection = _Connection(self, str(peer[0]) if isinstance(peer, tuple) and peer else "")
+            connection = _Connection(self, str(peer[0]) if isinstance(peer, tuple) and peer else "",
+                                     self.security.ssl_context())
             self._open[connection] = None
             self._idle[connection] = None
-            connection.opener = loop.create_task(self._open_connection(connection, sock))
+            try:
+                await loop.connect_accepted_socket(lambda: connection, sock)  # noqa: B023 - used at once
+            except OSError as exc:
+                self.noise("accept-failed", "setting up a connection failed", error=exc.strerror or str(exc))
+                sock.close()
+                self.forget(connection)
 
     def _evict_oldest_idle(self) -> bool:
         for oldest in self._idle:
@@ -410,49 +510,6 @@ class ExporterHTTPServer:
             oldest.close_now()
             return True
         return False
-
-    async def _open_connection(self, connection: _Connection, sock: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        handed_over = False
-        try:
-            context = self.security.ssl_context()
-            if context is not None:
-                async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
-                    first = await _peek(loop, sock)
-                if not first:
-                    return
-                if first[0] != TLS_HANDSHAKE_RECORD:
-                    # Answer plain HTTP on the TLS port with a readable 400 (as Go's servers do); anything
-                    # else that is not TLS is closed.
-                    if not first.isalpha():
-                        self.noise("not-tls", "a client sent something other than TLS to the TLS port",
-                                   client=connection.peer)
-                        return
-                    connection.plain_on_tls_port = True
-                    context = None
-            handed_over = True
-            await loop.connect_accepted_socket(lambda: connection, sock, ssl=context,
-                                               ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if context else None)
-            if context is not None and connection.transport is not None:
-                ssl_object = connection.transport.get_extra_info("ssl_object")
-                if ssl_object is None or not self.security.peer_allowed(ssl_object):
-                    self.noise("peer-not-allowed", "client certificate not allowed (client_allowed_sans)",
-                               client=connection.peer)
-                    connection.close_now()
-        except asyncio.CancelledError:
-            pass  # evicted or shutting down: close_now() did the rest
-        except TimeoutError:
-            self.noise("handshake-timeout", "a client did not complete the TLS handshake in time",
-                       client=connection.peer)
-        except (OSError, ssl.SSLError, EOFError) as exc:
-            self.noise("handshake-failed", "TLS handshake failed", client=connection.peer,
-                       error=_short(exc))
-        finally:
-            connection.opener = None
-            if not handed_over:
-                sock.close()
-            if connection.transport is None:
-                self.forget(connection)
 
     def not_idle(self, connection: _Connection) -> None:
         self._idle.pop(connection, None)
@@ -585,28 +642,6 @@ class ExporterHTTPServer:
         error = context.get("exception")
         self.noise("loop-error", str(context.get("message", "event loop error")),
                    error=_short(error) if error is not None else "")
-
-
-async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
-    """The first byte the client sent, left in the socket for the TLS layer (b"" if it closed)."""
-    while True:
-        try:
-            return sock.recv(1, socket.MSG_PEEK)
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError:
-            return b""
-        readable = loop.create_future()
-        loop.add_reader(sock.fileno(), _resolve, readable)
-        try:
-            await readable
-        finally:
-            loop.remove_reader(sock.fileno())
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 def _short(error: BaseException) -> str:
