@@ -481,7 +481,7 @@ class ExporterHTTPServer:
         loop = asyncio.get_running_loop()
         assert self._room is not None
         while True:
-            if len(self._open) >= self.max_connections and not self._evict_oldest_idle():
+            if len(self._open) >= self.max_connections and not self._idle:
                 self._room.clear()
                 await self._room.wait()  # every slot is answering someone: let the backlog hold the rest
                 continue
@@ -491,6 +491,8 @@ class ExporterHTTPServer:
                 self.noise("accept-failed", "accepting a connection failed", error=exc.strerror or str(exc))
                 await asyncio.sleep(0.1)
                 continue
+            if len(self._open) >= self.max_connections:
+                self._evict_oldest_idle()
             connection = _Connection(self, str(peer[0]) if isinstance(peer, tuple) and peer else "",
                                      self.security.ssl_context())
             self._open[connection] = None

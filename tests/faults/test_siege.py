@@ -40,6 +40,7 @@ pytestmark = pytest.mark.e2e
 
 BOUND_S = 1.0
 SCRAPES = 100
+PACE_S = 0.12
 PASSWORD = "scrape-pass-4b1d"
 RSS_GROWTH_LIMIT_MIB = 64.0
 SCENARIO = "description: siege\ngpu_count: 128\n"
@@ -113,7 +114,11 @@ def siege(exporter: ExporterProcess, client: Client, attacker_args: list[str]) -
         assert ready.get("ready"), attackers.stderr.read() if attackers.stderr else ""
         sampler.start()
         time.sleep(2.0)  # let the slowloris, slow readers and wrong passwords all arrive first
-        for _ in range(SCRAPES):
+        started = time.monotonic()
+        for number in range(SCRAPES):
+            # Paced (Prometheus scrapes on an interval), so the siege outlasts every deadline of the
+            # exporter: slowloris clients get cut and come back, idle sockets get closed and come back.
+            time.sleep(max(0.0, started + number * PACE_S - time.monotonic()))
             exporter.assert_running()
             elapsed, status, body = client.get("/metrics", {"Accept-Encoding": "gzip"})
             assert status == 200 and b"DCGM_FI_DEV_GPU_TEMP{" in body, (status, body[:200])
@@ -150,6 +155,9 @@ def assert_unstarved(timings: Timings, counts: dict[str, int]) -> None:
     assert counts.get("idle_connected", 0) >= 1000
     assert counts.get("slow_reader_requests", 0) >= 40 and counts.get("slow_reader_bytes", 0) > 0
     assert counts.get("slowloris_connected", 0) >= 64
+    # ... and the deadlines held under it: every slowloris client was cut at least once (head deadline,
+    # 5 s), idle sockets were closed (head deadline or the connection cap).
+    assert counts.get("slowloris_connected", 0) >= 128 and counts.get("idle_closed_by_server", 0) >= 1000
 
 
 @pytest.fixture
