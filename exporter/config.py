@@ -22,10 +22,12 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
+
+from exporter import safeyaml
+from exporter.inputfile import InputFileError, read_text
 
 EXIT_CONFIG_ERROR = 2
 PROGRAM = "gpu-pod-exporter"
@@ -55,7 +57,7 @@ def _parse_bool(raw: object) -> bool:
         return True
     if text in {"0", "false", "no", "off", ""}:
         return False
-    raise ValueError(f"invalid boolean {raw!r}: expected true or false")
+    raise ValueError(f"invalid boolean {_shown(raw)}: expected true or false")
 
 
 # Every interval and window has an upper bound: a value past what a timer can wait would end the
@@ -93,7 +95,7 @@ def _positive_int(minimum: int, unit: str, maximum: int = MAX_INTERVAL_MS) -> Ca
 
 def _parse_str(raw: object) -> str:
     if isinstance(raw, list | dict):
-        raise ValueError(f"invalid value {raw!r}: expected a string")
+        raise ValueError(f"invalid value {_shown(raw)}: expected a string")
     return "" if raw is None else str(raw)
 
 
@@ -109,7 +111,7 @@ def _choice(*choices: str) -> Callable[[object], str]:
     def parse(raw: object) -> str:
         text = _parse_str(raw).strip()
         if text not in choices:
-            raise ValueError(f"invalid value {text!r}: expected one of {', '.join(choices)}")
+            raise ValueError(f"invalid value {_shown(text)}: expected one of {', '.join(choices)}")
         return text
 
     return parse
@@ -122,7 +124,7 @@ def _parse_address(raw: object) -> str:
     text = _parse_str(raw).strip()
     match = _ADDRESS.match(text)
     if not match or not 0 <= int(match.group("port")) <= 65535:
-        raise ValueError(f"invalid listen address {text!r}: expected [host]:port, e.g. :9400 or [::]:9400")
+        raise ValueError(f"invalid listen address {_shown(text)}: expected [host]:port, e.g. :9400 or [::]:9400")
     return text
 
 
@@ -406,33 +408,47 @@ def _convert(option: Option, raw: object, where: str) -> Any:
 
 
 def _load_yaml(path: str) -> dict[str, tuple[Any, str]]:
-    """Read the YAML config file keeping each key's line number for error messages."""
+    """Read the YAML config file keeping each key's line number for error messages.
+
+    The file goes through ``exporter.inputfile`` (a regular file, at most 1 MiB, UTF-8) and
+    ``exporter.safeyaml`` (bounded nesting, no aliases, standard tags only, errors that never quote
+    the file). A key given twice is an error, as in the web config and the scenario format.
+    """
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"config file {path}", "config-file", f"cannot read: {exc.strerror}") from None
+        text = read_text(path)
+    except InputFileError as exc:
+        raise ConfigError(f"config file {path}", "config-file", str(exc)) from None
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}{line}", "yaml", f"not valid YAML: {problem}") from None
+        root = safeyaml.compose(text)
+    except safeyaml.YamlInputError as exc:
+        raise ConfigError(f"{path}:{exc.line}" if exc.line else path, "yaml", exc.message) from None
     if root is None:
         return {}
     if not isinstance(root, yaml.MappingNode):
         raise ConfigError(f"{path}:{root.start_mark.line + 1}", "yaml", "expected a mapping of option: value")
 
     result: dict[str, tuple[Any, str]] = {}
+    seen: set[str] = set()
     for key_node, value_node in root.value:
         where = f"{path}:{key_node.start_mark.line + 1}"
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise ConfigError(where, "yaml", "keys must be option names (plain strings)")
         key = str(key_node.value)
         option = _BY_YAML_KEY.get(key)
         if option is None:
-            raise ConfigError(where, key, f"unknown key (known keys: {', '.join(sorted(_BY_YAML_KEY))})")
+            raise ConfigError(where, _shown_key(key), f"unknown key (known keys: {', '.join(sorted(_BY_YAML_KEY))})")
+        if key in seen:
+            raise ConfigError(where, key, "duplicate key")
+        seen.add(key)
         try:
-            raw = yaml.safe_load(yaml.serialize(value_node))
-        except yaml.YAMLError as exc:  # pragma: no cover - the node was already parsed once
-            raise ConfigError(where, key, f"not valid YAML: {exc}") from None
+            raw = safeyaml.construct(value_node)
+        except safeyaml.YamlInputError as exc:
+            raise ConfigError(where, key, exc.message) from None
+        if raw is None:
+            raise ConfigError(where, key, "empty value: give a value or remove the key")
         result[option.attr] = (_convert(option, raw, where), where)
     return result
+
+
+def _shown_key(key: str) -> str:
+    return key if len(key) <= 60 else key[:57] + "..."
