@@ -54,7 +54,10 @@ def describe_error(exc: yaml.YAMLError) -> tuple[int | None, str]:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     line = mark.line + 1 if mark is not None else None
     problem = str(getattr(exc, "problem", None) or "syntax error")
-    return line, "not valid YAML: " + _QUOTED.sub("'...'", problem)
+    # Quoted punctuation (',' or ']') helps and cannot be a secret; a quoted word (an alias or tag name,
+    # an escape sequence) might be one.
+    return line, "not valid YAML: " + _QUOTED.sub(lambda m: m.group(0) if not any(ch.isalnum() for ch in m.group(0))
+                                                  else "'...'", problem)
 
 
 def compose(text: str, *, allow_aliases: bool = False) -> yaml.Node | None:
@@ -86,7 +89,7 @@ def compose(text: str, *, allow_aliases: bool = False) -> yaml.Node | None:
         expanded = expanded_size(root)
         if expanded > MAX_EXPANDED_NODES:
             raise YamlInputError(root.start_mark.line + 1, f"aliases expand to more than {MAX_EXPANDED_NODES} "
-                                 "values (a YAML alias bomb?)")
+                                 "values, or refer to themselves")
     return root
 
 
@@ -95,20 +98,33 @@ def _expand_tag(tag: str) -> str:
 
 
 def expanded_size(root: yaml.Node) -> int:
-    """How many nodes the document has with every alias expanded (counted, not built)."""
+    """How many nodes the document has with every alias expanded (counted, not built).
+
+    A recursive alias (``&x [*x]``, which PyYAML composes into a cycle) is infinite: it counts as
+    more than the bound.
+    """
     sizes: dict[int, int] = {}
+    entered: set[int] = set()
     # Iterative post-order walk: children before parents, each distinct node once.
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, children_done = stack.pop()
-        if id(node) in sizes:
+        key = id(node)
+        if key in sizes:
             continue
         children = _children(node)
         if children_done or not children:
-            sizes[id(node)] = min(MAX_EXPANDED_NODES + 1, 1 + sum(sizes.get(id(child), 0) for child in children))
+            sizes[key] = min(MAX_EXPANDED_NODES + 1, 1 + sum(sizes.get(id(child), 0) for child in children))
             continue
+        if key in entered:
+            return MAX_EXPANDED_NODES + 1  # reached again before its children were done: a cycle
+        entered.add(key)
         stack.append((node, True))
-        stack.extend((child, False) for child in children if id(child) not in sizes)
+        for child in children:
+            if id(child) in entered and id(child) not in sizes:
+                return MAX_EXPANDED_NODES + 1
+            if id(child) not in sizes:
+                stack.append((child, False))
     return sizes[id(root)]
 
 
