@@ -208,6 +208,10 @@ OPTIONS: tuple[Option, ...] = (
            "Extra comma-separated extended-resource names that carry NVIDIA GPUs."),
     Option("kubeconfig", ("--kubeconfig",), "KUBECONFIG", _parse_str, "",
            "kubeconfig file for the API server (default: in-cluster service account)."),
+    Option("kubeconfig_allow_exec", ("--kubeconfig-allow-exec",), "GPU_POD_EXPORTER_KUBECONFIG_ALLOW_EXEC",
+           _parse_bool, False,
+           "Let a kubeconfig's exec credential plugin or auth-provider run (it starts a program); off: refused.",
+           is_switch=True),
     Option("team_label_sources", ("--kubernetes-team-label-sources",), "GPU_POD_EXPORTER_TEAM_LABEL_SOURCES",
            _parse_team_sources, ("pod:team", "namespace:team"),
            "Where the team label comes from, first match wins: pod:<key> or namespace:<key>."),
@@ -271,6 +275,7 @@ class Config:
     kubernetes_virtual_gpus: bool = False
     nvidia_resource_names: tuple[str, ...] = ()
     kubeconfig: str = ""
+    kubeconfig_allow_exec: bool = False
     team_label_sources: tuple[str, ...] = ("pod:team", "namespace:team")
     process_attribution: bool = False
     process_metrics: bool = False

@@ -501,6 +501,7 @@ class KubernetesMetadata:
         on_change: Callable[[], None] = lambda: None,
         *,
         kubeconfig: str = "",
+        allow_exec: bool = False,
         timeouts: WatchTimeouts | None = None,
         api_factory: Callable[[], Any] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -511,7 +512,7 @@ class KubernetesMetadata:
         self._on_change = on_change
         self._kubeconfig = kubeconfig
         self._timeouts = timeouts or WatchTimeouts()
-        self._api_factory = api_factory or (lambda: build_lists(kubeconfig))
+        self._api_factory = api_factory or (lambda: build_lists(kubeconfig, allow_exec=allow_exec))
         self._monotonic = monotonic
         self._wall_clock = wall_clock
         self._state = ApiState()
