@@ -95,7 +95,7 @@ def _positive_int(minimum: int, unit: str, maximum: int = MAX_INTERVAL_MS) -> Ca
 
 def _parse_str(raw: object) -> str:
     if isinstance(raw, list | dict):
-        raise ValueError(f"invalid value {_shown(raw)}: expected a string")
+        raise ValueError(f"expected a string, got a {'list' if isinstance(raw, list) else 'mapping'}")
     return "" if raw is None else str(raw)
 
 
