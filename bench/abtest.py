@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sides[side].append(run_side(trees[side], Path(tmp) / f"{side}-{round_number}.json", args.gpus,
                                             args.pods))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.after, capture_output=True,
-                            text=True).stdout.strip()
+                            text=True, check=False).stdout.strip()
     results = {"before": args.before, "after": commit, "rounds": args.rounds,
                "duration_s": time.time() - started, "sides": sides}
     args.out.parent.mkdir(parents=True, exist_ok=True)

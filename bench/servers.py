@@ -133,7 +133,8 @@ def _body(gpus: int) -> tuple[bytes, list[str]]:
             import http.client  # noqa: PLC0415
 
             conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-            conn.request("GET", "/metrics", headers={"Accept": "application/openmetrics-text", "Accept-Encoding": "gzip"})
+            conn.request("GET", "/metrics",
+                         headers={"Accept": "application/openmetrics-text", "Accept-Encoding": "gzip"})
             response = conn.getresponse()
             payload = response.read()
             conn.close()
