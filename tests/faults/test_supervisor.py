@@ -44,12 +44,15 @@ class Bug:
         self.lock = threading.Lock()
         setattr(owner, name, self)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def fail_now(self) -> None:
         with self.lock:
             fail = self.left > 0
             self.left -= fail
         if fail:
             raise RuntimeError(f"injected bug in {self.name}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.fail_now()
         return self.original(*args, **kwargs)
 
     def __getattr__(self, attr: str) -> Any:  # an Event stand-in: set(), clear(), wait() pass through
@@ -60,15 +63,8 @@ class EventBug(Bug):
     """For a ``threading.Event`` the loop asks ``is_set()`` every pass."""
 
     def is_set(self) -> bool:
-        return bool(self())
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with self.lock:
-            fail = self.left > 0
-            self.left -= fail
-        if fail:
-            raise RuntimeError(f"injected bug in {self.name}")
-        return self.original.is_set()
+        self.fail_now()
+        return bool(self.original.is_set())
 
 
 def instances(kind: type) -> list[Any]:

@@ -18,15 +18,7 @@ from exporter.web.health import HealthReport
 from exporter.web.server import ExporterHTTPServer, WebSecurity
 from tests.e2e.exporter_process import wait_for
 from tests.web.certs import CertificateAuthority
-from tests.web.test_security import logs  # noqa: F401 - the fixture
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.web.test_security import Clock, logs  # noqa: F401 - the fixture
 
 
 def test_one_line_per_kind_per_interval_then_the_count() -> None:
@@ -39,6 +31,7 @@ def test_one_line_per_kind_per_interval_then_the_count() -> None:
     logger = logging.getLogger("test.noise")
     logger.addHandler(Keep())
     clock = Clock()
+    clock.now = 0.0
     noise = RateLimitedLog(logger, 60.0, clock)
     for _ in range(1000):
         noise.event("handshake-failed", logging.WARNING, "TLS handshake failed")
