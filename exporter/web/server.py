@@ -20,7 +20,8 @@ scrape with 32 idle sockets). What bounds each connection:
   a scrape whose credentials are known good.
 
 A scrape does no I/O besides the socket: it picks the cached bytes for the negotiated format
-(OpenMetrics or text 0.0.4, gzip or not) and writes them. Connections close after each response
+(OpenMetrics or text 0.0.4, gzip or not; ``exporter.metrics.exposition.wants_openmetrics`` keeps
+dcgm-exporter's counters typed ``counter``) and writes them. Connections close after each response
 (HTTP/1.0 semantics): Prometheus reconnects cheaply, and nothing sits in keep-alive.
 Connection-level trouble (handshakes that fail, heads that never finish, evictions) is logged at
 most once per kind per minute with a count, so no client can flood the log.
@@ -48,6 +49,7 @@ from typing import Any
 
 from exporter import __version__
 from exporter.logs import RateLimitedLog, get_logger
+from exporter.metrics.exposition import wants_openmetrics
 from exporter.web.cache import ExpositionCache
 from exporter.web.health import HealthReport
 from exporter.web.request import HEAD_END, MAX_HEAD_BYTES, HeadError, RequestHead, parse_head
@@ -119,27 +121,6 @@ def parse_address(address: str) -> tuple[str, int]:
     """``:9400`` -> ("", 9400); ``[::1]:9400`` -> ("::1", 9400); ``127.0.0.1:0`` -> ("127.0.0.1", 0)."""
     host, _, port = address.rpartition(":")
     return host.strip("[]"), int(port)
-
-
-def wants_openmetrics(accept: str) -> bool:
-    """Pick OpenMetrics only when the client weighs it at least as high as the text format."""
-    best_om = best_text = -1.0
-    for part in accept.split(","):
-        media, *params = (piece.strip() for piece in part.split(";"))
-        quality = 1.0
-        for param in params:
-            key, _, value = param.partition("=")
-            if key.strip().lower() == "q":
-                try:
-                    quality = float(value)
-                except ValueError:
-                    quality = 0.0
-        media = media.lower()
-        if media == "application/openmetrics-text":
-            best_om = max(best_om, quality)
-        elif media in {"text/plain", "*/*", "text/*"}:
-            best_text = max(best_text, quality)
-    return best_om > 0 and best_om >= best_text
 
 
 def accepts_gzip(accept_encoding: str) -> bool:
@@ -401,7 +382,7 @@ class ExporterHTTPServer:
 
     def __init__(self, address: str, cache: ExpositionCache, health: Callable[[], HealthReport],
                  max_requests: int = 32, security: WebSecurity | None = None, *,
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+                 listener: socket.socket | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         # max_requests: the thread-pool server's worker count; the event loop has no workers to
         # bound. Kept so existing callers and the --web-max-requests flag keep working.
         del max_requests
@@ -414,7 +395,9 @@ class ExporterHTTPServer:
             log.warning("the open-file limit allows fewer client connections than asked for",
                         extra={"fields": {"max_connections": self.max_connections, "asked": max_connections,
                                           "nofile_limit": limit}})
-        self._listener = _listen(address)
+        # ``listener``: already bound and listening (--web-systemd-socket: exporter.web.socket_activation).
+        self._listener = _listen(address) if listener is None else listener
+        self._listener.setblocking(False)
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(self._loop_exception)
         self._auth_pool = ThreadPoolExecutor(max_workers=AUTH_WORKERS, thread_name_prefix="http-auth")
@@ -591,7 +574,8 @@ class ExporterHTTPServer:
         path = head.path
         if path == "/metrics":
             exposition = self.cache.current
-            openmetrics = wants_openmetrics(head.headers.get("Accept", ""))
+            openmetrics = wants_openmetrics(head.headers.get("Accept", ""),
+                                            counters_need_text=exposition.counters_need_text)
             compressed = accepts_gzip(head.headers.get("Accept-Encoding", ""))
             body = exposition.body(openmetrics, compressed)
             extra = {"Vary": "Accept, Accept-Encoding"}
