@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -565,7 +566,7 @@ def _load_yaml(path: str) -> dict[str, tuple[Any, str]]:
         key = str(key_node.value)
         option = _BY_YAML_KEY.get(key)
         if option is None:
-            raise ConfigError(where, _shown_key(key), f"unknown key (known keys: {', '.join(sorted(_BY_YAML_KEY))})")
+            raise ConfigError(where, _shown_key(key), _unknown_key_message(key))
         if key in seen:
             raise ConfigError(where, key, "duplicate key")
         seen.add(key)
@@ -577,6 +578,13 @@ def _load_yaml(path: str) -> dict[str, tuple[Any, str]]:
             raise ConfigError(where, key, "empty value: give a value or remove the key")
         result[option.attr] = (_convert(option, raw, where), where)
     return result
+
+
+def _unknown_key_message(key: str) -> str:
+    """One line even with 60 options: the closest names, not the whole list (``--help`` has it)."""
+    close = difflib.get_close_matches(key, _BY_YAML_KEY, n=3)
+    hint = f"did you mean {' or '.join(close)}?" if close else "the keys are the long flag names without '--'"
+    return f"unknown key ({hint}; see --help for all of them)"
 
 
 def _shown_key(key: str) -> str:
