@@ -44,7 +44,15 @@ class ConfigError(Exception):
         self.source = source
         self.key = key
         self.message = message
-        super().__init__(f"{source}: {key}: {message}")
+        # One line, whatever the input held: a key or value with a newline or control character in
+        # it is shown escaped (it came from the user's file and is quoted back in the message).
+        super().__init__(_one_line(f"{source}: {key}: {message}"))
+
+
+def _one_line(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 # ---------------------------------------------------------------------------------------------
