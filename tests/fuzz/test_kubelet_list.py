@@ -21,7 +21,10 @@ containers = st.builds(lambda name, devs: api_pb2.ContainerResources(name=name, 
                        st.text(max_size=12), st.lists(devices, max_size=3))
 pods = st.builds(lambda name, namespace, cons: api_pb2.PodResources(name=name, namespace=namespace, containers=cons),
                  st.text(max_size=12), st.text(max_size=12), st.lists(containers, max_size=3))
-responses = st.builds(lambda items: api_pb2.ListPodResourcesResponse(pod_resources=items), st.lists(pods, max_size=6))
+# Pods are unique by namespace/name, as a kubelet lists them (a pod listed twice is merged, in the order
+# seen: container order within a pod is the kubelet's, so only the order of pods is free).
+responses = st.builds(lambda items: api_pb2.ListPodResourcesResponse(pod_resources=items),
+                      st.lists(pods, max_size=6, unique_by=lambda pod: (pod.namespace, pod.name)))
 
 
 @given(st.binary(max_size=2000))
