@@ -215,7 +215,9 @@ class _Connection(asyncio.Protocol):
         # anything after the head (a body, pipelined requests) is not read: we close after answering
 
     def eof_received(self) -> bool:
-        return False  # the transport closes itself; a half-closed client gets no answer
+        # A client may shut down its sending side right after the request (HTTP/1.0 style, `nc -N`):
+        # keep the connection open to answer it. Before a complete head, the connection just closes.
+        return self.state in ("busy", "writing")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.state = "closed"

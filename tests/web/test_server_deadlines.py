@@ -180,3 +180,17 @@ def test_a_flood_of_slow_checks_queues_up_to_a_bound_then_gets_429_and_never_del
         security.release.set()
         for sock in flood:
             sock.close()
+
+
+def test_a_client_that_half_closes_after_its_request_still_gets_the_answer(
+        monkeypatch: pytest.MonkeyPatch, stop_later: list[ExporterHTTPServer]) -> None:
+    server = start(monkeypatch)
+    stop_later.append(server)
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(10)
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.0 200 OK") and answer.endswith(b"OK\n")
