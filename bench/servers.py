@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import procstat
-from bench.runner import QUICK, REPO_ROOT, SERVER_CPU, _load_phases, _text, _wait, free_port, pinned
+from bench.runner import QUICK, REPO_ROOT, SERVER_CPU, _load_phases, _text, _wait, free_port, pinned, terminate
 
 CANDIDATES = ("floor", "asyncio", "aiohttp", "threads")
 CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -163,11 +163,7 @@ def measure(candidate: str, body_file: Path, body: bytes, headers: list[str]) ->
         return {"candidate": candidate, "rss_after_start_bytes": rss_start, "peak_rss_bytes": memory.peak_rss_bytes,
                 "load": phases}
     finally:
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        terminate(process)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

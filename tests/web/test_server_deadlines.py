@@ -27,8 +27,8 @@ def big_families(series: int) -> list[Metric]:
     return [metric]
 
 
-def start(monkeypatch: pytest.MonkeyPatch, *, series: int = 1, max_connections: int = 1024,
-          security: WebSecurity | None = None) -> ExporterHTTPServer:
+def start(monkeypatch: pytest.MonkeyPatch, stop_later: list[ExporterHTTPServer], *, series: int = 1,
+          max_connections: int = 1024, security: WebSecurity | None = None) -> ExporterHTTPServer:
     monkeypatch.setattr(server_module, "HEAD_TIMEOUT_S", 0.5)
     monkeypatch.setattr(server_module, "WRITE_TIMEOUT_S", 1.0)
     cache = ExpositionCache(lambda: big_families(series))
@@ -36,6 +36,7 @@ def start(monkeypatch: pytest.MonkeyPatch, *, series: int = 1, max_connections: 
     server = ExporterHTTPServer("127.0.0.1:0", cache, lambda: HealthReport(True, "OK"), security=security,
                                 max_connections=max_connections)
     server.start()
+    stop_later.append(server)
     return server
 
 
@@ -69,8 +70,7 @@ def closed_by_server(sock: socket.socket) -> bool:
 
 def test_a_client_that_never_finishes_its_head_is_cut_at_the_deadline(
         monkeypatch: pytest.MonkeyPatch, stop_later: list[ExporterHTTPServer]) -> None:
-    server = start(monkeypatch)
-    stop_later.append(server)
+    server = start(monkeypatch, stop_later)
     with socket.create_connection(("127.0.0.1", server.port)) as slow:
         slow.sendall(b"GET /metrics HTTP/1.1\r\n")
         # a byte now and then does not extend the deadline: it is for the whole head
@@ -88,9 +88,8 @@ def test_a_client_that_never_finishes_its_head_is_cut_at_the_deadline(
 
 def test_at_the_connection_cap_the_oldest_idle_connection_makes_room(
         monkeypatch: pytest.MonkeyPatch, stop_later: list[ExporterHTTPServer]) -> None:
-    server = start(monkeypatch, max_connections=8)
+    server = start(monkeypatch, stop_later, max_connections=8)
     monkeypatch.setattr(server_module, "HEAD_TIMEOUT_S", 60.0)  # only the cap may close them here
-    stop_later.append(server)
     idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(8)]
     try:
         wait_for(lambda: server.open_connections == 8 or None, 10, "8 open connections")
@@ -105,8 +104,7 @@ def test_at_the_connection_cap_the_oldest_idle_connection_makes_room(
 
 def test_a_client_that_does_not_read_is_cut_at_the_write_deadline_without_a_copy_of_the_body(
         monkeypatch: pytest.MonkeyPatch, stop_later: list[ExporterHTTPServer]) -> None:
-    server = start(monkeypatch, series=40_000)  # ~3.6 MB of text, far more than the socket buffers hold
-    stop_later.append(server)
+    server = start(monkeypatch, stop_later, series=40_000)  # ~3.6 MB of text, far more than the socket buffers hold
     readers = []
     for _ in range(4):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -126,8 +124,7 @@ def test_a_client_that_does_not_read_is_cut_at_the_write_deadline_without_a_copy
 
 def test_an_oversized_or_malformed_head_is_refused(monkeypatch: pytest.MonkeyPatch,
                                                    stop_later: list[ExporterHTTPServer]) -> None:
-    server = start(monkeypatch)
-    stop_later.append(server)
+    server = start(monkeypatch, stop_later)
     for request, status in ((b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n", b"431"),
                             (b"GET /metrics HTTP/2.0\r\n\r\n", b"505"), (b"\x01\x02 nonsense\r\n\r\n", b"400")):
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
@@ -158,8 +155,7 @@ class SlowAuth(WebSecurity):
 def test_a_flood_of_slow_checks_queues_up_to_a_bound_then_gets_429_and_never_delays_a_known_login(
         monkeypatch: pytest.MonkeyPatch, stop_later: list[ExporterHTTPServer]) -> None:
     security = SlowAuth()
-    server = start(monkeypatch, security=security)
-    stop_later.append(server)
+    server = start(monkeypatch, stop_later, security=security)
     flood = []
     try:
         for number in range(server_module.AUTH_QUEUE + 5):
@@ -184,8 +180,7 @@ def test_a_flood_of_slow_checks_queues_up_to_a_bound_then_gets_429_and_never_del
 
 def test_a_client_that_half_closes_after_its_request_still_gets_the_answer(
         monkeypatch: pytest.MonkeyPatch, stop_later: list[ExporterHTTPServer]) -> None:
-    server = start(monkeypatch)
-    stop_later.append(server)
+    server = start(monkeypatch, stop_later)
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
         sock.sendall(b"GET /health HTTP/1.0\r\n\r\n")
         sock.shutdown(socket.SHUT_WR)
