@@ -181,9 +181,11 @@ def test_basic_auth_right_wrong_unknown_and_missing_credentials(exporter_with: S
     context = client_context(pki)
     wait_https(exporter, context, basic("prometheus", PASSWORD))
     # /health turns 200 with the first sample; the renderer publishes its exposition a moment later.
-    ok = wait_for(lambda: (reply := https_get(exporter.port, "/metrics", context, basic("prometheus", PASSWORD)))
-                  if "DCGM_FI_DEV_GPU_TEMP{" in reply.body else None, 10, "the first sample's metrics")
-    assert ok.status == 200
+    def sampled() -> Reply | None:
+        reply = https_get(exporter.port, "/metrics", context, basic("prometheus", PASSWORD))
+        return reply if reply.status == 200 and "DCGM_FI_DEV_GPU_TEMP{" in reply.body else None
+
+    wait_for(sampled, 10, "the first sample's metrics")
     for headers in (basic("prometheus", WRONG), basic("mallory", PASSWORD), {}):
         refused = https_get(exporter.port, "/metrics", context, headers)
         assert refused.status == 401
