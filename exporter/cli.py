@@ -23,7 +23,9 @@ EXIT_RUNTIME_ERROR = 1
 # ``gpu-pod-exporter <tool> ...``. The name maps to a module with ``main(argv) -> int``; it is imported
 # only when asked for, so none of them is loaded by (or slows down) the exporter itself. No subcommand
 # means the exporter, so every dcgm-exporter command line keeps working.
-SUBCOMMANDS: dict[str, str] = {}
+SUBCOMMANDS: dict[str, str] = {
+    "remediate": "exporter.remediate.cli",
+}
 
 
 def _fail(message: str, code: int = EXIT_CONFIG_ERROR) -> int:
