@@ -252,6 +252,7 @@ class Remediator:
         for node in due:
             if self._stop.is_set():
                 break
+            self._record_contexts()  # alerts that arrived meanwhile are explained before nodes change
             self._reconcile(node)
         self._publish()
         with self._lock:

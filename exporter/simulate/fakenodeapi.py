@@ -26,6 +26,7 @@ import copy
 import itertools
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,6 +54,7 @@ class Request:
     content_type: str
     body: Any
     status: int
+    at: float = 0.0  # Unix time the answer was decided
 
     @property
     def is_write(self) -> bool:
@@ -197,7 +199,7 @@ class FakeNodeApiServer:
         with self._lock:
             status, answer = self._answer(call, authorization)
             self.requests.append(Request(call.method, call.path, dict(call.query), call.content_type, call.body,
-                                         status))
+                                         status, time.time()))
             return status, answer
 
     def _answer(self, call: Request, authorization: str) -> tuple[int, JsonObject]:
