@@ -29,10 +29,10 @@ added when the default set lacks it (``support.counters_for_xid_alerts``).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +191,8 @@ def events(api: FakeNodeApiServer, reason: str | None = None, kind: str | None =
             and (name is None or e["involvedObject"]["name"] == name)]
 
 
-def notifications(stack: Stack, alertname: str, node: str, status: str | None = None) -> list[tuple[float, dict[str, Any]]]:
+def notifications(stack: Stack, alertname: str, node: str,
+                  status: str | None = None) -> list[tuple[float, dict[str, Any]]]:
     return [(at, payload) for at, _, payload in stack.recorder.notifications()
             if payload["groupLabels"] == {"alertname": alertname, "Hostname": node}
             and (status is None or payload["status"] == status)]
@@ -209,7 +210,6 @@ def firing_since(stack: Stack, alertname: str, node: str) -> float:
 
 
 def _unix(stamp: str) -> float:
-    from datetime import datetime  # noqa: PLC0415
     return datetime.fromisoformat(stamp).timestamp()
 
 
