@@ -103,7 +103,7 @@ class _Walker:
         self.path = path
 
     def fail(self, node: yaml.Node, key: str, message: str) -> PolicyError:
-        return PolicyError(f"{self.path}:{node.start_mark.line + 1}", key, message)
+        return PolicyError(f"{self.path}:{node.start_mark.line + 1}", key or "policy", message)
 
     def mapping(self, node: yaml.Node, key: str,
                 allowed: tuple[str, ...] | None = None) -> dict[str, tuple[yaml.Node, yaml.Node]]:
@@ -171,7 +171,7 @@ def _alerts(walker: _Walker, node: yaml.Node) -> Mapping[str, AlertPolicy]:
     result: dict[str, AlertPolicy] = {}
     for name, (key_node, value_node) in entries.items():
         key = f"alerts.{name}"
-        _label_value_check(walker, key_node, key, name)
+        _check_alert_name(walker, key_node, key, name)
         if isinstance(value_node, yaml.ScalarNode) and value_node.tag.endswith(":null"):
             result[name] = AlertPolicy()
             continue
@@ -228,17 +228,11 @@ def _label_name(raw: Any) -> str:
     return raw
 
 
-def _label_value_check(walker: _Walker, node: yaml.Node, key: str, name: str) -> None:
-    if not _label_name_ok(name):
-        raise walker.fail(node, key, f"expected an alert name (letters, digits, _), got {name!r}")
-
-
-def _label_name_ok(name: str) -> bool:
+def _check_alert_name(walker: _Walker, node: yaml.Node, key: str, name: str) -> None:
     try:
         _label_name(name)
     except ValueError:
-        return False
-    return True
+        raise walker.fail(node, key, f"expected an alert name (letters, digits, _), got {name!r}") from None
 
 
 def _actions(raw: Any) -> frozenset[str]:
