@@ -249,6 +249,7 @@ class Remediator:
         now = self.clock()
         with self._lock:
             due = [node for node, work in self._work.items() if (when := work.next_due()) is not None and when <= now]
+            due.sort(key=lambda node: bool(self._work[node].marks))  # clears first: they make room under the limits
         for node in due:
             if self._stop.is_set():
                 break
