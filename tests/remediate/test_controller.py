@@ -26,7 +26,7 @@ from exporter.remediate.events import (
     REASON_UNTAINTED,
 )
 from exporter.remediate.kubeapi import Backoff, KubeApi, load_core_api
-from exporter.remediate.nodestate import CONDITION_TYPE, GPUS_ANNOTATION, TAINT_KEY
+from exporter.remediate.nodestate import GPUS_ANNOTATION, TAINT_KEY
 from exporter.remediate.policy import load_policy
 from exporter.remediate.selfmetrics import RemediationMetrics
 from exporter.simulate.fakenodeapi import FakeNodeApiServer
