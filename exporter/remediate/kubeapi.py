@@ -125,9 +125,11 @@ class KubeApi:
         attempt = 0
         while True:
             try:
-                return _json(request())
+                response = request()
             except Exception as exc:  # noqa: BLE001 - sorted right below; nothing else escapes
                 error = classify(exc)
+            else:
+                return _json(response)  # an answer that is not JSON is not retried
             if isinstance(error, ApiConflictError) or error.status not in TRANSIENT_STATUSES | {0}:
                 raise error
             attempt += 1
