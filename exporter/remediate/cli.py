@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="exporter-toolkit web config: TLS, client certificates, basic-auth users")
     parser.add_argument("--bearer-token-file", default=env("GPU_POD_EXPORTER_REMEDIATE_TOKEN_FILE", ""),
                         metavar="FILE", help="require 'Authorization: Bearer <token>' (what Alertmanager's "
-                                             "http_config.authorization sends) on /alerts and /metrics")
+                                             "http_config.authorization sends) on POST /alerts")
     parser.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), metavar="FILE",
                         help="kubeconfig to use [default: the pod's service account]")
     parser.add_argument("--recheck-interval", type=float, default=15.0, metavar="SECONDS",

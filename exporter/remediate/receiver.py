@@ -6,9 +6,10 @@ and rate limit from the same web config file (exporter-toolkit format, ``exporte
 It adds what a webhook needs and a scrape endpoint does not:
 
 * a **bearer token** (``--bearer-token-file``), which is what Alertmanager's
-  ``http_config.authorization`` sends; basic auth from the web config works as well, either one
-  lets a request in. ``/alerts`` and ``/metrics`` require it when any is configured; ``/health``
-  never does (it says nothing secret, and kubelet probes cannot authenticate);
+  ``http_config.authorization`` sends: ``POST /alerts`` requires it, or one of the web config's
+  basic-auth users. The basic-auth users guard ``/metrics`` too, as they do the exporter's; the
+  token does not (Prometheus scrapes with the web config's credentials, and the counts it reads
+  are no secret). ``/health`` never asks (kubelet probes cannot authenticate);
 * bounded work for hostile clients: at most ``max_connections`` connections are served at once
   (further ones wait in the listen backlog), each with a 10 s socket timeout, the TLS handshake in
   the worker thread, and bodies over ``MAX_BODY_BYTES`` refused with 413 before they are read.
@@ -57,20 +58,26 @@ class Credentials:
 
     @property
     def required(self) -> bool:
+        """Does posting alerts need credentials?"""
         return self.bearer is not None or self.basic
 
-    def allows(self, headers: Any) -> bool:
-        if not self.required:
-            return True
+    def allows(self, headers: Any, *, webhook: bool) -> bool:
+        """May this request post alerts (``webhook``) or read /metrics?"""
         value = headers.get("Authorization", "") or ""
         scheme, _, token = value.strip().partition(" ")
+        basic_ok = self.basic and scheme.lower() == "basic" and self.security.authenticate(headers) is None
+        if not webhook:
+            return not self.basic or basic_ok
+        if not self.required:
+            return True
         if self.bearer is not None and scheme.lower() == "bearer" and \
                 hmac.compare_digest(token.strip().encode("utf-8"), self.bearer):
             return True
-        return self.basic and scheme.lower() == "basic" and self.security.authenticate(headers) is None
+        return basic_ok
 
     def challenge(self) -> str:
-        return 'Basic realm="gpu-pod-exporter-remediate"' if self.basic else 'Bearer realm="gpu-pod-exporter-remediate"'
+        realm = 'realm="gpu-pod-exporter-remediate"'
+        return f"Basic {realm}" if self.basic else f"Bearer {realm}"
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -85,7 +92,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path not in ("/alerts", "/"):
             self._send(404, b"not found; Alertmanager posts to /alerts\n")
             return
-        if not self._admitted():
+        if not self._admitted(webhook=True):
             return
         metrics = self.server.owner.metrics
         length_text = self.headers.get("Content-Length")
@@ -119,7 +126,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path not in ("/metrics", "/"):
             self._send(404, b"not found; try /metrics or /health\n")
             return
-        if not self._admitted():
+        if not self._admitted(webhook=False):
             return
         if path == "/metrics":
             self._send(200, owner.metrics.exposition(), PROMETHEUS_TEXT)
@@ -132,13 +139,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _method_not_allowed
 
-    def _admitted(self) -> bool:
+    def _admitted(self, *, webhook: bool) -> bool:
         owner = self.server.owner
         if not owner.security.allow_request():
             owner.metrics.webhooks.labels("rate_limited").inc()
             self._send(429, b"Too Many Requests\n")
             return False
-        if not owner.credentials.allows(self.headers):
+        if not owner.credentials.allows(self.headers, webhook=webhook):
             owner.metrics.webhooks.labels("unauthorized").inc()
             self._send(401, b"Unauthorized\n", extra={"WWW-Authenticate": owner.credentials.challenge()})
             return False

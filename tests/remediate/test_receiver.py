@@ -89,7 +89,7 @@ def web_config(tmp_path: Path, text: str) -> Any:
     return load_web_security(str(path))
 
 
-def test_a_bearer_token_is_required_for_alerts_and_metrics_but_not_for_health(listeners: list[Listener]) -> None:
+def test_a_bearer_token_is_required_for_alerts_only(listeners: list[Listener]) -> None:
     listener = start(listeners, token="s3cret")
     status, headers, _ = listener.post()
     assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
@@ -98,10 +98,9 @@ def test_a_bearer_token_is_required_for_alerts_and_metrics_but_not_for_health(li
     assert status == 200 and json.loads(body) == {"status": "accepted", "new": 1, "repeat": 0, "ignored": 0,
                                                   "unusable": 0}
     assert len(listener.remediator.received) == 1
-    assert listener.request("GET", "/metrics")[0] == 401
-    status, _, metrics = listener.request("GET", "/metrics", headers={"Authorization": "Bearer s3cret"})
+    status, _, metrics = listener.request("GET", "/metrics")  # Prometheus scrapes without the webhook's token
     assert status == 200
-    assert b'gpu_pod_exporter_remediation_webhooks_total{result="unauthorized"} 3.0' in metrics
+    assert b'gpu_pod_exporter_remediation_webhooks_total{result="unauthorized"} 2.0' in metrics
     assert b'gpu_pod_exporter_remediation_webhooks_total{result="accepted"} 1.0' in metrics
     assert b'gpu_pod_exporter_remediation_actions_total{action="taint",result="applied"} 0.0' in metrics
     assert listener.request("GET", "/health")[:1] == (200,)
@@ -117,6 +116,9 @@ def test_basic_auth_users_come_from_the_web_config_and_either_credential_works(l
     status, headers, _ = listener.post(basic("alertmanager", "wrong"))
     assert status == 401 and headers["WWW-Authenticate"].startswith("Basic")
     assert listener.post({"Authorization": "Bearer am-pass"})[0] == 401
+    assert listener.request("GET", "/metrics")[0] == 401  # basic-auth users guard the whole listener
+    assert listener.request("GET", "/metrics", headers=basic("alertmanager", "am-pass"))[0] == 200
+    assert listener.request("GET", "/health")[0] == 200
 
 
 def test_tls_comes_from_the_same_web_config(listeners: list[Listener], tmp_path: Path) -> None:
