@@ -189,9 +189,19 @@ def test_the_alertmanagerconfig_routes_exactly_the_allowlisted_alerts(enabled: R
     amtool = require_program("amtool")
     config = enabled.one("AlertmanagerConfig", NAME)
     assert config["apiVersion"] == "monitoring.coreos.com/v1alpha1"
+    # kubernetes-validate has no CRD schemas: the fields the operator's v1alpha1 CRD defines.
+    assert set(config["spec"]) <= {"route", "receivers", "inhibitRules", "muteTimeIntervals"}
+    assert set(config["spec"]["route"]) <= {"receiver", "groupBy", "groupWait", "groupInterval", "repeatInterval",
+                                            "matchers", "continue", "routes", "muteTimeIntervals",
+                                            "activeTimeIntervals"}
+    for matcher in config["spec"]["route"]["matchers"]:
+        assert set(matcher) <= {"name", "value", "matchType", "regex"} and matcher["matchType"] in {"=", "!=", "=~",
+                                                                                                   "!~"}
     [hook] = config["spec"]["receivers"][0]["webhookConfigs"]
     assert hook["url"] == f"http://{NAME}.gpu-monitoring.svc:9401/alerts"
     assert hook["sendResolved"] is True and hook["maxAlerts"] == 0
+    assert set(hook) <= {"url", "urlSecret", "sendResolved", "maxAlerts", "httpConfig", "timeout"}
+    assert set(hook["httpConfig"]) <= {"authorization", "basicAuth", "tlsConfig", "bearerTokenSecret", "oauth2"}
     assert hook["httpConfig"]["authorization"]["credentials"] == {"name": f"{NAME}-webhook", "key": "token"}
     token = tmp_path / "token"
     token.write_text("t", encoding="utf-8")
