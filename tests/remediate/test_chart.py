@@ -17,7 +17,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from helm_python import HelmRenderError
+from helm_python import Chart, HelmRenderError, HelmValuesError
 
 from exporter.remediate.policy import DEFAULT_ALERTS, AlertPolicy, load_policy
 from tests.deploy.chart_support import CHART_DIR, MONITORING_APIS, Rendered, load_ci_values, render
@@ -140,15 +140,14 @@ def test_unsafe_or_incomplete_settings_fail_the_render(values: dict[str, Any], m
 
 
 def test_the_schema_refuses_unknown_actions_and_effects() -> None:
-    from helm_python import Chart, HelmValuesError  # noqa: PLC0415
-
     with Chart.load(CHART_DIR) as chart:
         for values, named in [({"remediation": {"mode": "on"}}, "/remediation/mode"),
                               ({"remediation": {"alerts": {"GpuXidFatal": {"actions": ["reboot"]}}}},
                                "/remediation/alerts/GpuXidFatal/actions/0"),
                               ({"remediation": {"alerts": {"GpuXidFatal": {"taintEffect": "NoExec"}}}},
                                "/remediation/alerts/GpuXidFatal/taintEffect"),
-                              ({"remediation": {"limits": {"cooldown": "ten minutes"}}}, "/remediation/limits/cooldown")]:
+                              ({"remediation": {"limits": {"cooldown": "ten minutes"}}},
+                               "/remediation/limits/cooldown")]:
             with pytest.raises(HelmValuesError) as raised:
                 chart.validate_schema(values)
             assert named in str(raised.value)
