@@ -390,7 +390,6 @@ class Remediator:
         current = read_marks(obj) if enforce else \
             self._shadow.get(node, Marks(last_transition=self._transitions.get(node)))
         desired = self._desired(obj, current, marks, due)
-        unschedulable = bool(obj.get("spec", {}).get("unschedulable"))
         before = restricted_by_us(obj) if enforce else current.restricts
         after = desired.restricts
         transition = before != after
@@ -402,8 +401,7 @@ class Remediator:
                 self._hold(node, obj, verdict, desired, now)
                 return
             desired = replace(desired, last_transition=now)
-        changed = self._apply(node, obj, current, desired, now, transition=transition, before=before, after=after,
-                              unschedulable=unschedulable)
+        changed = self._apply(node, obj, current, desired, now, transition=transition, restricting=after)
         with self._lock:
             work = self._work.get(node)
             if work is not None:
@@ -483,7 +481,8 @@ class Remediator:
                                   identity=f"{verdict.limit}|{desired.state_json()}", instance=self.instance))
 
     def _apply(self, node: str, obj: Mapping[str, Any], current: Marks, desired: Marks, now: datetime, *,
-               transition: bool, before: bool, after: bool, unschedulable: bool) -> bool:
+               transition: bool, restricting: bool) -> bool:
+        """Make (or, outside enforce, report) the change; True when there was one."""
         uid = obj.get("metadata", {}).get("uid", "")
         if not self.policy.changes_nodes:
             if desired == current:
@@ -510,9 +509,9 @@ class Remediator:
         what = self._describe_change(desired, shadow=current, obj=obj)
         log.info(f"node changed: {what}", extra={"fields": {"node": node}})
         if transition or (patch is not None and "spec" in patch):
-            reason = ev.REASON_TAINTED if after else ev.REASON_UNTAINTED
+            reason = ev.REASON_TAINTED if restricting else ev.REASON_UNTAINTED
             self._post(*ev.node_event(node, uid, reason, f"gpu-pod-exporter remediate: {what}.", now,
-                                      identity=desired.state_json(), warning=after, instance=self.instance))
+                                      identity=desired.state_json(), warning=restricting, instance=self.instance))
         return True
 
     def _count_actions(self, current: Marks, desired: Marks, obj: Mapping[str, Any], result: str) -> None:
