@@ -306,6 +306,7 @@ class Remediator:
                 continue
             try:
                 self._post_context(context, listing, now)
+                self._note_ok()
             except ApiError as exc:
                 self._note_error("cannot record an alert Event", exc, node=context.node)
                 self._retry_context(context)
@@ -362,6 +363,7 @@ class Remediator:
         for _ in range(CONFLICT_RETRIES):
             try:
                 self._reconcile_once(node)
+                self._note_ok()
             except ApiConflictError:
                 continue  # the node changed since we read it: read again, decide again
             except ApiError as exc:
@@ -561,6 +563,12 @@ class Remediator:
         marked = {name for name, marks in self._shadow.items() if marks.gpus} if not self.policy.changes_nodes \
             else self._marked
         self.metrics.marked_nodes.set(len(marked))
+
+    def _note_ok(self) -> None:
+        """An API call worked: if the last one had failed, say once that it works again."""
+        if self.last_error:
+            self.last_error = ""
+            self._states.change("api", "ok", logging.INFO, "Kubernetes API calls work again")
 
     def _note_error(self, message: str, exc: ApiError, **fields: Any) -> None:
         self.last_error = f"{message}: {exc}"

@@ -166,6 +166,7 @@ def test_api_failures_are_retried_with_backoff_then_left_for_a_later_pass(api: F
     remediator.run_once()
     assert taint(api, "node-a") is not None
     assert [r.status for r in api.requests].count(503) == 6
+    assert remediator.last_error == ""  # recovered (and logged once)
 
 
 def test_the_cooldown_defers_the_untaint_and_says_so(api: FakeNodeApiServer, tmp_path: Path, clock: Clock) -> None:
