@@ -228,6 +228,7 @@ def test_a_fatal_xid_taints_its_node_exactly_once_and_explains_why(stack: Stack)
     wait_for(lambda: events(api, REASON_TAINTED, "Node", "xid-node"), DEADLINE_S, "the taint on xid-node")
     first = taint_patches(api, "xid-node")[0]
     latency = first.at - active_at
+    print(f"xid-node tainted {latency:.1f} s after GpuXidFatal became active (group_wait {GROUP_WAIT_S:g} s)")
     assert latency <= GROUP_WAIT_S + DELIVERY_MARGIN_S, f"tainted {latency:.1f} s after the alert became active"
     # Alertmanager repeats the group every 3 s: wait for two repeats after the taint, then count.
     wait_for(lambda: len([at for at, _ in notifications(stack, "GpuXidFatal", "xid-node") if at > first.at]) >= 2,
