@@ -32,7 +32,11 @@ CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
 
 @pytest.fixture(scope="module")
 def enabled() -> Rendered:
-    return render(load_ci_values(REMEDIATION_VALUES), api_versions=APIS)
+    """ci/remediation-values.yaml with the remediator's ServiceMonitor on (the file turns it off for the
+    chart-wide tests, which expect one ServiceMonitor per values file)."""
+    values = load_ci_values(REMEDIATION_VALUES)
+    values["remediation"]["serviceMonitor"] = {"enabled": True}
+    return render(values, api_versions=APIS)
 
 
 def ours(rendered: Rendered) -> list[dict[str, Any]]:
@@ -96,6 +100,17 @@ def test_one_unprivileged_replica_that_runs_the_subcommand_with_its_policy_and_t
     assert volumes["webhook"]["secret"]["secretName"] == f"{NAME}-webhook"
     secret = enabled.one("Secret", f"{NAME}-webhook")
     assert base64.b64decode(secret["data"]["token"]).decode() == "change-me-webhook-token"
+
+
+def test_the_servicemonitor_scrapes_the_remediator_only(enabled: Rendered) -> None:
+    monitor = enabled.one("ServiceMonitor", NAME)
+    assert set(monitor["spec"]) <= {"selector", "namespaceSelector", "endpoints", "jobLabel"}
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint == {"port": "http", "path": "/metrics", "scheme": "http", "interval": "30s", "honorLabels": False}
+    assert monitor["spec"]["selector"]["matchLabels"] == enabled.one("Service", NAME)["spec"]["selector"]
+    assert len(enabled.all("ServiceMonitor")) == 2  # and the exporter's own, unchanged
+    assert render(load_ci_values(REMEDIATION_VALUES), api_versions=APIS).all("ServiceMonitor") == \
+        [m for m in enabled.all("ServiceMonitor") if m["metadata"]["name"] != NAME]
 
 
 def test_the_exporters_daemonset_and_service_do_not_select_the_remediator(enabled: Rendered) -> None:
