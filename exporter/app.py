@@ -84,7 +84,7 @@ class App:
             dependencies=self.extensions.sampler_dependencies,
         )
         self.cache = ExpositionCache(self._render)
-        self.server = ExporterHTTPServer(config.address, self.cache, self.health, config.web_max_requests, security,
+        self.server = ExporterHTTPServer(config.address, self.cache, self.health, security,
                                          listener=listener, max_connections=config.web_max_connections)
         self.supervisor = supervisor or SUPERVISOR
         self.builders: Sequence[FamilyBuilder] = (*DEFAULT_BUILDERS, *self.extensions.builders,

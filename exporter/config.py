@@ -284,7 +284,8 @@ OPTIONS: tuple[Option, ...] = (
            is_switch=True),
     Option("web_max_requests", ("--web-max-requests",), "GPU_POD_EXPORTER_WEB_MAX_REQUESTS",
            _positive_int(1, "requests", 1_000_000), 32,
-           "Accepted for compatibility; no effect since the event-loop server (see --web-max-connections)."),
+           "Accepted for compatibility with gpu-pod-exporter 0.1 manifests; no effect (see --web-max-connections).",
+           no_effect="the event-loop server has no worker pool; --web-max-connections bounds open connections"),
     Option("web_max_connections", ("--web-max-connections",), "GPU_POD_EXPORTER_WEB_MAX_CONNECTIONS",
            _positive_int(16, "connections", 1_000_000), 1024,
            "Open client connections at most; at the cap the oldest one that has not sent a request is closed."),
@@ -423,14 +424,13 @@ class Config:
         return self.collect_interval_ms / 1000.0
 
     def no_effect_warnings(self) -> list[str]:
-        """One line per dcgm-exporter flag that was set here but means nothing without DCGM."""
+        """One line per accepted flag that was set but means nothing here (DCGM-only, or retired)."""
         lines = []
         for option in OPTIONS:
             if option.no_effect and option.attr in self.sources and getattr(self, option.attr) != option.default:
                 source = self.sources[option.attr]
                 named = source if source == f"flag {option.long_flag}" else f"{source} ({option.long_flag})"
-                lines.append(f"{named} is accepted for dcgm-exporter compatibility but has no effect here: "
-                             f"{option.no_effect}")
+                lines.append(f"{named} is accepted for compatibility but has no effect here: {option.no_effect}")
         return lines
 
     def source_of(self, attr: str) -> str:

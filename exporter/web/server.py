@@ -383,11 +383,8 @@ class ExporterHTTPServer:
     """Owns the listening socket, the event loop thread and the bcrypt pool."""
 
     def __init__(self, address: str, cache: ExpositionCache, health: Callable[[], HealthReport],
-                 max_requests: int = 32, security: WebSecurity | None = None, *,
+                 security: WebSecurity | None = None, *,
                  listener: socket.socket | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
-        # max_requests: the thread-pool server's worker count; the event loop has no workers to
-        # bound. Kept so existing callers and the --web-max-requests flag keep working.
-        del max_requests
         self.cache = cache
         self.health = health
         self.security = security or WebSecurity()
