@@ -312,6 +312,7 @@ class KubernetesMetadata:
         on_change: Callable[[], None] = lambda: None,
         *,
         kubeconfig: str = "",
+        allow_exec: bool = False,
         timeouts: WatchTimeouts | None = None,
         api_factory: Callable[[], Any] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -323,7 +324,7 @@ class KubernetesMetadata:
         self._on_change = on_change
         self._kubeconfig = kubeconfig
         self._timeouts = timeouts or WatchTimeouts()
-        self._api_factory = api_factory or (lambda: build_lists(kubeconfig))
+        self._api_factory = api_factory or (lambda: build_lists(kubeconfig, allow_exec=allow_exec))
         self.group = WatchGroup(
             node=node_name, description=f"pods on node {node_name or '(all nodes)'} and namespaces",
             timeouts=self._timeouts, on_change=on_change, on_stale=self.cache.clear, monotonic=monotonic,

@@ -57,6 +57,7 @@ from typing import Any, Protocol
 
 from exporter.kube.backoff import Backoff, BackoffPolicy
 from exporter.logs import get_logger
+from exporter.supervisor import supervised
 
 LOG = get_logger("kube.api")  # under the exporter's handler and format
 
@@ -304,8 +305,7 @@ class Reflector:
         self._last_failure_kind = ""
         self._watch_serial = 0
         self._open_watch: int | None = None  # serial of the watch held now
-        self._thread = threading.Thread(target=self._run, name=thread_name or f"kube-watch-{resource.name}",
-                                        daemon=True)
+        self._thread = supervised(self._run, name=thread_name or f"kube-watch-{resource.name}", stop=self._stop)
         self.lists = 0  # successful lists, for tests
         self.watches = 0  # watch requests answered 200, for tests
 
