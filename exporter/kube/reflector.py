@@ -314,6 +314,7 @@ class Reflector:
         return self._status
 
     def start(self) -> None:
+        self._counters.relist(self.resource.name, "initial")
         self._thread.start()
 
     def request_relist(self) -> None:
@@ -333,7 +334,6 @@ class Reflector:
     # -- the loop -----------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        self._counters.relist(self.resource.name, "initial")
         while not self._stop.is_set():
             if self._relist.is_set():
                 self._relist.clear()
