@@ -152,7 +152,8 @@ class StubAttribution:
         self.snapshot_calls.append((tuple(devices), tuple(migs)))
         return self.value
 
-    def update_processes(self, processes: Mapping[str, Sequence[GpuProcess]]) -> None:
+    def update_processes(self, processes: Mapping[str, Sequence[GpuProcess]],
+                         utilization: Mapping[str, object] | None = None) -> None:
         if self.fail_next_update:
             self.fail_next_update = False
             raise RuntimeError("a bug")
