@@ -30,6 +30,7 @@ EXIT_RUNTIME_ERROR = 1
 # means the exporter, so every dcgm-exporter command line keeps working.
 SUBCOMMANDS: dict[str, str] = {
     "doctor": "exporter.doctor.cli",
+    "report": "exporter.report.cli",
 }
 
 

@@ -30,6 +30,15 @@ ACCESS_REVIEW_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 REQUIRED_ACCESS: tuple[tuple[str, str], ...] = (("list", "pods"), ("watch", "pods"),
                                                 ("list", "namespaces"), ("watch", "namespaces"))
 
+
+def required_access(config: Config) -> list[dict[str, str]]:
+    """SelfSubjectAccessReview resource attributes for every request this configuration makes."""
+    wanted = [{"verb": verb, "resource": resource, "group": ""} for verb, resource in REQUIRED_ACCESS]
+    if config.configmap_data:  # -m namespace:name: the counters CSV is read from that ConfigMap
+        namespace, _, name = config.configmap_data.partition(":")
+        wanted.append({"verb": "get", "resource": "configmaps", "group": "", "namespace": namespace, "name": name})
+    return wanted
+
 CONFIG_HINT = ("in a pod: give it a ServiceAccount with automountServiceAccountToken: true (the chart does); "
                "outside the cluster: --kubeconfig (KUBECONFIG)")
 UNREACHABLE_HINT = ("the API server cannot be reached from here: check egress NetworkPolicies to the API server and "
@@ -38,6 +47,8 @@ AUTH_HINT = ("the API server rejects these credentials: an expired or foreign to
              "its token) or a kubeconfig for another cluster")
 RBAC_HINT = ("the exporter's ClusterRole must allow get, list and watch on pods and namespaces, bound to its "
              "ServiceAccount (the chart's rbac.create: true does it)")
+CONFIGMAP_RBAC_HINT = ("with -m the exporter reads its counters from that ConfigMap: it needs get on it (the chart "
+                       "creates a Role and RoleBinding in the ConfigMap's namespace when -m is in its args or env)")
 NODE_HINT = "set NODE_NAME from the downward API (fieldRef spec.nodeName), as the chart does"
 
 
@@ -140,7 +151,7 @@ def check_api(config: Config, timeout_s: float) -> list[Row]:
     except Exception as exc:  # noqa: BLE001 - TLS material that loaded once cannot fail twice, but say so if it does
         rows.append(failed(SECTION, "access", f"cannot send requests: {exc}", CONFIG_HINT))
         return rows
-    rows.extend(_access_rows(requests, timeout_s))
+    rows.extend(_access_rows(requests, required_access(config), timeout_s))
     rows.append(_node_row(config, node, pods, requests, timeout_s))
     return rows
 
@@ -167,15 +178,16 @@ def _request_failed(check: str, resource: str, error: BaseException) -> Row:
     return failed(SECTION, check, message, "the API server answered with an error; see its message", kind=kind)
 
 
-def _access_rows(requests: _Requests, timeout_s: float) -> list[Row]:
+def _access_rows(requests: _Requests, wanted: list[dict[str, str]], timeout_s: float) -> list[Row]:
     if not requests.supported:
         return [skipped(SECTION, "access", "SelfSubjectAccessReview not sent: this kubernetes package release is "
                         "too old for the doctor's requests")]
     rows: list[Row] = []
-    for verb, resource in REQUIRED_ACCESS:
-        check = f"access {verb} {resource}"
+    for attributes in wanted:
+        where = f" {attributes['namespace']}/{attributes['name']}" if "name" in attributes else ""
+        check = f"access {attributes['verb']} {attributes['resource']}{where}"
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                  "spec": {"resourceAttributes": {"verb": verb, "resource": resource, "group": ""}}}
+                  "spec": {"resourceAttributes": attributes}}
         answered = run_with_deadline(_call(requests, "POST", ACCESS_REVIEW_PATH, review), timeout_s + 1.0,
                                      "doctor-api-access")
         if not answered.finished:
@@ -196,7 +208,8 @@ def _access_rows(requests: _Requests, timeout_s: float) -> list[Row]:
         if status.get("allowed"):
             rows.append(ok(SECTION, check, f"allowed{_reason(status)}", allowed=True))
         else:
-            rows.append(failed(SECTION, check, f"denied{_reason(status)}", RBAC_HINT, allowed=False))
+            hint = CONFIGMAP_RBAC_HINT if attributes["resource"] == "configmaps" else RBAC_HINT
+            rows.append(failed(SECTION, check, f"denied{_reason(status)}", hint, allowed=False))
     return rows
 
 

@@ -73,7 +73,7 @@ def shape(section: str, check: str) -> tuple[str, str]:
     """A row's documented shape: GPU indices, counter names and access verbs become placeholders."""
     section = re.sub(r"^gpu \d+$", "gpu N", section)
     check = re.sub(r"^counter \S+$", "counter X", check)
-    check = re.sub(r"^access \S+ \S+$", "access VERB RESOURCE", check)
+    check = re.sub(r"^access \S+ \S+( \S+/\S+)?$", "access VERB RESOURCE", check)
     return section, check
 
 

@@ -232,3 +232,10 @@ def test_a_lost_gpus_device_ids_are_not_called_a_mismatch(tmp_path: Path) -> Non
     assert set(run.problems()) == {("gpu 1", "identity", "failed"), ("kubelet", "device ids", "degraded")}
     row = run.row("kubelet", "device ids")
     assert "NVML cannot read GPU 1" in row["detail"] and "fix GPU 1 first" in row["hint"]
+
+
+def test_with_configmap_counters_the_configmap_access_is_checked() -> None:
+    run = doctor("--simulate", "default", "--json", *FAST, "-m", "gpu-monitoring:exporter-counters")
+    row = run.row("kubernetes api", "access get configmaps gpu-monitoring/exporter-counters")
+    assert row["verdict"] == "failed" and "Role" in row["hint"]  # the simulated identity has the ClusterRole only
+    assert run.row("kubernetes api", "access watch pods")["verdict"] == "ok"
