@@ -109,14 +109,7 @@ class ProcessUtilizationMixin(LibraryState):
         if code in (SUCCESS, INSUFFICIENT_SIZE):
             counter.value = len(samples)
         if code == SUCCESS:
-            for slot, sample in enumerate(samples):
-                entry = utilization[slot]
-                entry.pid = sample.pid
-                entry.timeStamp = sample.timestamp_us
-                entry.smUtil = sample.sm
-                entry.memUtil = sample.memory
-                entry.encUtil = sample.encoder
-                entry.decUtil = sample.decoder
+            _fill(utilization, samples)
         return code
 
     @c_symbol("nvmlDeviceGetProcessesUtilizationInfo", device=True)
@@ -130,14 +123,17 @@ class ProcessUtilizationMixin(LibraryState):
         if code in (SUCCESS, INSUFFICIENT_SIZE):
             request.processSamplesCount = len(samples)
         if code == SUCCESS:
-            for slot, sample in enumerate(samples):
-                entry = array[slot]
-                entry.timeStamp = sample.timestamp_us
-                entry.pid = sample.pid
-                entry.smUtil = sample.sm
-                entry.memUtil = sample.memory
-                entry.encUtil = sample.encoder
-                entry.decUtil = sample.decoder
-                entry.jpgUtil = 0
-                entry.ofaUtil = 0
+            _fill(array, samples)  # jpgUtil and ofaUtil stay 0: the scenario has no JPEG or OFA work
         return code
+
+
+def _fill(entries: Any, samples: list[ProcessSample]) -> None:
+    """Write samples into the caller's array (either struct: both have these six members)."""
+    for slot, sample in enumerate(samples):
+        entry = entries[slot]
+        entry.pid = sample.pid
+        entry.timeStamp = sample.timestamp_us
+        entry.smUtil = sample.sm
+        entry.memUtil = sample.memory
+        entry.encUtil = sample.encoder
+        entry.decUtil = sample.decoder
