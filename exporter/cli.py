@@ -31,6 +31,7 @@ EXIT_RUNTIME_ERROR = 1
 SUBCOMMANDS: dict[str, str] = {
     "doctor": "exporter.doctor.cli",
     "report": "exporter.report.cli",
+    "remediate": "exporter.remediate.cli",
 }
 
 
