@@ -8,8 +8,8 @@ newer sample: the process's utilization over those samples, with the timestamp o
 given gets each sample exactly once, and a read every process interval yields each process's
 average over that interval. A process without an entry used nothing: absence means 0.
 
-Two calls exist; the newer ``nvmlDeviceGetProcessesUtilizationInfo`` (a versioned struct, R550+;
-NVIDIA's Blackwell GPUs answer only this one) is preferred, and the older
+Two calls exist; the newer ``nvmlDeviceGetProcessesUtilizationInfo`` (a versioned struct, in drivers
+from about R550; other tools report it as the only one Blackwell GPUs answer) is preferred, and the older
 ``nvmlDeviceGetProcessUtilization`` is the fallback. The first that works on a GPU is kept.
 Answers handled here rather than treated as failures:
 
