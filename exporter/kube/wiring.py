@@ -41,6 +41,7 @@ from exporter.kube.series import LabeledDevice, attribution_families, workload_l
 from exporter.logs import get_logger
 from exporter.metrics.render import RenderContext
 from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity, ProcessUtilization, Snapshot
+from exporter.supervisor import supervised
 
 LOG = get_logger("kube.wiring")
 
@@ -94,7 +95,7 @@ def labeled_devices(ctx: RenderContext) -> list[LabeledDevice]:
 
 
 class _ProcessFeed:
-    """Hands process lists from the sampling thread to one worker; only the newest list is kept."""
+    """Hands process readings from the sampling thread to one worker; only the newest is kept."""
 
     def __init__(self, consume: Callable[[ProcessReadings], None]) -> None:
         self._consume = consume
@@ -111,7 +112,7 @@ class _ProcessFeed:
 
     def start(self) -> None:
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="kube-processes", daemon=True)
+        self._thread = supervised(self._run, name="kube-processes", stop=self._stop)
         self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:

@@ -57,6 +57,7 @@ from exporter.snapshot import (
     SamplerStatus,
     Snapshot,
 )
+from exporter.supervisor import supervised
 
 log = get_logger("sampler")
 
@@ -209,7 +210,7 @@ class Sampler:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
+        self._thread = supervised(self._run, name="nvml-sampler", stop=self._stop)
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
