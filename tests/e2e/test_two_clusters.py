@@ -44,7 +44,7 @@ from tests.e2e.test_prometheus_rules_dashboards import (
 pytestmark = pytest.mark.e2e
 
 CLUSTERS = ("east", "west")
-ALLOCATION = {"research": 5.0, "vision": 3.0, "serving": 0.5, "search": 0.5}  # the zoo's, per cluster
+ALLOCATION = {"research": 5.0, "vision": 3.0, "serving": 2 / 3, "search": 1 / 3}  # the zoo's, per cluster
 
 
 class TwoClusters(PrometheusHarness):
@@ -128,7 +128,8 @@ def test_every_recording_rule_keeps_the_clusters_apart(prometheus: PrometheusHar
 def test_allocation_is_counted_once_per_cluster(prometheus: PrometheusHarness) -> None:
     allocated = prometheus.query("team:gpu_allocated:sum")
     for cluster in CLUSTERS:
-        assert {s.labels["team"]: s.value for s in allocated if s.labels["cluster"] == cluster} == ALLOCATION
+        assert {s.labels["team"]: s.value for s in allocated if s.labels["cluster"] == cluster} == \
+            pytest.approx(ALLOCATION)
     energy = prometheus.query("cluster:gpu_energy_joules:increase5m")
     assert sorted(s.labels["cluster"] for s in energy) == list(CLUSTERS)
 
