@@ -83,6 +83,7 @@ GRAFANA_BUILTINS = {**BUILTIN_VARIABLES, "__rate_interval": "15s", "__interval":
                     "__range": "5m", "__range_s": "300", "__range_ms": "300000"}
 # Single-value variables: the value a user picks (the node built to show everything).
 CHOSEN = {"Hostname": ZOO_NODE}
+OPTIONAL_LABELS = {"cluster"}  # absent where Prometheus holds one cluster (docs/fleet.md)
 SHORTENED_SUBQUERY = (re.compile(r"(\[[^\[\]:]+):5m\]"), r"\1:5s]")
 KUBE_STATE_METRICS = """\
 # TYPE kube_node_spec_unschedulable gauge
@@ -148,19 +149,28 @@ def exporter_arguments(workdir: Path) -> dict[str, list[str]]:
 
 # ------------------------------------------------------------------------------------- the queries
 def resolve_variables(prometheus: PrometheusHarness, variables: Sequence[QueryVariable],
-                      base: Mapping[str, str]) -> dict[str, str]:
+                      base: Mapping[str, str], chosen: Mapping[str, str] = CHOSEN) -> dict[str, str]:
     """Grafana's variable resolution against the running Prometheus: each variable in order, its
-    selector with the earlier variables filled in; multi-value ones get all values (as a regex)."""
+    selector with the earlier variables filled in; multi-value ones get all values (as a regex).
+
+    A label that no series carries (``OPTIONAL_LABELS``: ``cluster`` on a single-cluster Prometheus)
+    gets Grafana's "None" option, whose value is "".
+    """
     values = dict(base)
     for variable in variables:
         selector = substitute(variable.selector, values)
-        samples = prometheus.wait_for(selector, lambda s, label=variable.label: any(label in x.labels for x in s))
+        if variable.label in OPTIONAL_LABELS:
+            samples = prometheus.wait_for(selector, bool)
+        else:
+            samples = prometheus.wait_for(selector, lambda s, label=variable.label: any(label in x.labels for x in s))
         found = sorted({s.labels[variable.label] for s in samples if variable.label in s.labels})
-        if variable.multi:
+        if not found and not variable.multi:
+            values[variable.name] = ""
+        elif variable.multi:
             values[variable.name] = grafana_regex_value(found)
         else:
-            assert CHOSEN[variable.name] in found, (variable.name, found)
-            values[variable.name] = CHOSEN[variable.name]
+            assert chosen[variable.name] in found, (variable.name, found)
+            values[variable.name] = chosen[variable.name]
     return values
 
 
