@@ -57,7 +57,7 @@ ensure_venv() {
       step "installing python3-venv (apt-get)"
       as_root apt-get update -qq
       as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
-      "$python" -m venv "$dir"
+      "$python" -m venv "$dir" || return 1
     fi
   fi
   local stamp
@@ -73,6 +73,6 @@ ensure_venv() {
   rm -f "$dir/.install-stamp"
   local args=(install --disable-pip-version-check -e "$target")
   [ -n "$constraints" ] && args+=(-c "$constraints")
-  "$dir/bin/python" -m pip "${args[@]}"
+  "$dir/bin/python" -m pip "${args[@]}" || return 1
   echo "$stamp" > "$dir/.install-stamp"
 }

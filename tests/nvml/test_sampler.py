@@ -213,7 +213,7 @@ def test_a_hung_call_is_visible_as_the_call_in_flight() -> None:
     clock = Clock(0.0)
     with sampler_on("hang", clock=clock) as (sampler, fake, _clock):
         assert sampler.initialise()
-        clock.now = 10.0  # inside the scenario's hang window on GPU 5 (from t=5 s for 60 s)
+        clock.now = 10.0  # inside the scenario's hang window on GPU 5 (from t=5 s for 10 minutes)
         worker = threading.Thread(target=sampler.run_cycle, daemon=True)
         worker.start()
         def blocked_on_gpu5() -> object:
@@ -222,7 +222,7 @@ def test_a_hung_call_is_visible_as_the_call_in_flight() -> None:
 
         in_flight = wait_for(blocked_on_gpu5, 5.0, "the sampler to block inside NVML on GPU 5")
         assert in_flight.function.startswith("nvmlDevice")  # type: ignore[attr-defined]
-        clock.now = 100.0  # past the hang window, then let the blocked call return
+        clock.now = 700.0  # past the hang window, then let the blocked call return
         fake.release_hangs()
         worker.join(5)
         assert not worker.is_alive()
