@@ -5,6 +5,7 @@
     python -m bench run --quick --gpus 8 --pods 0 --exporters ours   # a subset
     python -m bench report [RESULTS.json]       # docs/benchmarks.md results section + docs/*.png
     python -m bench profile --gpus 8 --pods 110 # py-spy under load: where the Python time goes
+    python -m bench counters --before A.csv --after B.csv   # NVML cost of a counters CSV, before/after
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["counters"]:  # its own options (bench/counters.py)
+        from bench import counters  # noqa: PLC0415
+
+        return counters.main(arguments[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="measure both exporters")
@@ -48,7 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     prof.add_argument("--pods", type=int, default=0)
     prof.add_argument("--seconds", type=float, default=10.0)
     prof.add_argument("--concurrency", type=int, default=16)
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    commands.add_parser("counters", help="NVML cost of a counters CSV, before/after (see bench/counters.py)")
+    args = parser.parse_args(arguments)
 
     if args.command == "profile":
         from bench import profile as profile_module  # noqa: PLC0415
