@@ -396,7 +396,7 @@ class SoakRun:
 
 
 class _Scrapers:
-    """A steady background scrape load: one scrape every ``interval_s`` (gzip, OpenMetrics)."""
+    """A steady background scrape load: one scrape every ``interval_s`` (gzip, Prometheus's Accept header)."""
 
     def __init__(self, exporter: ExporterProcess, interval_s: float) -> None:
         self._exporter = exporter
@@ -420,7 +420,10 @@ class _Scrapers:
             self.scrapes += 1
             try:
                 response = self._exporter.get("/metrics", headers=headers, timeout=SCRAPE_TIMEOUT_S)
-                ok = response.status == 200 and response.body.endswith(b"# EOF\n")
+                # Prometheus's Accept gets the text format while the CSV has dcgm-exporter's counters
+                # (exporter.metrics.exposition.wants_openmetrics); either way the body must be complete.
+                openmetrics = response.headers.get("Content-Type", "").startswith("application/openmetrics-text")
+                ok = response.status == 200 and response.body.endswith(b"# EOF\n" if openmetrics else b"\n")
             except OSError:
                 ok = False
             self.failures += not ok

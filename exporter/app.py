@@ -64,13 +64,15 @@ def node_hostname(config: Config) -> str | None:
 
 class App:
     def __init__(self, config: Config, counters: CounterSet, *, security: WebSecurity | None = None,
-                 extensions: Extensions | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 extensions: Extensions | None = None, clock: Callable[[], float] = time.monotonic,
+                 listener: socket.socket | None = None) -> None:
         self.config = config
         self.counters = counters
         self.extensions = extensions or Extensions()
         self._clock = clock
         self.options = RenderOptions(hostname=node_hostname(config),
-                                     replace_blanks_in_model_name=config.replace_blanks_in_model_name)
+                                     replace_blanks_in_model_name=config.replace_blanks_in_model_name,
+                                     devices=config.devices, use_old_namespace=config.use_old_namespace)
         self.sampler = Sampler(
             counters.field_specs(),
             config.collect_interval_s,
@@ -80,7 +82,8 @@ class App:
             dependencies=self.extensions.sampler_dependencies,
         )
         self.cache = ExpositionCache(self._render)
-        self.server = ExporterHTTPServer(config.address, self.cache, self.health, config.web_max_requests, security)
+        self.server = ExporterHTTPServer(config.address, self.cache, self.health, config.web_max_requests, security,
+                                         listener=listener)
         self.builders: Sequence[FamilyBuilder] = (*DEFAULT_BUILDERS, *self.extensions.builders)
         self._stall: InFlight | None = None
         self._stop = threading.Event()
@@ -122,6 +125,13 @@ class App:
                     log.warning("sampler recovered from an NVML stall")
                 self._stall = stall
                 self.cache.invalidate()
+
+    def set_counters(self, counters: CounterSet) -> None:
+        """Export another counters CSV from now on (``-m``: the ConfigMap changed). The renderer uses it
+        at once; the sampler reads the new fields from its next cycle."""
+        self.counters = counters
+        self.sampler.set_specs(counters.field_specs(), self.extensions.sampler_dependencies)
+        self.cache.invalidate()
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import importlib
 import logging
+import socket
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from exporter.app import App, Extensions
 from exporter.config import EXIT_CONFIG_ERROR, PROGRAM, Config, ConfigError, load_config
 from exporter.health.wiring import health_extensions
 from exporter.logs import configure, get_logger
 from exporter.metrics.counters import CounterFileError, CounterSet, load_counters
+from exporter.metrics.selection import unknown_ids
+from exporter.metrics.upstream_paths import resolve_collectors
+from exporter.snapshot import Snapshot
 from exporter.web.security import load_web_security
 from exporter.web.server import WebSecurity
 
@@ -23,7 +28,11 @@ EXIT_RUNTIME_ERROR = 1
 # ``gpu-pod-exporter <tool> ...``. The name maps to a module with ``main(argv) -> int``; it is imported
 # only when asked for, so none of them is loaded by (or slows down) the exporter itself. No subcommand
 # means the exporter, so every dcgm-exporter command line keeps working.
-SUBCOMMANDS: dict[str, str] = {}
+SUBCOMMANDS: dict[str, str] = {
+    "doctor": "exporter.doctor.cli",
+    "report": "exporter.report.cli",
+    "remediate": "exporter.remediate.cli",
+}
 
 
 def _fail(message: str, code: int = EXIT_CONFIG_ERROR) -> int:
@@ -31,7 +40,28 @@ def _fail(message: str, code: int = EXIT_CONFIG_ERROR) -> int:
     return code
 
 
-def build_app(config: Config, counters: CounterSet, security: WebSecurity | None = None) -> App:
+def _warn_unknown_device_ids(config: Config, extensions: Extensions) -> None:
+    """-d g:<ids> / i:<ids>: say once, at the first snapshot with GPUs, which ids name nothing here."""
+    selection = config.devices
+    if selection.gpu_ids is None and selection.instance_ids is None:
+        return
+    checked = False
+
+    def check(snapshot: Snapshot) -> None:
+        nonlocal checked
+        if checked or not snapshot.devices:
+            return
+        checked = True
+        problems = unknown_ids(selection, snapshot.devices)
+        if problems:
+            log.warning("--devices %s names %s, which this node does not have; they are left out",
+                        selection, ", ".join(problems))
+
+    extensions.on_snapshot.append(check)
+
+
+def build_app(config: Config, counters: CounterSet, security: WebSecurity | None = None, *,
+              listener: socket.socket | None = None) -> App:
     """Assemble the app for this configuration (simulation included); raises user-facing errors."""
     extensions = Extensions()
     cluster = None
@@ -50,9 +80,18 @@ def build_app(config: Config, counters: CounterSet, security: WebSecurity | None
         kubernetes = kubernetes_extensions(config, extensions)
     if kubernetes is not None:
         config = kubernetes.config  # --kubernetes-process-metrics turns on reading process lists
+    hpc_jobs = None
+    if config.hpc_job_mapping_dir:
+        from exporter.hpcjobs import HpcJobMapping  # noqa: PLC0415 - only with --hpc-job-mapping-dir
+
+        hpc_jobs = HpcJobMapping(config.hpc_job_mapping_dir, config.hpc_job_mapping_interval_ms / 1000)
+        extensions.context_hooks.append(hpc_jobs.extend_context)  # after Kubernetes: repeats its label sets
+        extensions.on_start.append(hpc_jobs.start)
+        extensions.on_stop.append(hpc_jobs.stop)
+    _warn_unknown_device_ids(config, extensions)
     health = health_extensions(config, counters, extensions)
     try:
-        app = App(config, counters, security=security, extensions=extensions)
+        app = App(config, counters, security=security, extensions=extensions, listener=listener)
     except BaseException:
         if cluster is not None:
             cluster.stop()  # removes its temporary directory; nothing was started yet
@@ -60,6 +99,8 @@ def build_app(config: Config, counters: CounterSet, security: WebSecurity | None
     health.bind(app)
     if kubernetes is not None:
         kubernetes.bind(app)
+    if hpc_jobs is not None:
+        hpc_jobs.on_change = app.cache.invalidate
     return app
 
 
@@ -78,22 +119,53 @@ def run_exporter(arguments: Sequence[str]) -> int:
     except ConfigError as exc:
         return _fail(str(exc))
     configure(config.log_format, config.debug)
-    try:
-        counters = load_counters(config.collectors)
-    except CounterFileError as exc:
-        return _fail(f"{config.source_of('collectors')}: {exc}")
+    for warning in config.no_effect_warnings():
+        log.warning(warning)
+    configmap = None
+    counters: CounterSet | None = None
+    if config.configmap_data:
+        from exporter.kube.configmap import ConfigMapCounters, ConfigMapUnavailableError  # noqa: PLC0415
+
+        configmap = ConfigMapCounters(config.configmap_data, config.kubeconfig, config.configmap_interval_ms / 1000)
+        try:
+            counters = configmap.read()
+        except CounterFileError as exc:
+            return _fail(str(exc))
+        except ConfigMapUnavailableError as exc:
+            log.warning("%s; starting with %s and reading the ConfigMap again in the background", exc,
+                        config.collectors or "the built-in default counters")
+    if counters is None:
+        resolved = resolve_collectors(config.collectors, bool(config.collectors) and Path(config.collectors).exists())
+        if resolved.note:
+            log.info(resolved.note)
+        try:
+            counters = load_counters(resolved.path)
+        except CounterFileError as exc:
+            return _fail(f"{config.source_of('collectors')}: {exc}")
     try:
         security = load_web_security(config.web_config_file)
     except ConfigError as exc:  # WebConfigError names file:line: key itself
         return _fail(str(exc))
     for warning in counters.warnings:
         log.warning(warning)
+    listener = None
+    if config.web_systemd_socket:
+        from exporter.web.socket_activation import inherited_socket  # noqa: PLC0415 - only with the flag
+
+        try:
+            listener = inherited_socket()
+        except ConfigError as exc:
+            return _fail(str(exc))
     try:
-        app = build_app(config, counters, security)
+        app = build_app(config, counters, security, listener=listener)
     except ConfigError as exc:  # e.g. a scenario file (ScenarioError names file:line: key itself)
         return _fail(f"{config.source_of('simulate')}: {exc}")
     except OSError as exc:
         return _fail(f"cannot listen on {config.address}: {exc.strerror or exc}", EXIT_RUNTIME_ERROR)
+    if configmap is not None:
+        configmap.on_change = app.set_counters
+        app.extensions.on_start.append(configmap.start)
+        app.extensions.on_stop.append(configmap.stop)
     app.run()
     logging.shutdown()
     return 0

@@ -27,6 +27,9 @@ from typing import Any, NoReturn
 
 import yaml
 
+from exporter.metrics.selection import DEFAULT as ALL_DEVICES
+from exporter.metrics.selection import DeviceSelection, parse_devices
+
 EXIT_CONFIG_ERROR = 2
 PROGRAM = "gpu-pod-exporter"
 SIMULATE_DEFAULT = "default"
@@ -118,6 +121,21 @@ def _parse_regex_list(raw: object) -> tuple[str, ...]:
     return patterns
 
 
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_CONFIGMAP = re.compile(rf"^(?P<namespace>{_DNS_LABEL}):(?P<name>{_DNS_LABEL}(\.{_DNS_LABEL})*)$")
+
+
+def _parse_configmap(raw: object) -> str:
+    """dcgm-exporter's ``-m namespace:name``; its default ``none`` (and empty) means no ConfigMap."""
+    text = _parse_str(raw).strip()
+    if text in ("", "none"):
+        return ""
+    if not _CONFIGMAP.match(text) or len(text.partition(":")[2]) > 253:
+        raise ValueError(f"invalid ConfigMap {text!r}: expected <namespace>:<name>, e.g. "
+                         "gpu-monitoring:exporter-metrics-config-map")
+    return text
+
+
 _TEAM_SOURCE = re.compile(r"^(pod|namespace):[A-Za-z0-9._/-]+$")
 
 
@@ -144,6 +162,9 @@ class Option:
     default: Any
     help: str
     is_switch: bool = False  # a flag that takes no value (``-k``) but accepts a value in env/YAML
+    # dcgm-exporter flags that mean nothing without DCGM: accepted (an upstream command line must keep
+    # working), and when set to anything but the default, one warning line at start says why.
+    no_effect: str = ""
 
     @property
     def long_flag(self) -> str:
@@ -186,6 +207,22 @@ OPTIONS: tuple[Option, ...] = (
            is_switch=True),
     Option("nvidia_resource_names", ("--nvidia-resource-names",), "NVIDIA_RESOURCE_NAMES", _parse_list, (),
            "Extra comma-separated extended-resource names that carry NVIDIA GPUs."),
+    Option("kubernetes_enable_dra", ("--kubernetes-enable-dra",), "KUBERNETES_ENABLE_DRA", _parse_bool, False,
+           "dcgm-exporter's DRA labels (accepted; no effect here).", is_switch=True,
+           no_effect="DRA resource claims are not mapped: pods get GPUs through the device plugin's "
+                     "PodResources devices only (nvidia.com/gpu, mig-*, --nvidia-resource-names)"),
+    Option("configmap_data", ("-m", "--configmap-data"), "DCGM_EXPORTER_CONFIGMAP_DATA", _parse_configmap, "",
+           "Read the counters CSV from key 'metrics' of this ConfigMap (<namespace>:<name>) through the API "
+           "server instead of --collectors; re-read in the background."),
+    Option("configmap_interval_ms", ("--configmap-refresh-interval",),
+           "GPU_POD_EXPORTER_CONFIGMAP_REFRESH_INTERVAL", _positive_int(1000, "milliseconds"), 60000,
+           "How often to re-read the --configmap-data ConfigMap (milliseconds); never per scrape."),
+    Option("hpc_job_mapping_dir", ("--hpc-job-mapping-dir",), "DCGM_HPC_JOB_MAPPING_DIR", _parse_str, "",
+           "Directory of files named <gpu> or <gpu>.<gpu-instance> holding job ids (one per line): "
+           "adds an hpc_job label (bare-metal schedulers such as Slurm)."),
+    Option("hpc_job_mapping_interval_ms", ("--hpc-job-mapping-interval",),
+           "GPU_POD_EXPORTER_HPC_JOB_MAPPING_INTERVAL", _positive_int(100, "milliseconds"), 5000,
+           "How often to re-read --hpc-job-mapping-dir (milliseconds); never per scrape."),
     Option("kubeconfig", ("--kubeconfig",), "KUBECONFIG", _parse_str, "",
            "kubeconfig file for the API server (default: in-cluster service account)."),
     Option("team_label_sources", ("--kubernetes-team-label-sources",), "GPU_POD_EXPORTER_TEAM_LABEL_SOURCES",
@@ -210,6 +247,9 @@ OPTIONS: tuple[Option, ...] = (
            "Window of DCGM_EXP_CLOCK_EVENTS_COUNT in milliseconds."),
     Option("web_config_file", ("--web-config-file",), "DCGM_EXPORTER_WEB_CONFIG_FILE", _parse_str, "",
            "Prometheus exporter-toolkit web config (TLS, mTLS, basic auth, headers)."),
+    Option("web_systemd_socket", ("--web-systemd-socket",), "DCGM_EXPORTER_SYSTEMD_SOCKET", _parse_bool, False,
+           "Serve on the socket systemd passes (socket activation, LISTEN_FDS) instead of binding --address.",
+           is_switch=True),
     Option("web_max_requests", ("--web-max-requests",), "GPU_POD_EXPORTER_WEB_MAX_REQUESTS",
            _positive_int(1, "requests"), 32,
            "Requests served at once; more connections wait in the listen queue instead of failing."),
@@ -217,7 +257,59 @@ OPTIONS: tuple[Option, ...] = (
            "Node name for the Hostname label and the pod watch (default: this machine's hostname)."),
     Option("no_hostname", ("-n", "--no-hostname"), "DCGM_EXPORTER_NO_HOSTNAME", _parse_bool, False,
            "Omit the Hostname label.", is_switch=True),
-    Option("replace_blanks_in_model_name", ("--replace-blanks-in-model-name",),
+    Option("devices", ("-d", "--devices"), "DCGM_EXPORTER_DEVICES_STR", parse_devices, ALL_DEVICES,
+           "Which GPUs / MIG GPU instances the CSV rows are reported for: f, g[:ids], i[:ids], g+i (ids like "
+           "0,2-4), as dcgm-exporter; default: every GPU once and every GPU instance with its own readings."),
+    Option("use_old_namespace", ("-o", "--use-old-namespace"), "DCGM_EXPORTER_USE_OLD_NAMESPACE", _parse_bool,
+           False, "dcgm-exporter 1.x label names: uuid, pod_name, pod_namespace, container_name.", is_switch=True),
+    Option("remote_hostengine_info", ("-r", "--remote-hostengine-info"), "DCGM_REMOTE_HOSTENGINE_INFO",
+           _parse_str, "", "dcgm-exporter's nv-hostengine address (accepted; no effect here).",
+           no_effect="there is no DCGM host engine: this exporter reads the GPUs of its own node through NVML"),
+    Option("switch_devices", ("-s", "--switch-devices"), "DCGM_EXPORTER_OTHER_DEVICES_STR", _parse_str, "f",
+           "dcgm-exporter's NvSwitch/NvLink selection (accepted; no effect here).",
+           no_effect="NvSwitch and NvLink entities are not exported (GPU NvLink counters are CSV rows)"),
+    Option("cpu_devices", ("-p", "--cpu-devices"), "DCGM_EXPORTER_CPU_DEVICES_STR", _parse_str, "f",
+           "dcgm-exporter's Grace CPU selection (accepted; no effect here).",
+           no_effect="CPU and CPU-core entities are not exported (they come from DCGM, not NVML)"),
+    Option("fake_gpus", ("--fake-gpus",), "DCGM_EXPORTER_USE_FAKE_GPUS", _parse_bool, False,
+           "dcgm-exporter's fake GPUs (accepted; no effect here: use --simulate).", is_switch=True,
+           no_effect="DCGM fake GPUs do not exist here; run with --simulate for simulated GPUs, kubelet and "
+                     "API server"),
+    Option("enable_dcgm_log", ("--enable-dcgm-log",), "DCGM_EXPORTER_ENABLE_DCGM_LOG", _parse_bool, False,
+           "dcgm-exporter's DCGM log capture (accepted; no effect here).", is_switch=True,
+           no_effect="there is no DCGM library whose log could be captured; --debug logs this exporter's detail"),
+    Option("dcgm_log_level", ("--dcgm-log-level",), "DCGM_EXPORTER_DCGM_LOG_LEVEL", _parse_str, "NONE",
+           "dcgm-exporter's DCGM log level (accepted; no effect here).",
+           no_effect="there is no DCGM library whose log level could be set; --debug logs this exporter's detail"),
+    Option("dump_enabled", ("--dump-enabled",), "DCGM_EXPORTER_DUMP_ENABLED", _parse_bool, False,
+           "dcgm-exporter's debug dumps (accepted; no effect here).", is_switch=True,
+           no_effect="debug dumps of DCGM objects are not written; /metrics, /health and --debug logs show the "
+                     "state"),
+    Option("dump_directory", ("--dump-directory",), "DCGM_EXPORTER_DUMP_DIRECTORY", _parse_str,
+           "", "dcgm-exporter's debug dump directory (accepted; no effect here).",
+           no_effect="debug dumps are not written"),
+    Option("dump_retention", ("--dump-retention",), "DCGM_EXPORTER_DUMP_RETENTION", _positive_int(0, "hours"), 24,
+           "dcgm-exporter's debug dump retention in hours (accepted; no effect here).",
+           no_effect="debug dumps are not written"),
+    Option("dump_compression", ("--dump-compression",), "DCGM_EXPORTER_DUMP_COMPRESSION", _parse_bool, True,
+           "dcgm-exporter's debug dump compression (accepted; no effect here).", is_switch=True,
+           no_effect="debug dumps are not written"),
+    Option("disable_startup_validate", ("--disable-startup-validate",), "DISABLE_STARTUP_VALIDATE", _parse_bool,
+           False, "dcgm-exporter's libdcgm check (accepted; no effect here).", is_switch=True,
+           no_effect="there is no libdcgm to validate; NVML problems show on /health instead of stopping the start"),
+    Option("enable_gpu_bind_unbind_watch", ("--enable-gpu-bind-unbind-watch",),
+           "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH", _parse_bool, False,
+           "dcgm-exporter's GPU bind/unbind watch (accepted; no effect here).", is_switch=True,
+           no_effect="a GPU that disappears is reported lost and re-probed, and NVML is re-initialised when it "
+                     "stops working, without a watch"),
+    Option("gpu_bind_unbind_poll_interval", ("--gpu-bind-unbind-poll-interval",),
+           "DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL", _parse_str, "1s",
+           "dcgm-exporter's bind/unbind poll interval (accepted; no effect here).",
+           no_effect="there is no bind/unbind watch to poll"),
+    Option("enable_pprof", ("--enable-pprof",), "DCGM_EXPORTER_ENABLE_PPROF", _parse_bool, False,
+           "dcgm-exporter's Go profiler endpoints (accepted; no effect here).", is_switch=True,
+           no_effect="there is no Go runtime to profile; bench/ has this exporter's profiling harness"),
+    Option("replace_blanks_in_model_name", ("-rbmn", "--replace-blanks-in-model-name"),
            "DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME", _parse_bool, False,
            "Replace spaces in the modelName label with '-'.", is_switch=True),
     Option("log_format", ("--log-format",), "DCGM_EXPORTER_LOG_FORMAT", _choice("text", "json"), "text",
@@ -247,6 +339,11 @@ class Config:
     kubernetes_enable_pod_uid: bool = False
     kubernetes_virtual_gpus: bool = False
     nvidia_resource_names: tuple[str, ...] = ()
+    kubernetes_enable_dra: bool = False
+    configmap_data: str = ""
+    configmap_interval_ms: int = 60000
+    hpc_job_mapping_dir: str = ""
+    hpc_job_mapping_interval_ms: int = 5000
     kubeconfig: str = ""
     team_label_sources: tuple[str, ...] = ("pod:team", "namespace:team")
     process_attribution: bool = False
@@ -256,9 +353,26 @@ class Config:
     xid_count_window_ms: int = 300000
     clock_events_window_ms: int = 300000
     web_config_file: str = ""
+    web_systemd_socket: bool = False
     web_max_requests: int = 32
     node_name: str = ""
     no_hostname: bool = False
+    devices: DeviceSelection = ALL_DEVICES
+    use_old_namespace: bool = False
+    remote_hostengine_info: str = ""
+    switch_devices: str = "f"
+    cpu_devices: str = "f"
+    fake_gpus: bool = False
+    enable_dcgm_log: bool = False
+    dcgm_log_level: str = "NONE"
+    dump_enabled: bool = False
+    dump_directory: str = ""
+    dump_retention: int = 24
+    dump_compression: bool = True
+    disable_startup_validate: bool = False
+    enable_gpu_bind_unbind_watch: bool = False
+    gpu_bind_unbind_poll_interval: str = "1s"
+    enable_pprof: bool = False
     replace_blanks_in_model_name: bool = False
     log_format: str = "text"
     debug: bool = False
@@ -270,6 +384,17 @@ class Config:
     @property
     def collect_interval_s(self) -> float:
         return self.collect_interval_ms / 1000.0
+
+    def no_effect_warnings(self) -> list[str]:
+        """One line per dcgm-exporter flag that was set here but means nothing without DCGM."""
+        lines = []
+        for option in OPTIONS:
+            if option.no_effect and option.attr in self.sources and getattr(self, option.attr) != option.default:
+                source = self.sources[option.attr]
+                named = source if source == f"flag {option.long_flag}" else f"{source} ({option.long_flag})"
+                lines.append(f"{named} is accepted for dcgm-exporter compatibility but has no effect here: "
+                             f"{option.no_effect}")
+        return lines
 
     def source_of(self, attr: str) -> str:
         """Where a setting came from, for error messages about its value (e.g. a missing file)."""

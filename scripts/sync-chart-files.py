@@ -106,6 +106,9 @@ def _managed_files(chart: Path) -> set[Path]:
 # --- README values table -------------------------------------------------------------------------
 
 
+DCGM_ALIAS = "dcgm-exporter's chart: "
+
+
 def _schema_leaves(
     schema: Mapping[str, Any], values: Any, prefix: str = ""
 ) -> Iterator[tuple[str, Mapping[str, Any], Any]]:
@@ -113,13 +116,16 @@ def _schema_leaves(
 
     An object becomes one row per property when values.yaml spells out every property (web.tls);
     otherwise it is a single row showing its whole default (containerSecurityContext, headers).
+    Keys that only exist for values files written for dcgm-exporter's chart (their description starts
+    with DCGM_ALIAS) have no default here and get their own rows.
     """
     for key, sub in schema.get("properties", {}).items():
         if key == "global":
             continue
         default = values.get(key) if isinstance(values, dict) else None
-        nested = sub.get("properties")
-        if nested and isinstance(default, dict) and set(nested) <= set(default):
+        nested = {name for name, item in sub.get("properties", {}).items()
+                  if not str(item.get("description", "")).startswith(DCGM_ALIAS)}
+        if nested and isinstance(default, dict) and nested <= set(default):
             yield from _schema_leaves(sub, default, f"{prefix}{key}.")
         else:
             yield f"{prefix}{key}", sub, default

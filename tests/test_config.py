@@ -8,6 +8,7 @@ import pytest
 
 from exporter.cli import main
 from exporter.config import OPTIONS, Config, ConfigError, load_config
+from tests.dcgm_exporter_flags import UPSTREAM_FLAGS, UpstreamFlag
 
 
 def test_defaults_match_dcgm_exporter_where_the_concept_matches() -> None:
@@ -118,3 +119,46 @@ def test_a_broken_counters_line_is_a_one_line_error_with_file_and_line(
     assert err.count("\n") == 1
     assert f"{csv}:3: DCGM_FI_DEV_FB_USED: expected 3 columns" in err
     assert "Traceback" not in err
+
+
+# --- every dcgm-exporter flag and environment variable is accepted -------------------------------
+
+@pytest.mark.parametrize("flag", UPSTREAM_FLAGS, ids=[flag.long for flag in UPSTREAM_FLAGS])
+def test_every_dcgm_exporter_flag_alias_and_variable_is_accepted(flag: UpstreamFlag) -> None:
+    option = next(option for option in OPTIONS if option.long_flag == flag.long)
+    assert option.env == flag.env
+    assert set(flag.aliases) <= set(option.flags)
+    spellings = [flag.argv, *([alias, *flag.argv[1:]] for alias in flag.aliases)]
+    if flag.value is not None:
+        spellings.append([f"{flag.long}={flag.value}"])
+    for argv in spellings:
+        from_flag = getattr(load_config(argv, {}), option.attr)
+        assert from_flag == getattr(load_config([], {flag.env: flag.env_value}), option.attr), argv
+
+
+def test_flags_without_meaning_here_warn_once_each_saying_why() -> None:
+    argv = ["-r", "host:5555", "--fake-gpus", "-s", "g", "--enable-pprof"]
+    warnings = load_config(argv, {"DISABLE_STARTUP_VALIDATE": "true"}).no_effect_warnings()
+    assert len(warnings) == 5
+    assert warnings[0].startswith("flag --remote-hostengine-info is accepted for dcgm-exporter compatibility")
+    assert "no DCGM host engine" in warnings[0]
+    assert any("--simulate" in line for line in warnings)
+    assert any(line.startswith("environment variable DISABLE_STARTUP_VALIDATE (--disable-startup-validate)")
+               for line in warnings)
+    assert load_config(["-s", "f", "-p", "f"], {}).no_effect_warnings() == []  # dcgm-exporter's defaults
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["-d", "q"], "invalid device selector 'q'"),
+    (["-m", "no-colon"], "expected <namespace>:<name>"),
+    (["-m", "Bad_NS:x"], "expected <namespace>:<name>"),
+])
+def test_a_malformed_upstream_value_is_one_line_and_exit_2(argv: list[str], message: str,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_configmap_none_is_dcgm_exporters_unset() -> None:
+    assert load_config(["-m", "none"], {}).configmap_data == ""

@@ -52,12 +52,20 @@ class GpuAllocation:
 
     @property
     def shared(self) -> bool:
-        """Shared: handed out as replicas (time-slicing, MPS) or held by several containers.
+        """Shared: held by more than one container (whole, or through time-slicing/MPS replicas).
 
-        A shared device's own readings belong to no single pod, so its series must not carry
-        one pod's labels (see exporter.kube.series).
+        A shared device's own readings belong to no single pod, so its series must not carry one
+        pod's labels (see exporter.kube.series). One container holding a device through one or
+        any number of replica IDs is its only user: the device is not shared, and its series carry
+        that container's labels, as the README promises ("when exactly one container holds the GPU").
+        On a time-slicing node with one pod per GPU that is every GPU.
         """
-        return len(self.holders) > 1 or any(holder.replica_ids for holder in self.holders)
+        return len(self.holders) > 1
+
+    @property
+    def replicated(self) -> bool:
+        """Handed out as time-slicing/MPS replicas (``::<n>``, GKE ``/vgpu<n>``), by however many holders."""
+        return any(holder.replica_ids for holder in self.holders)
 
 
 @dataclass(frozen=True)

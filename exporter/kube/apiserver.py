@@ -255,6 +255,10 @@ class CoreV1ListMethods:
     def list_namespace(self, **kwargs: Any) -> Any:
         return self._get("/api/v1/namespaces", kwargs)
 
+    def read_namespaced_config_map(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        """One ConfigMap (``-m/--configmap-data``); names are DNS labels, checked by the config parser."""
+        return self._get(f"/api/v1/namespaces/{namespace}/configmaps/{name}", kwargs)
+
     def _get(self, path: str, kwargs: dict[str, Any]) -> Any:
         raise NotImplementedError
 

@@ -7,12 +7,14 @@ Device plugins choose the IDs; the kubelet passes them through PodResources unch
   ``MIG-<uuid>`` for a MIG device, ``MIG-GPU-<uuid>/<gi>/<ci>`` for MIG on old drivers, and a
   ``::<n>`` suffix for time-slicing or MPS replicas (``GPU-<uuid>::3``, ``MIG-<uuid>::7``).
 * GKE device plugin: ``nvidia<N>``, ``nvidia<N>/vgpu<K>`` (time-sharing), ``nvidia<N>/gi<M>``
-  and ``nvidia<N>/gi<M>/vgpu<K>`` (MIG). ``N`` is the GPU's ``/dev/nvidia<N>`` device-file minor
-  number, not the NVML index: GKE's plugin discovers GPUs by listing ``/dev`` for
-  ``^nvidia[0-9]*$`` and MIG partitions from ``/proc/driver/nvidia/capabilities/gpu<N>/mig/gi<M>``
-  (GoogleCloudPlatform/container-engine-accelerators ``pkg/gpu/nvidia/manager.go``, ``mig/mig.go``).
-  The two usually coincide, which is why dcgm-exporter's index-based matching mostly works.
-  ``M`` is the NVML GPU-instance id.
+  and ``nvidia<N>/gi<M>/vgpu<K>`` (MIG); any of them may also carry a ``::<n>`` replica suffix
+  (a device plugin that replicates GKE-style names the way NVIDIA's plugin replicates UUIDs).
+  ``N`` is the GPU's ``/dev/nvidia<N>`` device-file minor number, not the NVML index: GKE's
+  plugin discovers GPUs by listing ``/dev`` for ``^nvidia[0-9]*$`` and MIG partitions from
+  ``/proc/driver/nvidia/capabilities/gpu<N>/mig/gi<M>`` (GoogleCloudPlatform/
+  container-engine-accelerators ``pkg/gpu/nvidia/manager.go``, ``mig/mig.go``). The two usually
+  coincide, which is why dcgm-exporter's index-based matching mostly works. ``M`` is the NVML
+  GPU-instance id.
 * Anything else (``tegra``, ``all``, other vendors) is opaque and names no GPU we can see.
 
 Parsing is pure text work; resolving needs the node's GPU and MIG identities, because a modern
@@ -102,14 +104,14 @@ def parse_device_id(raw: str) -> ParsedDeviceId:
         return ParsedDeviceId(raw=raw, kind=DeviceIdKind.MIG_UUID, uuid=base, replica=replica)
     if _GPU_UUID.match(base):
         return ParsedDeviceId(raw=raw, kind=DeviceIdKind.GPU_UUID, uuid=base, replica=replica)
-    if not separator and (match := _DEVICE_NAME.match(base)):
+    if match := _DEVICE_NAME.match(base):
         number, instance, vgpu = match.groups()
         return ParsedDeviceId(
             raw=raw,
             kind=DeviceIdKind.DEVICE_NAME_MIG if instance is not None else DeviceIdKind.DEVICE_NAME,
             device_number=int(number),
             gpu_instance_id=int(instance) if instance is not None else None,
-            replica=vgpu,
+            replica=replica if replica is not None else vgpu,  # ``::<n>`` names the replica when both are given
         )
     return ParsedDeviceId(raw=raw, kind=DeviceIdKind.OPAQUE)
 

@@ -6,22 +6,23 @@ as a ``LabeledDevice``. From the ``AttributionSnapshot`` this module derives:
 
 ``workload_label_sets`` - the workload labels for that device's payload series (``DCGM_FI_*``):
 
-* exclusive (one container): one set ``container, namespace, pod`` (+ ``pod_uid`` with
-  ``--kubernetes-enable-pod-uid``, + ``team`` when known, + allowlisted pod labels), appended
-  after the base labels in that order;
+* held by exactly one container, whole or through any number of time-slicing/MPS replica IDs
+  (``GPU-<uuid>::0``, ``::3``, GKE ``nvidia<N>/vgpu<K>``): one set ``container, namespace, pod``
+  (+ ``pod_uid`` with ``--kubernetes-enable-pod-uid``, + ``team`` when known, + allowlisted pod
+  labels), appended after the base labels in that order;
 * unallocated, or allocation unknown: ``[{}]`` (no workload labels at all, never empty strings);
-* shared (time-slicing/MPS replicas, or several containers), default mode: ``[{}]``. A device
-  reading (utilisation, temperature, total framebuffer use) belongs to no single pod, and
-  dcgm-exporter's habit of giving it to whichever pod came last makes per-pod dashboards lie;
-* shared with ``--kubernetes-virtual-gpus``: one set per sharing container, each with a ``vgpu``
-  label (its lowest replica ID), so the device series is repeated once per pod exactly as
-  dcgm-exporter does; dashboards built for that mode keep working.
+* shared (several containers), default mode: ``[{}]``. A device reading (utilisation,
+  temperature, total framebuffer use) belongs to no single pod, and dcgm-exporter's habit of
+  giving it to whichever pod came last makes per-pod dashboards lie;
+* ``--kubernetes-virtual-gpus``: one set per holding container, each with a ``vgpu`` label (its
+  lowest replica ID) when it holds replicas, so the device series is repeated once per pod exactly
+  as dcgm-exporter does; dashboards built for that mode keep working.
 
 ``attribution_families`` - the families the attribution owns:
 
 * ``DCGM_EXP_GPU_ALLOCATED`` (base labels; 1 if any container holds the device, else 0);
 * ``DCGM_EXP_GPU_ALLOCATION_INFO`` (value 1, base + workload labels, one series per holding
-  container, + ``vgpu`` on shared devices): on a shared GPU this lists every sharing pod;
+  container, + ``vgpu`` when it holds replicas): on a shared GPU this lists every sharing pod;
 * ``DCGM_EXP_CONTAINER_FB_USED`` (MiB, base + workload labels): the framebuffer memory of each
   container's own processes on the device, from NVML's process list and their cgroups;
 * ``DCGM_EXP_PROCESS_FB_USED`` (MiB, base + ``pid`` + workload labels when known; only with
@@ -65,6 +66,8 @@ from exporter.kube.deviceids import GpuKey
 from exporter.metrics.render import owned_family
 
 MIB = 1024.0 * 1024.0
+WORKLOAD_NAMES = ("container", "namespace", "pod")
+OLD_WORKLOAD_NAMES = ("container_name", "pod_namespace", "pod_name")  # -o/--use-old-namespace (1.x)
 
 
 @dataclass(frozen=True)
@@ -83,9 +86,10 @@ class LabeledDevice:
 def workload_labels(workload: Workload, config: Config,
                     base: Mapping[str, str] | None = None) -> dict[str, str]:
     """``container, namespace, pod [, pod_uid] [, team] [, pod labels...]``; a name already in
-    ``base`` is never overridden, and a label without a value is left out."""
-    labels: dict[str, str] = {"container": workload.container, "namespace": workload.namespace,
-                              "pod": workload.pod}
+    ``base`` is never overridden, and a label without a value is left out. With ``-o`` the first
+    three are dcgm-exporter 1.x's ``container_name, pod_namespace, pod_name``."""
+    names = OLD_WORKLOAD_NAMES if config.use_old_namespace else WORKLOAD_NAMES
+    labels: dict[str, str] = dict(zip(names, (workload.container, workload.namespace, workload.pod), strict=True))
     if config.kubernetes_enable_pod_uid and workload.pod_uid:
         labels["pod_uid"] = workload.pod_uid
     if workload.team:
@@ -104,10 +108,10 @@ def workload_label_sets(attribution: AttributionSnapshot, device: LabeledDevice,
     allocation = attribution.allocation(device.uuid, device.gpu_instance_id)
     if allocation is None or not allocation.holders:
         return [{}]
-    if not allocation.shared:
-        return [workload_labels(allocation.holders[0].workload, config, device.labels)]
     if not config.kubernetes_virtual_gpus:
-        return [{}]
+        if allocation.shared:
+            return [{}]
+        return [workload_labels(allocation.holders[0].workload, config, device.labels)]
     sets: list[dict[str, str]] = []
     for holder in allocation.holders:
         labels = workload_labels(holder.workload, config, device.labels)
@@ -144,10 +148,9 @@ def _allocation_families(attribution: AttributionSnapshot, devices: Sequence[Lab
         allocation = attribution.allocation(device.uuid, device.gpu_instance_id)
         holders = allocation.holders if allocation is not None else ()
         allocated.add_sample(allocated.name, dict(device.labels), 1.0 if holders else 0.0)
-        shared = allocation is not None and allocation.shared
         for holder in holders:
             labels = {**device.labels, **workload_labels(holder.workload, config, device.labels)}
-            if shared and holder.replica_ids and "vgpu" not in labels:
+            if holder.replica_ids and "vgpu" not in labels:
                 labels["vgpu"] = holder.replica_ids[0]
             info.add_sample(info.name, labels, 1.0)
     return [allocated, info]

@@ -20,6 +20,8 @@ from enum import Enum
 
 import pynvml
 
+from exporter.metrics.legacy_names import ONE_X_FIELD_IDS
+
 MIB = 1024 * 1024
 ALL_LINKS_SCOPE = 0xFFFFFFFF  # NVML field scopeId meaning "sum over all NVLink links"
 
@@ -500,6 +502,15 @@ class Catalog:
                 if name in self._by_name:  # pragma: no cover - guarded by tests
                     raise ValueError(f"duplicate catalog name {name}")
                 self._by_name[name] = spec
+        # dcgm-exporter 1.x names are aliases of the field with their id (the first non-label spec).
+        by_id: dict[int, FieldSpec] = {}
+        for spec in fields:
+            if not spec.is_label:
+                by_id.setdefault(spec.field_id, spec)
+        self._one_x = frozenset(ONE_X_FIELD_IDS)
+        for name, field_id in ONE_X_FIELD_IDS.items():
+            if field_id in by_id:
+                self._by_name.setdefault(name, by_id[field_id])
 
     @property
     def fields(self) -> tuple[FieldSpec, ...]:
@@ -510,7 +521,7 @@ class Catalog:
 
     def is_known_dcgm_name(self, name: str) -> bool:
         """A real DCGM field or dcgm-exporter metric name, served by us or not."""
-        return (name in self._by_name or name in _KNOWN_UNSERVED_NAMES
+        return (name in self._by_name or name in _KNOWN_UNSERVED_NAMES or name in self._one_x
                 or any(pattern.match(name) for pattern in _KNOWN_UNSERVED_PATTERNS))
 
     def all_names(self) -> list[str]:

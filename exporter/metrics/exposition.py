@@ -14,8 +14,13 @@ quote and newline; help text: backslash and newline), and the tests parse every 
 prometheus-client's own parsers and lint it with promtool.
 
 In OpenMetrics a counter's samples must end in ``_total``; renaming dcgm-exporter's counters would
-rename the stored series, so those families are declared ``unknown`` there (same samples, same
-names). Counters that follow the convention (our ``*_total`` self-metrics) stay counters.
+rename the stored series, and declaring them ``unknown`` (same samples, same names) would make
+Prometheus store them as ``unknown`` (its ``/api/v1/metadata``, Grafana's metric browser, rate()
+hints). So content negotiation (``wants_openmetrics``) answers in the text format whenever the
+exposition holds such a counter and the client accepts text, as Prometheus always does: that is what
+dcgm-exporter serves to every client, and there ``# TYPE ... counter`` survives. OpenMetrics goes
+out when it loses nothing (every counter ends in ``_total``) or when the client accepts nothing
+else; only then are those families declared ``unknown``.
 
 Every string encodes: a lone UTF-16 surrogate (which JSON can carry as ``"\\ud800"``, e.g. in a pod
 or namespace label value from the API) has no UTF-8 form and becomes U+FFFD, the replacement
@@ -105,6 +110,46 @@ def encode_openmetrics(families: Iterable[Metric]) -> bytes:
                    for sample in family.samples)
     out.append("# EOF\n")
     return to_utf8("".join(out))
+
+
+def counters_need_text(families: Iterable[Metric]) -> bool:
+    """True when OpenMetrics would demote a counter to ``unknown`` (a sample without ``_total``)."""
+    return any(family.type == "counter" and family.samples
+               and not all(sample.name.endswith("_total") for sample in family.samples)
+               for family in families)
+
+
+def accept_qualities(accept: str) -> tuple[float, float]:
+    """The client's weights (``q``) for OpenMetrics and for the text format; -1 when not listed."""
+    best_om = best_text = -1.0
+    for part in accept.split(","):
+        media, *params = (piece.strip() for piece in part.split(";"))
+        quality = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        media = media.lower()
+        if media == "application/openmetrics-text":
+            best_om = max(best_om, quality)
+        elif media in {"text/plain", "*/*", "text/*"}:
+            best_text = max(best_text, quality)
+    return best_om, best_text
+
+
+def wants_openmetrics(accept: str, *, counters_need_text: bool = False) -> bool:
+    """Answer in OpenMetrics? Only when the client weighs it at least as high as the text format,
+    and, for an exposition whose counters OpenMetrics would type ``unknown``, only when the client
+    accepts no text at all (see the module docstring)."""
+    best_om, best_text = accept_qualities(accept)
+    if best_om <= 0:
+        return False
+    if counters_need_text and best_text > 0:
+        return False
+    return best_om >= best_text
 
 
 def gzip_bytes(data: bytes) -> bytes:

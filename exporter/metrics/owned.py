@@ -65,8 +65,9 @@ KUBERNETES_PAYLOAD_METRICS: tuple[OwnedMetric, ...] = (
                 "allocation is unknown).",
                 "kubelet PodResources List; one series per GPU, or per GPU instance on MIG GPUs", "kubernetes"),
     OwnedMetric("DCGM_EXP_GPU_ALLOCATION_INFO", "gauge", "1", (*_WORKLOAD, "vgpu"),
-                "Containers holding this GPU or MIG instance (always 1; one series per container, vgpu is the "
-                "replica id on shared devices). Lists every pod sharing a time-sliced GPU.",
+                "Containers holding this GPU or MIG instance (always 1; one series per container, vgpu is its "
+                "lowest replica id when it holds time-slicing or MPS replicas). Lists every pod sharing a "
+                "time-sliced GPU.",
                 "kubelet PodResources List + pod metadata from the API", "kubernetes"),
     OwnedMetric("DCGM_EXP_CONTAINER_FB_USED", "gauge", "MiB", _WORKLOAD,
                 "Framebuffer memory used by the container's processes on this GPU or MIG instance (in MiB).",

@@ -25,6 +25,8 @@ from exporter import __version__
 from exporter.metrics.catalog import FromExporter, FromQuery
 from exporter.metrics.counters import CounterRow, CounterSet
 from exporter.metrics.owned import family_name, owned
+from exporter.metrics.selection import DEFAULT as ALL_DEVICES
+from exporter.metrics.selection import DeviceSelection, select
 from exporter.snapshot import DeviceIdentity, InFlight, MigIdentity, Snapshot
 
 WorkloadLabeler = Callable[[DeviceIdentity, int | None], Sequence[Mapping[str, str]]]
@@ -38,6 +40,8 @@ def no_workloads(_identity: DeviceIdentity, _gpu_instance_id: int | None) -> Seq
 class RenderOptions:
     hostname: str | None  # None: --no-hostname
     replace_blanks_in_model_name: bool = False
+    devices: DeviceSelection = ALL_DEVICES  # -d: which GPUs / GPU instances the CSV rows are reported for
+    use_old_namespace: bool = False  # -o: dcgm-exporter 1.x label names (uuid instead of UUID)
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class RenderContext:
         model = identity.model.replace(" ", "-") if self.options.replace_blanks_in_model_name else identity.model
         labels = {
             "gpu": str(identity.index),
-            "UUID": identity.uuid,
+            "uuid" if self.options.use_old_namespace else "UUID": identity.uuid,
             "pci_bus_id": identity.pci_bus_id,
             "device": identity.device_name,
             "modelName": model,
@@ -100,23 +104,21 @@ def _label_row_value(row: CounterRow, identity: DeviceIdentity, snapshot: Snapsh
 
 
 def dcgm_families(ctx: RenderContext) -> list[Metric]:
-    """One family per active CSV row, one sample per GPU (and MIG instance, and workload) that has it."""
+    """One family per active CSV row, one sample per selected GPU / GPU instance (and workload) that has it.
+
+    Which entities: ``-d/--devices`` (``exporter.metrics.selection``); by default every GPU and every
+    MIG GPU instance with its own readings.
+    """
     families: list[Metric] = []
-    readings = [reading for reading in ctx.snapshot.devices if reading.up]
-    label_sets = {reading.identity.uuid: ctx.series_label_sets(reading.identity) for reading in readings}
-    mig_label_sets = {
-        (reading.identity.uuid, mig.identity.uuid): ctx.series_label_sets(reading.identity, mig.identity)
-        for reading in readings for mig in reading.mig
-    }
+    entities = list(select(ctx.options.devices, ctx.snapshot.devices))
+    label_sets = [ctx.series_label_sets(entity.reading.identity, entity.mig.identity if entity.mig else None)
+                  for entity in entities]
     for row in ctx.counters.metrics:
         if isinstance(row.spec.read, FromExporter):
             continue  # rendered by the producing component's own builder (it adds its own labels)
         family = Metric(row.name, row.help, row.prom_type)
-        for reading in readings:
-            _add_samples(family, row.name, reading.values.get(row.spec.name), label_sets[reading.identity.uuid])
-            for mig in reading.mig:
-                _add_samples(family, row.name, mig.values.get(row.spec.name),
-                             mig_label_sets[(reading.identity.uuid, mig.identity.uuid)])
+        for entity, labels in zip(entities, label_sets, strict=True):
+            _add_samples(family, row.name, entity.values.get(row.spec.name), labels)
         families.append(family)
     return families
 

@@ -177,6 +177,7 @@ class Sampler:
         dependencies: Sequence[FieldSpec] = (),
     ) -> None:
         self.plan = SamplingPlan.for_specs(specs, dependencies)
+        self._next_plan: SamplingPlan | None = None  # set_specs: taken at the start of the next cycle
         self.mig_check_interval_s = mig_check_interval_s
         self.interval_s = interval_s
         self.process_interval_s = process_interval_s  # None: process lists are not read
@@ -265,8 +266,21 @@ class Sampler:
 
     # -- one cycle -----------------------------------------------------------------------------
 
+    def set_specs(self, specs: Sequence[FieldSpec], dependencies: Sequence[FieldSpec] = ()) -> None:
+        """Read other fields from the next cycle on (a new counters CSV). Safe from any thread: the
+        sampling thread swaps the plan between cycles, never in the middle of one."""
+        self._next_plan = SamplingPlan.for_specs(specs, dependencies)
+
+    def _take_next_plan(self) -> None:
+        plan, self._next_plan = self._next_plan, None
+        if plan is not None:
+            self.plan = plan
+            for state in self._states:
+                state.static_results = None  # the new plan may need other static queries
+
     def run_cycle(self) -> Snapshot:
         """Read every GPU once and publish the snapshot (also used directly by tests)."""
+        self._take_next_plan()
         started = self._clock()
         calls_before = self.nvml.total_calls
         readings: list[DeviceReading] = []

@@ -42,6 +42,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
+from exporter.simulate.fakeaccess import ACCESS_REVIEW_PATH, AccessRules
+
 JsonObject = dict[str, Any]
 
 DEFAULT_HISTORY = 10_000
@@ -111,6 +113,7 @@ class FakeApiServer:
         self.token = token
         self.ssl_context = ssl_context
         self.authorizations: list[str] = []  # each request's Authorization header ("" when absent)
+        self.access = AccessRules()  # RBAC of the simulated identity: 403s and SelfSubjectAccessReview answers
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -582,6 +585,10 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 _send(self, 404, json.dumps(_status(404, "NotFound", "the server could not find the "
                                                     "requested resource")).encode())
                 return
+            verb = "watch" if watching else "list"
+            if not api.access.allows(verb, resource):
+                _send(self, 403, json.dumps(api.access.forbidden_status(verb, resource)).encode())
+                return
             selector = _parse_field_selector(query.get("fieldSelector", ""))
             if selector is None:
                 _send(self, 400, json.dumps(_status(400, "BadRequest", "unsupported field selector "
@@ -591,6 +598,21 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 api.handle_watch(self, resource, selector, query)
             else:
                 api.handle_list(self, resource, selector)
+
+        def do_POST(self) -> None:
+            """SelfSubjectAccessReview only (``api.access`` answers it); anything else does not exist here."""
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            api.requests.append(("create", urlsplit(self.path).path, {}))
+            if api.token is not None and self.headers.get("Authorization", "") != f"Bearer {api.token}":
+                _send(self, 401, json.dumps(_status(401, "Unauthorized", "Unauthorized")).encode())
+                return
+            if urlsplit(self.path).path != ACCESS_REVIEW_PATH:
+                _send(self, 404, json.dumps(_status(404, "NotFound", "the server could not find the "
+                                                    "requested resource")).encode())
+                return
+            code, answer = api.access.review(body)
+            _send(self, code, json.dumps(answer).encode())
 
     return Handler
 

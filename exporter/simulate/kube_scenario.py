@@ -34,6 +34,8 @@ Schema (every key but ``pods[].name`` and ``containers[].name`` is optional)::
                 - {gpu: 2, mig: 3}              # MIG GPU instance 3 of GPU 2
                 - {gpu: 3, resource: nvidia.com/a100}   # a renamed resource
               pids: [4242, 4243]      # host PIDs of this container's GPU processes
+      faults: {kubelet: missing, api_server: unreachable, forbidden: [namespaces], ...}
+                                      # a broken node (exporter.simulate.kube_faults)
 
 Resource names default to ``nvidia.com/gpu`` (whole GPU), ``nvidia.com/gpu.shared`` (replica)
 and ``nvidia.com/mig-<profile>`` (MIG), as the NVIDIA device plugin advertises them.
@@ -55,6 +57,7 @@ import yaml
 from exporter.config import ConfigError
 from exporter.simulate.fakeapiserver import FakeApiServer, stable_uid
 from exporter.simulate.fakekubelet import FakeContainer, FakeKubelet, FakePod
+from exporter.simulate.kube_faults import KubernetesFaults, apply_api_faults, apply_kubelet_faults, parse_faults
 from exporter.snapshot import DeviceIdentity, MigIdentity
 
 SECTION = "kubernetes"
@@ -115,6 +118,7 @@ class KubernetesScenario:
     namespaces: tuple[ScenarioNamespace, ...] = ()
     pods: tuple[ScenarioPod, ...] = ()
     source: str = "<scenario>"
+    faults: KubernetesFaults = field(default_factory=KubernetesFaults)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,7 +285,7 @@ def parse_kubernetes_section(section: object, source: str = "<scenario>") -> Kub
     if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null"):
         return KubernetesScenario(source=source)
     fields = walker.mapping(node, SECTION, ("node", "gpu_id_type", "runtime", "cgroup_driver",
-                                            "cgroup_version", "host_pids", "namespaces", "pods"))
+                                            "cgroup_version", "host_pids", "namespaces", "pods", "faults"))
 
     def get(name: str, parse: Callable[[yaml.Node, str], Any], default: Any) -> Any:
         return parse(fields[name][1], f"{SECTION}.{name}") if name in fields else default
@@ -330,6 +334,7 @@ def parse_kubernetes_section(section: object, source: str = "<scenario>") -> Kub
         namespaces=tuple(namespaces.values()),
         pods=tuple(pods.values()),
         source=source,
+        faults=get("faults", lambda n, k: parse_faults(walker, n, k), KubernetesFaults()),
     )
 
 
@@ -495,6 +500,7 @@ def start_simulated_cluster(section: KubernetesScenario, devices: Sequence[Devic
 
     apiserver = FakeApiServer(section.node).start()
     kubelet = FakeKubelet(socket_path, fake_pods)
+    apply_kubelet_faults(section.faults, kubelet)
     try:
         for namespace in section.namespaces:
             apiserver.add_namespace(namespace.name, dict(namespace.labels))
@@ -506,7 +512,11 @@ def start_simulated_cluster(section: KubernetesScenario, devices: Sequence[Devic
             apiserver.add_pod(pod.namespace, pod.name, uid=pod.uid, labels=dict(pod.labels),
                               containers=statuses(False), init_containers=statuses(True))
         kubeconfig = apiserver.write_kubeconfig(root / "kubeconfig")
-        kubelet.start()
+        apply_api_faults(section.faults, apiserver)
+        if section.faults.kubelet_runs:
+            kubelet.start()
+        else:
+            socket_dir.mkdir(parents=True, exist_ok=True)  # the directory is there, the kubelet's socket is not
     except BaseException:
         apiserver.stop()
         for path in cleanup:

@@ -28,6 +28,7 @@ from yaml.constructor import SafeConstructor
 
 from exporter.config import ConfigError
 from exporter.simulate import patterns
+from exporter.simulate.latency_file import load_latency_file
 from exporter.simulate.models import DEFAULT_MODEL, MIG_PROFILES, PRESETS, Features, GpuModel, check_mig_layout
 from exporter.simulate.patterns import (
     ALWAYS,
@@ -56,7 +57,8 @@ driver: {version: "550.90.07", nvml_version: "12.550.90.07", cuda_version: 12040
 gpu_count: int                        # default 1 (1..1024)
 gpu_defaults: GPU                     # settings applied to every GPU
 gpus: {INDEX: GPU, ...}               # per-GPU overrides by NVML index (< gpu_count)
-latency_profile: none | realistic     # default none (no injected latency)
+latency_profile: none | realistic | FILE.json   # default none; a .json file measured by scripts/test-gpu
+                                      # (relative to this file) replaces the realistic estimates it covers
 latency: {SYMBOL: DURATION, field_value: DURATION}   # per-call overrides; field_value = per entry
 library:
   missing: bool                       # nvmlInitWithFlags -> NVML_ERROR_LIBRARY_NOT_FOUND forever
@@ -64,7 +66,7 @@ library:
   init_fails: {error: CODE, until: DURATION, calls: int}   # init fails while either holds
 faults:
   - {type: error, symbol: SYMBOL, error: CODE, gpu: int, from: DURATION, until: DURATION, field: int}
-  - {type: gpu_lost, gpu: int, at: DURATION}
+  - {type: gpu_lost, gpu: int, at: DURATION, until: DURATION}   # until: answers again (reset)
   - {type: hang, symbol: SYMBOL, gpu: int, at: DURATION, duration: DURATION,
      holds_driver_lock: bool, error: CODE}
 kubernetes: any                       # reserved: stored raw for the kubelet/API-server fakes
@@ -745,6 +747,7 @@ class XidEventSpec:
 class GpuLostFault:
     gpu: int
     at: float = 0.0
+    until: float = INFINITY  # answers again from here on (a reset)
 
 
 @dataclass(frozen=True)
@@ -1253,11 +1256,14 @@ def _faults(value: YamlValue, count: int) -> tuple[tuple[ErrorFault, ...], tuple
             gpu = _get(keys, "gpu", lambda v: _gpu_index(v, count), None)
             errors.append(ErrorFault(symbol, _code(keys["error"]), gpu, window, field_id))
         elif kind == "gpu_lost":
-            keys = item.mapping(("type", "gpu", "at"))
+            keys = item.mapping(("type", "gpu", "at", "until"))
             if "gpu" not in keys:
                 raise item.error("a gpu_lost fault needs 'gpu'")
             at = _get(keys, "at", YamlValue.duration, 0.0)
-            lost.append(GpuLostFault(_gpu_index(keys["gpu"], count), at))
+            until = _get(keys, "until", YamlValue.duration, INFINITY)
+            if until <= at:
+                raise keys["until"].error("'until' must be later than 'at'")
+            lost.append(GpuLostFault(_gpu_index(keys["gpu"], count), at, until))
         else:
             keys = item.mapping(("type", "symbol", "gpu", "at", "duration", "holds_driver_lock", "error"))
             for needed in ("symbol", "duration"):
@@ -1338,10 +1344,13 @@ def _library(value: YamlValue) -> LibrarySpec:
 
 
 def _latency(top: Mapping[str, YamlValue]) -> tuple[str, dict[str, float], float]:
-    profile = top["latency_profile"].choice(LATENCY_PROFILES, "latency profile") \
-        if "latency_profile" in top else "none"
-    latency: dict[str, float] = dict(REALISTIC_LATENCY_S) if profile == "realistic" else {}
-    per_field = REALISTIC_FIELD_VALUE_LATENCY_S if profile == "realistic" else 0.0
+    profile = _latency_profile(top["latency_profile"]) if "latency_profile" in top else "none"
+    latency: dict[str, float] = dict(REALISTIC_LATENCY_S) if profile != "none" else {}
+    per_field = REALISTIC_FIELD_VALUE_LATENCY_S if profile != "none" else 0.0
+    if profile.endswith(".json"):  # measured on a GPU node (scripts/test-gpu): replaces the estimates it covers
+        measured = load_latency_file(profile, NVML_SYMBOLS)
+        latency.update(measured.per_call)
+        per_field = per_field if measured.field_value is None else measured.field_value
     if "latency" in top:
         for name, item in top["latency"].mapping((*NVML_SYMBOLS, FIELD_VALUE_LATENCY_KEY)).items():
             if name == FIELD_VALUE_LATENCY_KEY:
@@ -1349,6 +1358,15 @@ def _latency(top: Mapping[str, YamlValue]) -> tuple[str, dict[str, float], float
             else:
                 latency[name] = item.duration()
     return profile, {name: seconds for name, seconds in latency.items() if seconds > 0}, per_field
+
+
+def _latency_profile(value: YamlValue) -> str:
+    """``none``, ``realistic``, or a measured-latency JSON file (relative to the scenario file)."""
+    text = value.string()
+    if not text.endswith(".json"):
+        return value.choice(LATENCY_PROFILES, "latency profile")
+    path = Path(text)
+    return str(path if path.is_absolute() else Path(value.source).parent / path)
 
 
 def _cuda_version(value: YamlValue) -> int:

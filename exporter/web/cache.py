@@ -22,6 +22,7 @@ from exporter.logs import get_logger
 from exporter.metrics.exposition import (
     OPENMETRICS_CONTENT_TYPE,
     TEXT_CONTENT_TYPE,
+    counters_need_text,
     encode_openmetrics,
     encode_text,
     gzip_bytes,
@@ -39,6 +40,8 @@ class RenderedExposition:
         self._variants: dict[tuple[bool, bool], bytes] = {(False, False): encode_text(families)}
         self._lock = threading.Lock()
         self.series = sum(len(family.samples) for family in families)
+        # OpenMetrics would type dcgm-exporter's counters (no _total) "unknown": negotiation then prefers text.
+        self.counters_need_text = counters_need_text(families)
 
     def body(self, openmetrics: bool, compressed: bool) -> bytes:
         key = (openmetrics, compressed)

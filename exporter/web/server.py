@@ -9,7 +9,8 @@ Built on the standard library's ``http.server`` with two changes that matter und
   so one slow or plain-HTTP client cannot block others.
 
 A scrape does no I/O besides the socket: it picks the cached bytes for the negotiated format
-(OpenMetrics or text 0.0.4, gzip or not) and writes them. Connections close after each response
+(OpenMetrics or text 0.0.4, gzip or not; ``exporter.metrics.exposition.wants_openmetrics`` keeps
+dcgm-exporter's counters typed ``counter``) and writes them. Connections close after each response
 (HTTP/1.0 semantics): Prometheus reconnects cheaply, and idle keep-alive connections cannot pin
 the bounded worker pool.
 """
@@ -28,6 +29,7 @@ from typing import Any
 
 from exporter import __version__
 from exporter.logs import get_logger
+from exporter.metrics.exposition import wants_openmetrics
 from exporter.web.cache import ExpositionCache
 from exporter.web.health import HealthReport
 
@@ -75,27 +77,6 @@ def parse_address(address: str) -> tuple[str, int]:
     """``:9400`` -> ("", 9400); ``[::1]:9400`` -> ("::1", 9400); ``127.0.0.1:0`` -> ("127.0.0.1", 0)."""
     host, _, port = address.rpartition(":")
     return host.strip("[]"), int(port)
-
-
-def wants_openmetrics(accept: str) -> bool:
-    """Pick OpenMetrics only when the client weighs it at least as high as the text format."""
-    best_om = best_text = -1.0
-    for part in accept.split(","):
-        media, *params = (piece.strip() for piece in part.split(";"))
-        quality = 1.0
-        for param in params:
-            key, _, value = param.partition("=")
-            if key.strip().lower() == "q":
-                try:
-                    quality = float(value)
-                except ValueError:
-                    quality = 0.0
-        media = media.lower()
-        if media == "application/openmetrics-text":
-            best_om = max(best_om, quality)
-        elif media in {"text/plain", "*/*", "text/*"}:
-            best_text = max(best_text, quality)
-    return best_om > 0 and best_om >= best_text
 
 
 def accepts_gzip(accept_encoding: str) -> bool:
@@ -153,7 +134,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             exposition = owner.cache.current
-            openmetrics = wants_openmetrics(self.headers.get("Accept", ""))
+            openmetrics = wants_openmetrics(self.headers.get("Accept", ""),
+                                            counters_need_text=exposition.counters_need_text)
             compressed = accepts_gzip(self.headers.get("Accept-Encoding", ""))
             body = exposition.body(openmetrics, compressed)
             extra = {"Vary": "Accept, Accept-Encoding"}
@@ -194,13 +176,18 @@ class _BoundedHTTPServer(http.server.HTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], family: socket.AddressFamily, owner: ExporterHTTPServer,
-                 workers: int) -> None:
+                 workers: int, listener: socket.socket | None = None) -> None:
         self.address_family = family
         self.owner = owner
         self._slots = threading.BoundedSemaphore(workers)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="http")
         self._closing = threading.Event()
         super().__init__(address, _Handler, bind_and_activate=False)
+        if listener is not None:  # already bound and listening (systemd socket activation)
+            self.socket.close()
+            self.socket = listener
+            self.server_address = listener.getsockname()
+            return
         if family == socket.AF_INET6:
             with contextlib.suppress(OSError):  # a platform without dual-stack sockets keeps IPv6 only
                 self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
@@ -284,10 +271,15 @@ class ExporterHTTPServer:
     """Owns the listening socket and the serving thread."""
 
     def __init__(self, address: str, cache: ExpositionCache, health: Callable[[], HealthReport],
-                 max_requests: int = 32, security: WebSecurity | None = None) -> None:
+                 max_requests: int = 32, security: WebSecurity | None = None, *,
+                 listener: socket.socket | None = None) -> None:
         self.cache = cache
         self.health = health
         self.security = security or WebSecurity()
+        self._thread: threading.Thread | None = None
+        if listener is not None:  # --web-systemd-socket: exporter.web.socket_activation
+            self._server = _BoundedHTTPServer(("", 0), listener.family, self, max_requests, listener)
+            return
         host, port = parse_address(address)
         family = socket.AF_INET6 if (":" in host or host == "") and socket.has_ipv6 else socket.AF_INET
         bind_host = host if host else ("::" if family == socket.AF_INET6 else "0.0.0.0")  # noqa: S104 - ":9400" means all
@@ -297,7 +289,6 @@ class ExporterHTTPServer:
             if host or family != socket.AF_INET6:
                 raise
             self._server = _BoundedHTTPServer(("0.0.0.0", port), socket.AF_INET, self, max_requests)  # noqa: S104
-        self._thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:

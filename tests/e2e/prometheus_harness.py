@@ -148,7 +148,9 @@ class PrometheusHarness:
     labels; ``target_labels`` are added to every target (e.g. ``{"Hostname": "node-a"}``, the
     relabelling docs/alerts.md recommends). ``extra_jobs`` adds scrape jobs of other programs
     (job name -> targets, same interval), e.g. a stand-in for kube-state-metrics, so that series
-    from other exporters keep their own ``job`` as in a real cluster.
+    from other exporters keep their own ``job`` as in a real cluster. ``storage_path`` serves an
+    existing TSDB (e.g. backfilled blocks; kept on stop) instead of a throw-away one, with
+    ``retention`` and any ``extra_flags`` (e.g. ``--query.lookback-delta=60s``).
     """
 
     def __init__(
@@ -164,6 +166,9 @@ class PrometheusHarness:
         target_labels: Mapping[str, str] | None = None,
         extra_jobs: Mapping[str, Sequence[str]] | None = None,
         prometheus_binary: str | None = None,
+        storage_path: Path | None = None,
+        retention: str = "1d",
+        extra_flags: Sequence[str] = (),
         startup_timeout_s: float = 60.0,
     ) -> None:
         self.targets = list(targets)
@@ -177,6 +182,9 @@ class PrometheusHarness:
         self.extra_jobs = {job: list(targets) for job, targets in (extra_jobs or {}).items()}
         self.prometheus_binary = prometheus_binary
         self.startup_timeout_s = startup_timeout_s
+        self.storage_path = storage_path
+        self.retention = retention
+        self.extra_flags = list(extra_flags)
         self.port = 0
         self.workdir: Path | None = None
         self.process: subprocess.Popen[bytes] | None = None
@@ -212,10 +220,11 @@ class PrometheusHarness:
         config_path.write_text(yaml.safe_dump(self.config(), sort_keys=False), encoding="utf-8")
         self.port = free_port()
         log = (self.workdir / "prometheus.log").open("wb")
+        storage = self.storage_path or self.workdir / "data"
         self.process = subprocess.Popen(
-            [binary, f"--config.file={config_path}", f"--storage.tsdb.path={self.workdir / 'data'}",
+            [binary, f"--config.file={config_path}", f"--storage.tsdb.path={storage}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
-             "--storage.tsdb.retention.time=1d"],
+             f"--storage.tsdb.retention.time={self.retention}", *self.extra_flags],
             stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
         log.close()
         try:

@@ -65,12 +65,13 @@ def test_time_sliced_gpu_keeps_every_sharing_container() -> None:
     ]
 
 
-def test_one_container_with_one_replica_is_still_shared() -> None:
+def test_one_container_holding_replicas_is_the_only_holder_not_a_share() -> None:
     index = build_allocation_index(
-        _listing(("a", "p", [("c", [f"{GPU1}::1"])])), DeviceCatalog(DEVICES, MIGS)
+        _listing(("a", "p", [("c", [f"{GPU1}::1", f"{GPU1}::4"])])), DeviceCatalog(DEVICES, MIGS)
     )
     allocation = index.get(GpuKey(GPU1))
-    assert allocation is not None and allocation.shared
+    assert allocation is not None and not allocation.shared and allocation.replicated
+    assert allocation.holders[0].replica_ids == ("1", "4")
 
 
 def test_two_containers_with_the_same_plain_id_are_shared() -> None:
@@ -101,7 +102,8 @@ def test_replicated_mig_device() -> None:
         _listing(("a", "p", [("c", [f"{MIG_B}::7"])])), DeviceCatalog(DEVICES, MIGS)
     )
     allocation = index.get(GpuKey(GPU2, 5))
-    assert allocation is not None and allocation.shared and allocation.holders[0].replica_ids == ("7",)
+    assert allocation is not None and allocation.replicated and not allocation.shared
+    assert allocation.holders[0].replica_ids == ("7",)
 
 
 def test_gke_device_names() -> None:

@@ -10,8 +10,22 @@ from pathlib import Path
 import pytest
 
 from exporter.config import Config
-from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution, Workload
-from exporter.kube.metadata import WatchTimeouts
+from exporter.kube.allocation import build_allocation_index
+from exporter.kube.attribution import (
+    AttributionSnapshot,
+    KubernetesAttribution,
+    Workload,
+    WorkloadFactory,
+    join_attribution,
+)
+from exporter.kube.deviceids import DeviceCatalog
+from exporter.kube.metadata import MetadataView, WatchTimeouts
+from exporter.kube.podresources.listing import (
+    AssignedDevice,
+    ContainerAssignment,
+    PodAssignment,
+    PodResourcesListing,
+)
 from exporter.kube.series import LabeledDevice, workload_label_sets
 from exporter.simulate.fakeapiserver import FakeApiServer
 from exporter.simulate.fakekubelet import FakeContainer, FakeKubelet, FakePod
@@ -307,3 +321,62 @@ def test_a_failing_callback_does_not_kill_the_sources(cluster: Cluster) -> None:
         poll(lambda: attribution.snapshot(DEVICES, MIGS).allocation(GPU0) is None, what="later changes")
     finally:
         attribution.stop()
+
+
+# --- time-slicing / MPS replica IDs: who gets the device's labels ---------------------------------
+# From the kubelet's device IDs to the workload labels on the GPU's own series, through the same
+# pure steps the facade runs (index -> join -> label sets): a device held by exactly one container,
+# whole or through any number of replica IDs, carries that container's labels; a device held by
+# several containers carries none (default) or one copy per container (--kubernetes-virtual-gpus).
+
+_REPLICA_CASES = {
+    "whole GPU": ([("trainer", [GPU0])], GPU0, None),
+    "one replica": ([("trainer", [f"{GPU0}::0"])], GPU0, None),
+    "several replicas of one GPU": ([("trainer", [f"{GPU0}::1", f"{GPU0}::5", f"{GPU0}::3"])], GPU0, None),
+    "GKE time-sharing slot": ([("trainer", ["nvidia2/vgpu0"])], GPU0, None),  # minor 2 is GPU0
+    "GKE name with a replica suffix": ([("trainer", ["nvidia2::4"])], GPU0, None),
+    "replicated MIG device": ([("trainer", [f"{MIG_A}::7"])], GPU2, 3),
+    "GKE MIG name with a replica suffix": ([("trainer", ["nvidia1/gi3::2"])], GPU2, 3),
+    "two containers through replicas": ([("trainer", [f"{GPU0}::0"]), ("eval", [f"{GPU0}::1"])], GPU0, None),
+    "two containers, the same plain ID": ([("trainer", [GPU0]), ("eval", [GPU0])], GPU0, None),
+}
+
+
+def _replica_labels(holders: list[tuple[str, list[str]]], uuid: str, gpu_instance_id: int | None,
+                    config: Config) -> list[dict[str, str]]:
+    listing = PodResourcesListing(pods=tuple(
+        PodAssignment("ml", f"{container}-0", (ContainerAssignment(container, tuple(
+            sorted(AssignedDevice("nvidia.com/gpu.shared", device) for device in ids))),))
+        for container, ids in holders))
+    index = build_allocation_index(listing, DeviceCatalog(DEVICES, MIGS))
+    assert not index.unmatched_device_ids
+    parts = join_attribution(index, True, None, MetadataView(), WorkloadFactory(config))
+    snapshot = AttributionSnapshot(allocation_known=True, allocations=parts.allocations)
+    device = LabeledDevice(uuid, gpu_instance_id, {"gpu": "0", "UUID": uuid})
+    return workload_label_sets(snapshot, device, config)
+
+
+@pytest.mark.parametrize("case", [case for case in _REPLICA_CASES if not case.startswith("two")])
+def test_a_device_held_by_one_container_carries_its_labels_however_it_is_named(case: str) -> None:
+    holders, uuid, gpu_instance_id = _REPLICA_CASES[case]
+    config = Config(kubernetes=True)
+    assert _replica_labels(holders, uuid, gpu_instance_id, config) == [
+        {"container": "trainer", "namespace": "ml", "pod": "trainer-0"}]
+
+
+@pytest.mark.parametrize("case", [case for case in _REPLICA_CASES if case.startswith("two")])
+def test_a_device_held_by_two_containers_carries_no_single_pod(case: str) -> None:
+    holders, uuid, gpu_instance_id = _REPLICA_CASES[case]
+    assert _replica_labels(holders, uuid, gpu_instance_id, Config(kubernetes=True)) == [{}]
+
+
+def test_virtual_gpu_mode_repeats_per_container_with_its_lowest_replica() -> None:
+    config = Config(kubernetes=True, kubernetes_virtual_gpus=True)
+    holders, uuid, gpu_instance_id = _REPLICA_CASES["two containers through replicas"]
+    assert _replica_labels(holders, uuid, gpu_instance_id, config) == [
+        {"container": "eval", "namespace": "ml", "pod": "eval-0", "vgpu": "1"},
+        {"container": "trainer", "namespace": "ml", "pod": "trainer-0", "vgpu": "0"},
+    ]
+    holders, uuid, gpu_instance_id = _REPLICA_CASES["several replicas of one GPU"]
+    assert _replica_labels(holders, uuid, gpu_instance_id, config) == [
+        {"container": "trainer", "namespace": "ml", "pod": "trainer-0", "vgpu": "1"}]

@@ -22,6 +22,9 @@ from .helpers import DEVICES, GPU0, GPU1, GPU2, MIG_A, MIG_B, MIGS
         ("nvidia12/vgpu4", DeviceIdKind.DEVICE_NAME, "4", None),
         ("nvidia1/gi3", DeviceIdKind.DEVICE_NAME_MIG, None, 3),
         ("nvidia1/gi3/vgpu1", DeviceIdKind.DEVICE_NAME_MIG, "1", 3),
+        ("nvidia0::3", DeviceIdKind.DEVICE_NAME, "3", None),
+        ("nvidia1/gi3::2", DeviceIdKind.DEVICE_NAME_MIG, "2", 3),
+        ("nvidia0::", DeviceIdKind.OPAQUE, None, None),
         ("tegra", DeviceIdKind.OPAQUE, None, None),
         ("all", DeviceIdKind.OPAQUE, None, None),
         (f"{GPU0}::x", DeviceIdKind.OPAQUE, None, None),
@@ -59,6 +62,8 @@ def test_legacy_mig_id_carries_its_parent_and_compute_instance() -> None:
         ("nvidia2/vgpu1", GpuKey(GPU0)),
         ("nvidia1/gi3", GpuKey(GPU2, 3)),
         ("nvidia1/gi5/vgpu0", GpuKey(GPU2, 5)),
+        ("nvidia0::1", GpuKey(GPU1)),
+        ("nvidia1/gi3::0", GpuKey(GPU2, 3)),
     ],
 )
 def test_resolve_to_gpu_or_mig_instance(raw: str, expected: GpuKey) -> None:

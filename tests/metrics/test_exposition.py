@@ -8,7 +8,13 @@ from prometheus_client.core import Metric
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from exporter.metrics.exposition import encode_openmetrics, encode_text, gzip_bytes
+from exporter.metrics.exposition import (
+    counters_need_text,
+    encode_openmetrics,
+    encode_text,
+    gzip_bytes,
+    wants_openmetrics,
+)
 
 NASTY = 'quote " backslash \\ newline \n unicode ☃ ' + "x" * 10_000
 
@@ -69,3 +75,23 @@ def test_a_lone_surrogate_becomes_the_replacement_character_in_both_formats() ->
     for encode, parse in ((encode_text, parse_text), (encode_openmetrics, parse_openmetrics)):
         [family] = [family for family in parse(encode([team]).decode("utf-8")) if family.samples]
         assert family.samples[0].labels["team"] == "bad\ufffdteam"
+
+
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+                     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+
+
+def test_dcgm_counters_make_negotiation_answer_in_text_where_they_stay_counters() -> None:
+    """Prometheus asks for OpenMetrics first; OpenMetrics would type DCGM's counters "unknown"."""
+    assert counters_need_text(families())
+    assert not wants_openmetrics(PROMETHEUS_ACCEPT, counters_need_text=True)
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in encode_text(families()).decode()
+
+
+def test_openmetrics_when_it_loses_nothing_or_is_all_the_client_takes() -> None:
+    conforming = [family for family in families() if family.name != "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]
+    assert not counters_need_text(conforming)
+    assert wants_openmetrics(PROMETHEUS_ACCEPT, counters_need_text=False)
+    assert wants_openmetrics("application/openmetrics-text; version=1.0.0", counters_need_text=True)
+    assert not wants_openmetrics("text/plain", counters_need_text=False)
+    assert not wants_openmetrics("application/openmetrics-text;q=0", counters_need_text=False)

@@ -278,8 +278,9 @@ def test_simulated_cluster_feeds_the_real_attribution(
         assert (
             trainer.holders[0].workload.team == "research" and trainer.holders[0].workload.pod == "trainer-0"
         )
-        shared = snapshot.allocation(GPUS[1].uuid)
-        assert shared is not None and shared.shared and shared.holders[0].replica_ids == ("0",)
+        # One container through a time-slicing replica: its only holder, so not shared (it gets the labels).
+        replica = snapshot.allocation(GPUS[1].uuid)
+        assert replica is not None and not replica.shared and replica.holders[0].replica_ids == ("0",)
         mig = snapshot.allocation(GPUS[2].uuid, 3)
         assert mig is not None and mig.holders[0].workload.namespace == "serving"
 

@@ -59,21 +59,35 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* Image ------------------------------------------------------------------------------------ */}}
 
 {{- define "gpu-pod-exporter.image" -}}
+{{- $registry := .Values.image.registry -}}
 {{- $repository := .Values.image.repository -}}
-{{- if .Values.image.registry -}}
-{{- $repository = printf "%s/%s" .Values.image.registry .Values.image.repository -}}
+{{- $tag := .Values.image.tag -}}
+{{- if include "gpu-pod-exporter.upstreamImage" . -}}
+{{- /* A values file written for dcgm-exporter's chart still names its image (and tag): run ours. */ -}}
+{{- $registry = include "gpu-pod-exporter.defaultRegistry" . -}}
+{{- $repository = include "gpu-pod-exporter.defaultRepository" . -}}
+{{- $tag = "" -}}
+{{- end -}}
+{{- with (.Values.global | default dict).imageRegistry -}}
+{{- $registry = . -}}
+{{- end -}}
+{{- /* A repository that starts with a registry host (dcgm-exporter's chart takes complete names) gets no prefix. */ -}}
+{{- $first := splitList "/" $repository | first -}}
+{{- if and $registry (not (and (gt (len (splitList "/" $repository)) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")))) -}}
+{{- $repository = printf "%s/%s" $registry $repository -}}
 {{- end -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s@%s" $repository .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion $tag) -}}
 {{- end -}}
 {{- end -}}
 
 {{/* Prometheus Operator CRDs: rendered when the API is served, or when forced. ----------------- */}}
 
 {{- define "gpu-pod-exporter.serviceMonitorEnabled" -}}
-{{- if and .Values.serviceMonitor.enabled (or .Values.serviceMonitor.force (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) -}}
+{{- $api := printf "%s/ServiceMonitor" (default "monitoring.coreos.com/v1" .Values.serviceMonitor.apiVersion) -}}
+{{- if and .Values.serviceMonitor.enabled (or .Values.serviceMonitor.force (.Capabilities.APIVersions.Has $api)) -}}
 true
 {{- end -}}
 {{- end -}}

@@ -1,0 +1,246 @@
+"""The Kubernetes API server: reachable, how the exporter authenticates, RBAC, and the node name.
+
+The connection is the exporter's own (``exporter.kube.apiserver.build_lists``: in-cluster service
+account or the kubeconfig, same TLS and credentials); the doctor adds only a POST for
+``SelfSubjectAccessReview``, which asks the API server whether *these* credentials may do each
+thing the exporter needs. Any authenticated identity may create one (``system:basic-user``), so it
+answers even when the exporter's own RBAC is missing, and it names the missing verb precisely
+where a failing watch only says 403.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+
+from exporter.config import Config
+from exporter.doctor.deadline import run_with_deadline
+from exporter.doctor.report import Row, degraded, failed, ok, skipped
+from exporter.kube.apiserver import ApiEndpoint, HttpLists, build_lists
+from exporter.kube.metadata import CoreV1Lists, describe_api_error
+
+SECTION = "kubernetes api"
+ACCESS_REVIEW_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+# What the exporter's watches do (exporter.kube.metadata): list + watch of pods on its node, of namespaces.
+REQUIRED_ACCESS: tuple[tuple[str, str], ...] = (("list", "pods"), ("watch", "pods"),
+                                                ("list", "namespaces"), ("watch", "namespaces"))
+
+
+def required_access(config: Config) -> list[dict[str, str]]:
+    """SelfSubjectAccessReview resource attributes for every request this configuration makes."""
+    wanted = [{"verb": verb, "resource": resource, "group": ""} for verb, resource in REQUIRED_ACCESS]
+    if config.configmap_data:  # -m namespace:name: the counters CSV is read from that ConfigMap
+        namespace, _, name = config.configmap_data.partition(":")
+        wanted.append({"verb": "get", "resource": "configmaps", "group": "", "namespace": namespace, "name": name})
+    return wanted
+
+CONFIG_HINT = ("in a pod: give it a ServiceAccount with automountServiceAccountToken: true (the chart does); "
+               "outside the cluster: --kubeconfig (KUBECONFIG)")
+UNREACHABLE_HINT = ("the API server cannot be reached from here: check egress NetworkPolicies to the API server and "
+                    "KUBERNETES_SERVICE_HOST/_PORT (or the kubeconfig's server)")
+AUTH_HINT = ("the API server rejects these credentials: an expired or foreign token (recreate the pod to refresh "
+             "its token) or a kubeconfig for another cluster")
+RBAC_HINT = ("the exporter's ClusterRole must allow get, list and watch on pods and namespaces, bound to its "
+             "ServiceAccount (the chart's rbac.create: true does it)")
+CONFIGMAP_RBAC_HINT = ("with -m the exporter reads its counters from that ConfigMap: it needs get on it (the chart "
+                       "creates a Role and RoleBinding in the ConfigMap's namespace when -m is in its args or env)")
+NODE_HINT = "set NODE_NAME from the downward API (fieldRef spec.nodeName), as the chart does"
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    body: Any
+
+
+class _Requests:
+    """A GET and a POST of JSON over the exporter's own API connection (whichever kind it built)."""
+
+    def __init__(self, lists: Any, timeout_s: float) -> None:
+        self.lists = lists
+        self.timeout_s = timeout_s
+        self._pool: urllib3.PoolManager | None = None
+        if isinstance(lists, HttpLists):
+            self._pool = _ReviewPool(lists.endpoint).pool
+
+    @property
+    def supported(self) -> bool:
+        return self._pool is not None or isinstance(self.lists, CoreV1Lists)
+
+    def request(self, method: str, path: str, body: Any = None) -> _Answer:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Accept": "application/json", "Content-Type": "application/json", "User-Agent": "gpu-pod-exporter"}
+        if self._pool is not None:
+            endpoint: ApiEndpoint = self.lists.endpoint
+            authorization = endpoint.authorization()
+            if authorization:
+                headers["Authorization"] = authorization
+            response = self._pool.request(method, endpoint.server + path, body=data, headers=headers, retries=False,
+                                          timeout=urllib3.Timeout(connect=self.timeout_s, read=self.timeout_s))
+            return _Answer(response.status, _json(response.data))
+        api_client = self.lists.api_client
+        serialized = api_client.param_serialize(method, path, body=body, header_params=headers,
+                                                auth_settings=["BearerToken"])
+        response = api_client.call_api(*serialized, _request_timeout=(self.timeout_s, self.timeout_s))
+        return _Answer(response.status, _json(response.read()))
+
+
+class _ReviewPool(HttpLists):
+    """The exporter's connection settings (TLS, CA, client certificate) as a pool the doctor may POST with."""
+
+    @property
+    def pool(self) -> urllib3.PoolManager:
+        return self._pool
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return json.loads(data or b"null")
+    except ValueError:
+        return None
+
+
+def describe_auth(lists: Any) -> str:
+    if isinstance(lists, HttpLists):
+        endpoint = lists.endpoint
+        if endpoint.token_file:
+            how = f"bearer token from {endpoint.token_file}"
+        elif endpoint.token:
+            how = "bearer token"
+        elif endpoint.client_cert_pem is not None:
+            how = "client certificate"
+        elif endpoint.basic_auth:
+            how = "basic auth"
+        else:
+            how = "no credentials (anonymous)"
+        return f"{endpoint.server} as {endpoint.source}, {how}"
+    return "a kubeconfig only the kubernetes package can use (exec plugin, auth provider or proxy)"
+
+
+def check_api(config: Config, timeout_s: float) -> list[Row]:
+    if not config.kubernetes:
+        return [skipped(SECTION, "connection", "Kubernetes attribution is off: the API server is not used")]
+    built = run_with_deadline(lambda: build_lists(config.kubeconfig), timeout_s, "doctor-api-config")
+    if not built.finished or built.error is not None:
+        error = str(built.error) if built.error is not None else f"not ready within {timeout_s:g} s"
+        return [failed(SECTION, "connection", f"not configured: {error}", CONFIG_HINT)]
+    lists = built.value
+    rows = [ok(SECTION, "authentication", describe_auth(lists))]
+    node = config.node_name or socket.gethostname()
+    listed = run_with_deadline(lambda: _pods_on_node(lists, node, timeout_s), timeout_s + 1.0, "doctor-api-list")
+    if not listed.finished:
+        rows.append(failed(SECTION, "connection", f"listing pods did not answer within {timeout_s:g} s",
+                           UNREACHABLE_HINT))
+        return rows
+    pods: int | None = None
+    if listed.error is not None:
+        rows.append(_request_failed("connection", "pods", listed.error))
+        if getattr(listed.error, "status", None) != 403:  # unreachable or unauthenticated: nothing more to ask
+            rows.append(skipped(SECTION, "access", "not checked: the API server did not accept a request"))
+            return rows
+    else:
+        pods = listed.value
+        rows.append(ok(SECTION, "connection", f"reachable: lists {pods} pods on node {node}", pods=pods))
+    try:
+        requests = _Requests(lists, timeout_s)
+    except Exception as exc:  # noqa: BLE001 - TLS material that loaded once cannot fail twice, but say so if it does
+        rows.append(failed(SECTION, "access", f"cannot send requests: {exc}", CONFIG_HINT))
+        return rows
+    rows.extend(_access_rows(requests, required_access(config), timeout_s))
+    rows.append(_node_row(config, node, pods, requests, timeout_s))
+    return rows
+
+
+def _pods_on_node(lists: Any, node: str, timeout_s: float) -> int:
+    response = lists.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}",
+                                                 _request_timeout=(timeout_s, timeout_s))
+    try:
+        body = json.loads(response.read())
+    finally:
+        response.release_conn()
+    return len(body.get("items") or ())
+
+
+def _request_failed(check: str, resource: str, error: BaseException) -> Row:
+    kind, message = describe_api_error(resource, error)
+    status = getattr(error, "status", None)
+    if status == 401:
+        return failed(SECTION, check, message, AUTH_HINT, status=status)
+    if status == 403:
+        return failed(SECTION, check, message, RBAC_HINT, status=status)
+    if kind in ("unreachable", "timeout"):
+        return failed(SECTION, check, message, UNREACHABLE_HINT)
+    return failed(SECTION, check, message, "the API server answered with an error; see its message", kind=kind)
+
+
+def _access_rows(requests: _Requests, wanted: list[dict[str, str]], timeout_s: float) -> list[Row]:
+    if not requests.supported:
+        return [skipped(SECTION, "access", "SelfSubjectAccessReview not sent: this kubernetes package release is "
+                        "too old for the doctor's requests")]
+    rows: list[Row] = []
+    for attributes in wanted:
+        where = f" {attributes['namespace']}/{attributes['name']}" if "name" in attributes else ""
+        check = f"access {attributes['verb']} {attributes['resource']}{where}"
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                  "spec": {"resourceAttributes": attributes}}
+        answered = run_with_deadline(_call(requests, "POST", ACCESS_REVIEW_PATH, review), timeout_s + 1.0,
+                                     "doctor-api-access")
+        if not answered.finished:
+            rows.append(failed(SECTION, check, f"SelfSubjectAccessReview did not answer within {timeout_s:g} s",
+                               UNREACHABLE_HINT))
+            return rows
+        if answered.error is not None:
+            rows.append(_request_failed(check, "selfsubjectaccessreviews", answered.error))
+            return rows
+        answer = answered.value
+        assert answer is not None
+        status = answer.body.get("status", {}) if isinstance(answer.body, dict) else {}
+        if answer.status >= 300 or not isinstance(status, dict):
+            rows.append(degraded(SECTION, check, f"SelfSubjectAccessReview answered HTTP {answer.status}: cannot "
+                                 "tell", "see the connection row; the API server may not serve "
+                                 "authorization.k8s.io/v1", status=answer.status))
+            continue
+        if status.get("allowed"):
+            rows.append(ok(SECTION, check, f"allowed{_reason(status)}", allowed=True))
+        else:
+            hint = CONFIGMAP_RBAC_HINT if attributes["resource"] == "configmaps" else RBAC_HINT
+            rows.append(failed(SECTION, check, f"denied{_reason(status)}", hint, allowed=False))
+    return rows
+
+
+def _reason(status: dict[str, Any]) -> str:
+    reason = str(status.get("reason") or status.get("evaluationError") or "")
+    return f" ({reason})" if reason else ""
+
+
+def _call(requests: _Requests, method: str, path: str, body: Any = None) -> Callable[[], _Answer]:
+    return lambda: requests.request(method, path, body)
+
+
+def _node_row(config: Config, node: str, pods: int | None, requests: _Requests, timeout_s: float) -> Row:
+    data = {"node": node, "from": "NODE_NAME" if config.node_name else "hostname"}
+    if not config.node_name:
+        unset = (f"NODE_NAME is not set: the pod watch uses this machine's hostname {node!r}, which differs from "
+                 "the node name on many clouds")
+        if pods:
+            return degraded(SECTION, "node", f"{unset}; {pods} pods found there", NODE_HINT, **data)
+        return failed(SECTION, "node", f"{unset}; no pod is on a node of that name", NODE_HINT, **data)
+    if pods:
+        return ok(SECTION, "node", f"node {node} has {pods} pods (NODE_NAME)", **data)
+    if pods is None or not requests.supported:
+        return skipped(SECTION, "node", f"not checked: listing pods on {node} failed", **data)
+    answered = run_with_deadline(_call(requests, "GET", f"/api/v1/nodes/{node}"), timeout_s + 1.0, "doctor-api-node")
+    status = answered.value.status if answered.finished and answered.value is not None else 0
+    if status == 404:
+        return failed(SECTION, "node", f"there is no Node named {node!r}", NODE_HINT, **data)
+    if status == 200:
+        return degraded(SECTION, "node", f"Node {node} exists but no pod runs on it (not even this exporter's)",
+                        "run the doctor inside the exporter pod (kubectl exec ... -- gpu-pod-exporter doctor) or "
+                        f"check NODE_NAME; {NODE_HINT}", **data)
+    return degraded(SECTION, "node", f"no pod is on node {node!r}, and the Node cannot be read (HTTP {status or '-'})",
+                    f"check NODE_NAME; {NODE_HINT}", **data)

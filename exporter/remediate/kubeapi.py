@@ -1,0 +1,175 @@
+"""The remediator's Kubernetes API access, through the official ``kubernetes`` client.
+
+Only what the least-privilege role allows: read and patch nodes (and the node status, for our
+condition), list the pods of a node, create Events. Every call goes through ``CoreV1Api`` with
+``_preload_content=False`` and the answer is parsed as plain JSON, so the code behaves the same
+on the client's old (<= 30) and new (pydantic) generations and never fails on a field the model
+does not know.
+
+Patches are dictionaries, which both client generations send as
+``application/strategic-merge-patch+json``. Failures are sorted so that the caller can act:
+
+* transient (no connection, timeouts, 429, 500, 502, 503, 504): retried here with jittered
+  exponential backoff (``Backoff``) up to ``attempts`` times, then raised as ``ApiError``;
+* 409 Conflict: raised at once as ``ApiConflictError`` (a node changed under us: read it again; an
+  Event that already exists: it was recorded before);
+* anything else (403 missing RBAC, 404 no such node, 422 invalid): raised at once as ``ApiError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.logs import get_logger
+
+log = get_logger("remediate.kubeapi")
+
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read
+FIELD_MANAGER = "gpu-pod-exporter-remediate"
+
+JsonObject = dict[str, Any]
+
+
+class ApiError(Exception):
+    """A call failed; ``status`` is the HTTP status (0: no answer)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"({status}) {message}" if status else message)
+        self.status = status
+        self.message = message
+
+
+class ApiConflictError(ApiError):
+    """409: the object changed since it was read, or (for a create) it exists already."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Jittered exponential backoff: attempt n waits uniform(0.5, 1.0) x min(cap, base x 2^n)."""
+
+    base_s: float = 0.5
+    cap_s: float = 20.0
+    attempts: int = 5
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        return float(min(self.cap_s, self.base_s * 2 ** attempt) * rng.uniform(0.5, 1.0))
+
+
+def load_core_api(kubeconfig: str | None) -> Any:
+    """A ``CoreV1Api`` for ``kubeconfig``, or the pod's service account when None.
+
+    Raises ``ApiError`` (status 0) with the reason when neither works.
+    """
+    from kubernetes import client, config  # noqa: PLC0415 - the exporter never imports the client
+    from kubernetes.config.config_exception import ConfigException  # noqa: PLC0415
+
+    try:
+        if kubeconfig:
+            api_client = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        else:
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            api_client = client.ApiClient(configuration)
+    except (ConfigException, OSError, ValueError, TypeError) as exc:
+        where = kubeconfig or "in-cluster service account"
+        raise ApiError(0, f"cannot configure the Kubernetes client from {where}: {exc}") from None
+    return client.CoreV1Api(api_client)
+
+
+class KubeApi:
+    """Plain-JSON wrappers over ``CoreV1Api`` with the retry policy above."""
+
+    def __init__(self, core: Any, backoff: Backoff = Backoff(), stop: threading.Event | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.core = core
+        self.backoff = backoff
+        self.stop = stop or threading.Event()
+        self.rng = rng or random.Random()  # noqa: S311 - jitter, not security
+
+    # -- calls -------------------------------------------------------------------------------
+
+    def get_node(self, name: str) -> JsonObject:
+        return self._call("read node", lambda: self.core.read_node(name, **_options()))
+
+    def list_nodes(self) -> list[JsonObject]:
+        answer = self._call("list nodes", lambda: self.core.list_node(**_options()))
+        return list(answer.get("items") or [])
+
+    def patch_node(self, name: str, patch: JsonObject) -> JsonObject:
+        return self._call("patch node", lambda: self.core.patch_node(
+            name, patch, field_manager=FIELD_MANAGER, **_options()))
+
+    def patch_node_status(self, name: str, patch: JsonObject) -> JsonObject:
+        return self._call("patch node status", lambda: self.core.patch_node_status(
+            name, patch, field_manager=FIELD_MANAGER, **_options()))
+
+    def list_pods_on_node(self, node: str) -> list[JsonObject]:
+        answer = self._call("list pods", lambda: self.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={node}", **_options()))
+        return list(answer.get("items") or [])
+
+    def create_event(self, namespace: str, event: JsonObject) -> JsonObject:
+        return self._call("create event", lambda: self.core.create_namespaced_event(
+            namespace, event, field_manager=FIELD_MANAGER, **_options()))
+
+    # -- retry policy ------------------------------------------------------------------------
+
+    def _call(self, what: str, request: Callable[[], Any]) -> JsonObject:
+        attempt = 0
+        while True:
+            try:
+                response = request()
+            except Exception as exc:  # noqa: BLE001 - sorted right below; nothing else escapes
+                error = classify(exc)
+            else:
+                return _json(response)  # an answer that is not JSON is not retried
+            if isinstance(error, ApiConflictError) or error.status not in TRANSIENT_STATUSES | {0}:
+                raise error
+            attempt += 1
+            if attempt >= self.backoff.attempts:
+                raise ApiError(error.status, f"{what}: giving up after {attempt} attempts: {error.message}")
+            delay = self.backoff.delay(attempt - 1, self.rng)
+            log.debug("retrying", extra={"fields": {"call": what, "attempt": attempt, "delay_s": round(delay, 2),
+                                                     "error": str(error)}})
+            if self.stop.wait(delay):
+                raise ApiError(error.status, f"{what}: stopped while retrying: {error.message}")
+
+
+def _options() -> dict[str, Any]:
+    return {"_preload_content": False, "_request_timeout": REQUEST_TIMEOUT}
+
+
+def _json(response: Any) -> JsonObject:
+    data = getattr(response, "data", response)
+    if isinstance(data, bytes | bytearray):
+        try:
+            decoded = json.loads(data or b"{}")
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ApiError(0, f"the API server answered something that is not JSON: {exc}") from None
+    else:
+        decoded = data
+    if not isinstance(decoded, dict):
+        raise ApiError(0, "the API server answered something that is not a JSON object")
+    return decoded
+
+
+def classify(exc: BaseException) -> ApiError:
+    """Any exception from the client -> ``ApiError`` / ``ApiConflictError`` with a readable message."""
+    if isinstance(exc, ApiError):
+        return exc
+    status = getattr(exc, "status", None)
+    if isinstance(status, int) and status > 0:
+        message = getattr(exc, "reason", "") or ""
+        body = getattr(exc, "body", None)
+        if body:
+            with contextlib.suppress(TypeError, ValueError, AttributeError):
+                message = json.loads(body).get("message") or message
+        return (ApiConflictError if status == 409 else ApiError)(status, str(message) or type(exc).__name__)
+    return ApiError(0, f"{type(exc).__name__}: {exc}")

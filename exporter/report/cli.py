@@ -1,0 +1,252 @@
+"""``gpu-pod-exporter report``: the command line of the cost and waste report.
+
+Exit status: 0 with a report; 2 for a user's mistake (a bad flag value, an unreadable token
+file, ``--format html`` without matplotlib), with one line naming it; 1 when Prometheus cannot
+be asked or holds no GPU allocation data for the window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.report.collect import Queries, cluster_matcher, fetch
+from exporter.report.compute import build_report
+from exporter.report.html import render_html
+from exporter.report.model import Report, Settings, Window
+from exporter.report.plots import MissingPlotLibraryError, require_matplotlib
+from exporter.report.pricing import PriceSheet, parse_prices
+from exporter.report.promclient import (
+    PROMETHEUS_MAX_POINTS,
+    Connection,
+    PrometheusClient,
+    PrometheusError,
+    split_url,
+)
+from exporter.report.sources import ALLOCATION_INPUTS, FRACTION, RULE_FILE
+from exporter.report.tables import TABLES
+from exporter.report.text import render_csv, render_json, render_text
+from exporter.report.timespec import format_time, parse_duration, parse_time
+
+PROG = "gpu-pod-exporter report"
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
+DEFAULT_RANGE = "7d"
+
+
+class UsageError(ValueError):
+    """A user's mistake on the command line; the message names the flag."""
+
+
+@dataclass(frozen=True)
+class Options:
+    connection: Connection
+    window: Window
+    settings: Settings
+    prices: PriceSheet
+    output_format: str
+    table: str
+    output: Path | None
+    top_pods: int
+    max_points: int
+    max_samples: int
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="GPU cost and waste report per team or namespace from Prometheus (Thanos, Mimir): "
+                    "allocated, busy and idle GPU-hours, memory, energy, cost, GPUs to give back and the most "
+                    "idle pods. Reads the recording rules of deploy/rules/gpu-pod-exporter-recording.yaml.",
+        epilog="Times are RFC 3339 (2025-06-01T00:00:00Z), dates (2025-06-01, midnight UTC) or Unix seconds; "
+               "durations are Prometheus durations (90s, 15m, 12h, 7d). See docs/cost.md.")
+    where = p.add_argument_group("what to report")
+    where.add_argument("--prometheus", required=True, metavar="URL",
+                       help="Prometheus-compatible API base URL, with any path prefix "
+                            "(http://prometheus:9090, http://mimir/prometheus, https://thanos-query:10902).")
+    where.add_argument("--range", metavar="DURATION",
+                       help=f"Length of the window ending at --end (default {DEFAULT_RANGE} without --start).")
+    where.add_argument("--start", metavar="TIME", help="Start of the window.")
+    where.add_argument("--end", metavar="TIME", help="End of the window (default: now, rounded down to the step).")
+    where.add_argument("--step", default="1m", metavar="DURATION",
+                       help="Resolution: each point stands for this long (default 1m; the rule evaluation interval "
+                            "makes every evaluation count once).")
+    where.add_argument("--by", choices=("team", "namespace"), default="team", help="Rows per team or per namespace.")
+    where.add_argument("--cluster", action="append", default=[], metavar="NAME",
+                       help="Only this value of the cluster label (repeatable).")
+    money = p.add_argument_group("cost and waste")
+    money.add_argument("--price-per-gpu-hour", action="append", default=[], metavar="PRICE|MODEL=PRICE",
+                       help="Price of one whole-GPU hour: a number for every model, or 'MODEL=PRICE' for one "
+                            "modelName (repeatable).")
+    money.add_argument("--currency", default="USD", help="Currency name printed beside costs (default USD).")
+    money.add_argument("--idle-threshold", type=float, default=5.0, metavar="PERCENT",
+                       help="Utilisation below this counts as idle (default 5, as the GpuAllocatedButIdle alert).")
+    money.add_argument("--reclaim-by", choices=("p95", "peak"), default="p95",
+                       help="GPUs a namespace needs: the p95 (default) or the peak of GPUs in use.")
+    money.add_argument("--top-pods", type=int, default=10, metavar="N", help="How many idle pods to list (default 10).")
+    out = p.add_argument_group("output")
+    out.add_argument("--format", choices=("text", "csv", "json", "html"), default="text")
+    out.add_argument("--table", choices=tuple(TABLES), default="usage", help="The table --format csv writes.")
+    out.add_argument("--output", "-o", metavar="FILE", help="Write here instead of standard output.")
+    conn = p.add_argument_group("connection")
+    conn.add_argument("--tenant", metavar="ID", help="Tenant for Mimir/Cortex/Thanos (X-Scope-OrgID header).")
+    conn.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
+                      help="Extra HTTP header (repeatable).")
+    conn.add_argument("--bearer-token-file", metavar="FILE", help="File holding a bearer token.")
+    conn.add_argument("--basic-auth-user", metavar="USER", help="Basic-auth user (password from the file below).")
+    conn.add_argument("--basic-auth-password-file", metavar="FILE", help="File holding the basic-auth password.")
+    conn.add_argument("--ca-file", metavar="FILE", help="CA certificates to verify the server with.")
+    conn.add_argument("--insecure-skip-verify", action="store_true", help="Do not verify the server's certificate.")
+    conn.add_argument("--allow-partial", action="store_true",
+                      help="Accept partial answers (Thanos partial_response=true); they are flagged in the report.")
+    conn.add_argument("--timeout", default="2m", metavar="DURATION", help="Per-request timeout (default 2m).")
+    conn.add_argument("--retries", type=int, default=4, metavar="N",
+                      help="Retries of a failed request, with jittered backoff (default 4).")
+    conn.add_argument("--max-points-per-query", type=int, default=PROMETHEUS_MAX_POINTS, metavar="N",
+                      help=f"Points per series in one range query (at most {PROMETHEUS_MAX_POINTS:,}).")
+    conn.add_argument("--max-samples", type=int, default=5_000_000, metavar="N",
+                      help="Series x points in one answer before queries are cut smaller (default 5,000,000).")
+    return p
+
+
+def _read_secret(path: str, flag: str) -> str:
+    try:
+        value = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as error:
+        raise UsageError(f"{flag} {path}: {error.strerror or error}") from None
+    if not value:
+        raise UsageError(f"{flag} {path}: the file is empty")
+    return value
+
+
+def _headers(values: Sequence[str]) -> dict[str, str]:
+    headers = {}
+    for value in values:
+        name, sep, content = value.partition(":")
+        if not sep:
+            name, sep, content = value.partition("=")
+        if not sep or not name.strip() or any(c in name for c in " \r\n") or any(c in content for c in "\r\n"):
+            raise UsageError(f"--header {value!r}: expected 'Name: value'")
+        headers[name.strip()] = content.strip()
+    return headers
+
+
+def _window(args: argparse.Namespace, now: float) -> Window:
+    try:
+        step = parse_duration(args.step)
+        length = parse_duration(args.range) if args.range else None
+        start = parse_time(args.start) if args.start else None
+        end = parse_time(args.end) if args.end else None
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if start is not None and length is not None:
+        if end is not None:
+            raise UsageError("--range with both --start and --end: give two of the three")
+        end = start + length
+    if end is None:
+        end = (now // step) * step
+    if start is None:
+        start = end - (length if length is not None else parse_duration(DEFAULT_RANGE))
+    if end <= start:
+        raise UsageError(f"the window is empty: --end ({format_time(end)}) is not after --start ({format_time(start)})")
+    points = int((end - start) // step)
+    if points < 1:
+        raise UsageError(f"the window ({end - start:g} s) is shorter than one --step ({step:g} s)")
+    return Window(start, start + points * step, step)
+
+
+def options(argv: Sequence[str], now: float) -> Options:
+    args = parser().parse_args(list(argv))
+    if not 0 <= args.idle_threshold <= 100:
+        raise UsageError(f"--idle-threshold {args.idle_threshold:g}: must be a percentage between 0 and 100")
+    if args.top_pods < 0 or args.retries < 0 or args.max_points_per_query < 1 or args.max_samples < 1:
+        raise UsageError("--top-pods and --retries must be >= 0, --max-points-per-query and --max-samples >= 1")
+    if (args.basic_auth_user is None) != (args.basic_auth_password_file is None):
+        raise UsageError("--basic-auth-user and --basic-auth-password-file go together")
+    if args.bearer_token_file and args.basic_auth_user:
+        raise UsageError("give either --bearer-token-file or basic auth, not both")
+    try:
+        prices = parse_prices(args.price_per_gpu_hour)
+        timeout = parse_duration(args.timeout)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.ca_file and not Path(args.ca_file).is_file():
+        raise UsageError(f"--ca-file {args.ca_file}: no such file")
+    basic = None
+    if args.basic_auth_user is not None:
+        basic = (args.basic_auth_user, _read_secret(args.basic_auth_password_file, "--basic-auth-password-file"))
+    connection = Connection(
+        url=args.prometheus, headers=_headers(args.header), tenant=args.tenant, basic_auth=basic,
+        bearer_token=_read_secret(args.bearer_token_file, "--bearer-token-file") if args.bearer_token_file else None,
+        ca_file=args.ca_file, insecure_skip_verify=args.insecure_skip_verify, timeout_s=timeout,
+        retries=args.retries, allow_partial=args.allow_partial)
+    try:
+        shown_url, _ = split_url(args.prometheus)  # what the report prints: never the credentials
+    except ValueError as error:
+        raise UsageError(f"--prometheus: {error}") from None
+    output = Path(args.output) if args.output else None
+    if output is not None and not output.parent.is_dir():
+        raise UsageError(f"--output {output}: the directory {output.parent} does not exist")
+    settings = Settings(
+        prometheus=shown_url,
+        by=args.by, idle_threshold_percent=args.idle_threshold, reclaim_by=args.reclaim_by,
+        currency=args.currency, default_price=prices.default, model_prices=tuple(sorted(prices.per_model.items())),
+        clusters=tuple(args.cluster))
+    return Options(connection, _window(args, now), settings, prices, args.format, args.table, output,
+                   args.top_pods, args.max_points_per_query, args.max_samples)
+
+
+def make_report(opts: Options) -> Report:
+    """Ask Prometheus and compute the report; PrometheusError when it cannot be asked or holds nothing."""
+    client = PrometheusClient(opts.connection, max_points=opts.max_points, max_samples=opts.max_samples)
+    queries = Queries(cluster_matcher(opts.settings.clusters), opts.settings.idle_threshold_percent)
+    fetched = fetch(client, queries, opts.window)
+    if not fetched.presence.known_clusters():
+        window = f"{format_time(opts.window.start)} to {format_time(opts.window.end)}"
+        raise PrometheusError(
+            f"no GPU allocation data in {opts.settings.prometheus} from {window}"
+            + (f" for cluster {', '.join(opts.settings.clusters)}" if opts.settings.clusters else "")
+            + f": neither the exporter's {' / '.join(ALLOCATION_INPUTS)} (run it with -k / --kubernetes) nor the "
+              f"recorded {FRACTION.series} ({RULE_FILE}) is there")
+    return build_report(fetched, opts.settings, opts.prices, opts.top_pods)
+
+
+def render(report: Report, opts: Options) -> str:
+    if opts.output_format == "html":
+        return render_html(report)
+    if opts.output_format == "csv":
+        return render_csv(report, opts.table)
+    if opts.output_format == "json":
+        return render_json(report)
+    return render_text(report)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    try:
+        opts = options(arguments, time.time())
+        if opts.output_format == "html":
+            require_matplotlib()
+    except (UsageError, MissingPlotLibraryError) as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        report = make_report(opts)
+    except PrometheusError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return EXIT_RUNTIME
+    output = render(report, opts)
+    for warning in report.warnings:
+        print(f"{PROG}: warning: Prometheus: {warning}", file=sys.stderr)
+    if opts.output is None:
+        sys.stdout.write(output)
+        return EXIT_OK
+    try:
+        opts.output.write_text(output, encoding="utf-8")
+    except OSError as error:
+        print(f"{PROG}: error: --output {opts.output}: {error.strerror or error}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK

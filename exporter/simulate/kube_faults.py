@@ -1,0 +1,104 @@
+"""``kubernetes.faults`` of a scenario: a simulated node whose kubelet or API server is broken.
+
+What goes wrong on real nodes, each in one key (all optional)::
+
+    kubernetes:
+      faults:
+        kubelet: missing          # no socket: the pod-resources directory is not mounted / kubelet down
+                                  # wrong-socket: answers UNIMPLEMENTED (the device-plugin socket)
+                                  # rate-limited: every List is RESOURCE_EXHAUSTED "rejected by rate limit"
+        stray_device_ids: [GPU-<uuid>, nvidia7]   # IDs the kubelet hands to pod stray/stray-0 that name no
+                                  # GPU the exporter sees (fewer GPUs visible to it, a GPU order mismatch)
+        api_server: unreachable   # connection refused | unavailable (HTTP 503) | unauthorized (token rejected)
+        forbidden: [namespaces]   # RBAC lacks these resources: 403 on list/watch, SelfSubjectAccessReview denies
+
+The exporter meets them exactly as on a broken node (same clients, same error answers), and
+``gpu-pod-exporter doctor`` names each with its fix. Validation errors name ``file:line`` and the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import grpc
+import yaml
+
+from exporter.simulate.fakeapiserver import FakeApiServer
+from exporter.simulate.fakekubelet import FakeContainer, FakeKubelet, FakePod
+
+KUBELET_FAULTS = ("missing", "wrong-socket", "rate-limited")
+API_SERVER_FAULTS = ("unreachable", "unavailable", "unauthorized")
+FORBIDDABLE = ("pods", "namespaces")
+STRAY_POD = ("stray", "stray-0")
+REJECTED_TOKEN = "rotated-token-the-kubeconfig-does-not-have"  # noqa: S105 - a fake server's token
+
+
+class Walker(Protocol):
+    """The validating walker of ``kube_scenario`` (file:line errors)."""
+
+    def mapping(self, node: yaml.Node, key: str, allowed: Any) -> dict[str, tuple[yaml.Node, yaml.Node]]: ...
+
+    def sequence(self, node: yaml.Node, key: str) -> list[yaml.Node]: ...
+
+    def string(self, node: yaml.Node, key: str, *, pattern: Callable[[str], bool] | None = None,
+               expected: str = "a string") -> str: ...
+
+    def choice(self, node: yaml.Node, key: str, choices: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class KubernetesFaults:
+    kubelet: str | None = None
+    stray_device_ids: tuple[str, ...] = ()
+    api_server: str | None = None
+    forbidden: tuple[str, ...] = ()
+
+    @property
+    def kubelet_runs(self) -> bool:
+        return self.kubelet != "missing"
+
+
+def parse_faults(walker: Walker, node: yaml.Node, key: str) -> KubernetesFaults:
+    fields = walker.mapping(node, key, ("kubelet", "stray_device_ids", "api_server", "forbidden"))
+    kubelet = walker.choice(fields["kubelet"][1], f"{key}.kubelet", KUBELET_FAULTS) if "kubelet" in fields else None
+    api = (walker.choice(fields["api_server"][1], f"{key}.api_server", API_SERVER_FAULTS)
+           if "api_server" in fields else None)
+    stray = tuple(walker.string(item, f"{key}.stray_device_ids[{index}]", expected="a device ID")
+                  for index, item in enumerate(walker.sequence(fields["stray_device_ids"][1], f"{key}.stray_device_ids")
+                                               if "stray_device_ids" in fields else []))
+    forbidden = tuple(walker.choice(item, f"{key}.forbidden[{index}]", FORBIDDABLE)
+                      for index, item in enumerate(walker.sequence(fields["forbidden"][1], f"{key}.forbidden")
+                                                   if "forbidden" in fields else []))
+    return KubernetesFaults(kubelet=kubelet, stray_device_ids=stray, api_server=api, forbidden=forbidden)
+
+
+def stray_pod(faults: KubernetesFaults) -> FakePod | None:
+    if not faults.stray_device_ids:
+        return None
+    devices = tuple(("nvidia.com/gpu", device_id) for device_id in faults.stray_device_ids)
+    return FakePod(STRAY_POD[0], STRAY_POD[1], (FakeContainer("main", devices),))
+
+
+def apply_kubelet_faults(faults: KubernetesFaults, kubelet: FakeKubelet) -> None:
+    """Before the kubelet starts (``missing``: it is never started, so no socket exists)."""
+    pod = stray_pod(faults)
+    if pod is not None:
+        kubelet.add_pod(pod)
+    if faults.kubelet == "wrong-socket":
+        kubelet.set_failure(grpc.StatusCode.UNIMPLEMENTED, "unknown service v1.PodResourcesLister")
+    elif faults.kubelet == "rate-limited":
+        kubelet.set_rate_limit(0.0, 0)
+
+
+def apply_api_faults(faults: KubernetesFaults, apiserver: FakeApiServer) -> None:
+    """After the API server started and the kubeconfig was written with its credentials."""
+    for resource in faults.forbidden:
+        apiserver.access.forbid(resource)
+    if faults.api_server == "unauthorized":
+        apiserver.token = REJECTED_TOKEN  # the kubeconfig keeps the old token: every request gets 401
+    elif faults.api_server == "unavailable":
+        apiserver.set_outage("503")
+    elif faults.api_server == "unreachable":
+        apiserver.set_outage("refuse")

@@ -1,0 +1,91 @@
+"""-m/--configmap-data: the counters CSV from a ConfigMap, read at start and refreshed in the background."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exporter.kube.configmap import ConfigMapCounters, ConfigMapUnavailableError
+from exporter.metrics.counters import CounterFileError, CounterSet
+from tests.nvml.fake_sampling import captured_logs
+
+from .configmap_server import NAME, NAMESPACE, ConfigMapServer
+
+TEMP_ONLY = "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
+POWER_ONLY = "# a comment\nDCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n"
+
+
+def _source(server: ConfigMapServer, tmp_path: Path) -> ConfigMapCounters:
+    return ConfigMapCounters(f"{NAMESPACE}:{NAME}", str(server.write_kubeconfig(tmp_path / "kubeconfig")), 60.0)
+
+
+def test_reads_key_metrics_as_dcgm_exporter_does(tmp_path: Path) -> None:
+    with ConfigMapServer(TEMP_ONLY) as server:
+        counters = _source(server, tmp_path).read()
+    assert [row.name for row in counters.metrics] == ["DCGM_FI_DEV_GPU_TEMP"]
+    assert counters.source == f"configmap {NAMESPACE}/{NAME} (key metrics)"
+
+
+@pytest.mark.parametrize(("metrics", "status", "message"), [
+    (TEMP_ONLY, 404, "ConfigMap not found"),
+    (TEMP_ONLY, 403, f"needs 'get' on configmaps/{NAME} in namespace {NAMESPACE}"),
+    (None, 200, "has no key 'metrics'"),
+])
+def test_why_a_configmap_cannot_be_used(tmp_path: Path, metrics: str | None, status: int, message: str) -> None:
+    with ConfigMapServer(metrics) as server:
+        server.status = status
+        with pytest.raises(ConfigMapUnavailableError, match=message):
+            _source(server, tmp_path).read()
+
+
+def test_an_unreachable_api_server_is_unavailable_not_a_crash(tmp_path: Path) -> None:
+    with ConfigMapServer(TEMP_ONLY) as server:
+        source = _source(server, tmp_path)
+    with pytest.raises(ConfigMapUnavailableError, match="cannot reach the API server"):
+        source.read()
+
+
+def test_a_csv_mistake_names_the_configmap_and_line(tmp_path: Path) -> None:
+    with ConfigMapServer("DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV_NOPE, gauge, typo\n") as server, \
+            pytest.raises(CounterFileError) as caught:
+        _source(server, tmp_path).read()
+    assert str(caught.value).startswith(f"configmap {NAMESPACE}/{NAME} (key metrics):2: DCGM_FI_DEV_NOPE:")
+
+
+def test_refresh_applies_a_change_once_and_keeps_the_counters_on_a_broken_one(
+        tmp_path: Path) -> None:
+    applied: list[CounterSet] = []
+    with ConfigMapServer(TEMP_ONLY) as server, captured_logs() as logs:
+        source = _source(server, tmp_path)
+        source.on_change = applied.append
+        source.read()
+        assert source.refresh() and applied == []  # unchanged: nothing to apply
+        server.metrics = POWER_ONLY
+        assert source.refresh() and source.refresh()
+        assert [[row.name for row in counters.metrics] for counters in applied] == [["DCGM_FI_DEV_POWER_USAGE"]]
+        server.metrics = "not,a,valid,row\n"
+        source.refresh()
+        source.refresh()
+        assert len(applied) == 1  # the broken CSV is not applied, and reported once
+        server.status = 503
+        assert not source.refresh() and not source.refresh()
+        server.status = 200
+        server.metrics = TEMP_ONLY
+        assert source.refresh()
+    assert [[row.name for row in counters.metrics] for counters in applied][-1] == ["DCGM_FI_DEV_GPU_TEMP"]
+    messages = logs.messages()
+    assert sum("has a mistake" in message for message in messages) == 1
+    assert sum("answered 503" in message for message in messages) == 1
+    assert any("readable again" in message for message in messages)
+
+
+def test_failures_back_off_exponentially_with_jitter(tmp_path: Path) -> None:
+    with ConfigMapServer(TEMP_ONLY) as server:
+        source = ConfigMapCounters(f"{NAMESPACE}:{NAME}", str(server.write_kubeconfig(tmp_path / "k")), 30.0,
+                                   jitter=lambda: 0.5)
+        server.status = 500
+        waits = [source.next_delay() for _ in range(8)]
+        server.status = 200
+        waits.append(source.next_delay())
+    assert waits == [5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0, 30.0]

@@ -1,0 +1,69 @@
+"""``gpu-pod-exporter remediate``: every input checked before anything listens; a mistake is one line and exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exporter.cli import SUBCOMMANDS, main
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    try:
+        code = main(["remediate", *args])
+    except SystemExit as exc:  # argparse
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_the_subcommand_is_registered() -> None:
+    assert SUBCOMMANDS["remediate"] == "exporter.remediate.cli"
+
+
+def test_check_config_prints_the_policy_in_force(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = run(capsys, "--check-config")
+    assert code == 0
+    assert "mode: dry-run (from built-in defaults)" in out
+    assert "GpuXidFatal: actions annotate, condition, event, taint; taint effect NoSchedule; untaint never" in out
+    assert "at most 3 nodes changed per hour, at most 10% of GPU nodes tainted" in out
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("mode: events\nalerts:\n  GpuFallenOffBus: {untaint_after: 30m}\n", encoding="utf-8")
+    code, out, _ = run(capsys, "--config", str(policy), "--mode", "enforce", "--check-config")
+    assert code == 0 and "mode: enforce" in out and "GpuFallenOffBus: " in out and "untaint 1800s after resolved" in out
+
+
+@pytest.mark.parametrize(("files", "args", "message"), [
+    ({"policy.yaml": "mode: [\n"}, ["--config", "{policy.yaml}"], "policy.yaml:2: yaml: not valid YAML"),
+    ({"policy.yaml": "limits: {cooldown: forever}\n"}, ["--config", "{policy.yaml}"],
+     "policy.yaml:1: limits.cooldown: invalid duration"),
+    ({}, ["--bearer-token-file", "{dir}/missing"], "bearer-token-file: cannot read"),
+    ({"token": "two words\n"}, ["--bearer-token-file", "{token}"], "expected one token"),
+    ({"web.yml": "tls_server_config: {cert_file: /nope.crt, key_file: /nope.key}\n"},
+     ["--web-config-file", "{web.yml}"], "tls_server_config.cert_file: cannot read /nope.crt"),
+    ({}, ["--address", "9401"], "--address: expected [host]:port"),
+    ({}, ["--recheck-interval", "0"], "--recheck-interval: expected a number of seconds > 0"),
+    ({}, ["--kubeconfig", "{dir}/missing-kubeconfig"], "cannot configure the Kubernetes client from"),
+])
+def test_a_mistake_is_one_line_and_exit_code_2(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                               files: dict[str, str], args: list[str], message: str) -> None:
+    paths = {"dir": str(tmp_path)}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        paths[name] = str(tmp_path / name)
+    def fill(arg: str) -> str:
+        for name, path in paths.items():
+            arg = arg.replace("{" + name + "}", path)
+        return arg
+
+    code, out, err = run(capsys, *(fill(arg) for arg in args))
+    assert code == 2
+    assert err.startswith("gpu-pod-exporter remediate: error: ") and err.count("\n") == 1, err
+    assert message in err
+    assert "Traceback" not in err and out == ""
+
+
+def test_an_unknown_mode_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "--mode", "yolo")
+    assert code == 2 and "invalid choice: 'yolo'" in err

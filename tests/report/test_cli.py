@@ -1,0 +1,134 @@
+"""The ``report`` subcommand's command line: windows, mistakes (exit 2), failures (exit 1), isolation."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exporter.report.cli import main, options
+from tests.e2e.prometheus_harness import free_port
+from tests.report.test_promclient import Answer, Request, matrix, server
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NOW = 1_750_000_123.0
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_the_default_window_is_seven_days_ending_at_now_rounded_to_the_step() -> None:
+    window = options(["--prometheus", "http://p:9090"], NOW).window
+    assert window.end == 1_750_000_080.0 and window.end - window.start == 7 * 86400 and window.step == 60
+
+
+@pytest.mark.parametrize(("argv", "start", "end", "step"), [
+    (["--range", "30d", "--end", "2025-07-01"], 1748736000, 1751328000, 60),
+    (["--start", "2025-06-01", "--end", "2025-07-01T00:00:00Z", "--step", "5m"], 1748736000, 1751328000, 300),
+    (["--start", "2025-06-01T00:00:00+02:00", "--range", "1h30m"], 1748728800, 1748734200, 60),
+    (["--start", "1748736000", "--end", "1748736150", "--step", "1m"], 1748736000, 1748736120, 60),  # whole steps
+])
+def test_explicit_windows(argv: list[str], start: float, end: float, step: float) -> None:
+    window = options(["--prometheus", "http://p", *argv], NOW).window
+    assert (window.start, window.end, window.step) == (start, end, step)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--step", "0s"], "--step|invalid duration '0s'"),
+    (["--step", "1 minute"], "invalid duration '1 minute'"),
+    (["--start", "June"], "invalid time 'June'"),
+    (["--start", "2025-06-01T00:00:00"], "give a time zone"),
+    (["--range", "1d", "--start", "2025-06-01", "--end", "2025-06-02"], "give two of the three"),
+    (["--start", "2025-06-02", "--end", "2025-06-01"], "the window is empty"),
+    (["--start", "2025-06-01", "--end", "2025-06-01T00:00:30Z"], "shorter than one --step"),
+    (["--idle-threshold", "150"], "between 0 and 100"),
+    (["--basic-auth-user", "alice"], "go together"),
+    (["--bearer-token-file", "/nonexistent/token"], "--bearer-token-file /nonexistent/token: No such file"),
+    (["--header", "no colon"], "expected 'Name: value'"),
+    (["--price-per-gpu-hour", "cheap"], "'cheap' is not a number"),
+    (["--output", "/nonexistent/dir/report.txt"], "the directory /nonexistent/dir does not exist"),
+    (["--timeout", "soon"], "invalid duration 'soon'"),
+    (["--ca-file", "/nonexistent/ca.pem"], "no such file"),
+])
+def test_mistakes_are_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["--prometheus", f"http://127.0.0.1:{free_port()}", *argv], capsys)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("gpu-pod-exporter report: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert re.search(message, err), err
+
+
+def test_a_bad_url_is_a_mistake(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["--prometheus", "prometheus:9090"], capsys)
+    assert code == 2 and "--prometheus: invalid Prometheus URL 'prometheus:9090'" in err
+
+
+def test_html_without_matplotlib_says_how_to_install_it_before_asking_prometheus(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    with server(lambda r: Answer(500, {})) as (url, requests):
+        code, out, err = run(["--prometheus", url, "--format", "html"], capsys)
+    assert code == 2 and out == ""
+    assert "pip install 'gpu-pod-exporter[report]'" in err
+    assert requests == []
+
+
+def test_an_unreachable_prometheus_exits_1_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()
+    code, out, err = run(["--prometheus", f"http://127.0.0.1:{port}", "--retries", "0"], capsys)
+    assert code == 1 and out == ""
+    assert err.startswith(f"gpu-pod-exporter report: error: cannot reach http://127.0.0.1:{port}")
+
+
+def test_a_prometheus_without_gpu_data_exits_1_saying_what_is_missing(capsys: pytest.CaptureFixture[str]) -> None:
+    def script(request: Request) -> Answer:
+        if "/label/" in request.path:
+            return Answer(200, {"status": "success", "data": []})
+        return matrix(request, series=0)
+
+    with server(script) as (url, _):
+        code, _, err = run(["--prometheus", url, "--range", "1h", "--cluster", "east"], capsys)
+    assert code == 1
+    assert "no GPU allocation data in" in err and "for cluster east" in err
+    assert "DCGM_EXP_GPU_ALLOCATION_INFO / DCGM_EXP_GPU_ALLOCATED (run it with -k / --kubernetes)" in err
+    assert "namespace_team_model:gpu_fraction:sum" in err
+
+
+def test_the_report_never_prints_the_credentials_of_the_url(capsys: pytest.CaptureFixture[str]) -> None:
+    opts = options(["--prometheus", "https://alice:secret@prom.example/prometheus"], NOW)
+    assert opts.settings.prometheus == "https://prom.example/prometheus"
+
+
+def test_the_subcommand_runs_from_the_exporter_entry_point() -> None:
+    result = subprocess.run([sys.executable, "-m", "exporter", "report", "--help"], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "usage: gpu-pod-exporter report" in result.stdout and "--price-per-gpu-hour" in result.stdout
+
+
+def test_the_exporter_imports_nothing_of_the_report_and_the_report_no_matplotlib_until_html() -> None:
+    code = ("import sys, exporter.cli, exporter.app\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('exporter.report', 'matplotlib'))))\n"
+            "import exporter.report.cli, exporter.report.text\n"
+            "print(sorted(m for m in sys.modules if m.startswith('matplotlib')))\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[]", "[]"]
+
+
+def test_the_readme_s_report_command_is_a_valid_command_line() -> None:
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    [line] = [line for line in readme.splitlines() if line.startswith("gpu-pod-exporter report ")]
+    argv = line.split("#", 1)[0].split()[2:]
+    opts = options(argv, NOW)
+    assert opts.settings.prometheus == "http://prometheus:9090"
+    assert opts.window.end - opts.window.start == 7 * 86400
+    assert "[`docs/cost.md`](docs/cost.md)" in readme

@@ -1,0 +1,62 @@
+"""docs/migrate-from-dcgm-exporter.md lists every dcgm-exporter flag, variable and chart key."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.dcgm_exporter_flags import UPSTREAM_FLAGS
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "migrate-from-dcgm-exporter.md"
+CHART_CI = REPO / "deploy" / "helm" / "gpu-pod-exporter" / "ci"
+UPSTREAM_VALUES = (CHART_CI / "dcgm-exporter-defaults-values.yaml", CHART_CI / "dcgm-exporter-customised-values.yaml")
+
+
+def _table(heading: str) -> list[list[str]]:
+    section = DOC.read_text(encoding="utf-8").split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("|---")]
+    return [[cell.strip() for cell in row.strip("|").split(" | ")] for row in rows[1:]]
+
+
+def _keys(cell: str) -> set[str]:
+    """`a.b`, `.c` -> {a.b, a.c}: a leading dot continues the previous key's parent."""
+    found: set[str] = set()
+    parent = ""
+    for token in re.findall(r"`([^`]+)`", cell):
+        if token.startswith("."):
+            found.add(parent + token)
+        else:
+            found.add(token)
+            parent = token.rpartition(".")[0]
+    return found
+
+
+def _leaves(values: Any, prefix: str = "") -> set[str]:
+    if isinstance(values, dict) and values:
+        return set().union(*(_leaves(value, f"{prefix}{key}.") for key, value in values.items()))
+    return {prefix.rstrip(".")}
+
+
+def test_every_flag_alias_and_variable_has_a_row_saying_what_it_does_here() -> None:
+    rows = _table("Flags and environment variables")
+    for flag in UPSTREAM_FLAGS:
+        matching = [row for row in rows if f"`{flag.long}`" in row[0]]
+        assert len(matching) == 1, flag.long
+        [flag_cell, env_cell, here] = matching[0]
+        assert all(f"`{alias}`" in flag_cell for alias in flag.aliases), flag.long
+        assert env_cell == f"`{flag.env}`", flag.long
+        assert here, flag.long
+
+
+def test_every_chart_key_has_a_row() -> None:
+    documented = set().union(*(_keys(row[0]) for row in _table("Helm chart values")))
+    for path in UPSTREAM_VALUES:
+        keys = _leaves(yaml.safe_load(path.read_text(encoding="utf-8")))
+        # A key is covered by its own row or by a row for the whole object (securityContext, resources).
+        missing = {key for key in keys if not any(".".join(key.split(".")[:depth]) in documented
+                                                  for depth in range(1, key.count(".") + 2))}
+        assert missing == set(), path.name
