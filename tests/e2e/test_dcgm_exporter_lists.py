@@ -1,0 +1,44 @@
+"""``-f /etc/dcgm-exporter/default-counters.csv`` and ``.../dcp-metrics-included.csv`` keep working.
+
+Many DaemonSets written for dcgm-exporter point ``-f`` (or DCGM_EXPORTER_COLLECTORS) at one of the
+two lists its image ships. The gpu-pod-exporter image installs the same two files at the same paths
+(from etc/dcgm-exporter/ here); with either, the exporter starts and serves exactly the metric
+families dcgm-exporter 4.8 serves with it (the vGPU license row, meaningless outside a vGPU guest,
+is skipped with one warning naming the file and line).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exporter.metrics.counters import load_counters
+from tests.e2e.exporter_process import REPO_ROOT, parse_samples, running_exporter, wait_for
+
+pytestmark = pytest.mark.e2e
+
+LISTS = sorted((REPO_ROOT / "etc" / "dcgm-exporter").glob("*.csv"))
+
+
+def test_both_lists_ship() -> None:
+    assert [path.name for path in LISTS] == ["dcp-metrics-included.csv", "default-counters.csv"]
+
+
+@pytest.mark.parametrize("path", LISTS, ids=lambda path: path.name)
+def test_the_exporter_serves_exactly_the_lists_rows(path: Path) -> None:
+    rows = {row.name for row in load_counters(str(path)).metrics}
+    with running_exporter(["-f", str(path), "--simulate", "--collect-interval", "200"]) as exporter:
+        exporter.wait_healthy()
+
+        def dcgm_families() -> set[str] | None:
+            names = {name for name, _, _ in parse_samples(exporter.metrics()) if name.startswith("DCGM_")}
+            return names if rows <= names else None
+
+        served = wait_for(dcgm_families, 20.0, f"every row of {path.name}")
+        log = exporter.log()
+    # the exporter's own always-on families (health, allocation with -k) besides the list's rows
+    assert served - rows <= {"DCGM_EXP_GPU_HEALTHY", "DCGM_EXP_GPU_ALLOCATED", "DCGM_EXP_GPU_ALLOCATION_INFO",
+                             "DCGM_EXP_CONTAINER_FB_USED", "DCGM_EXP_UNATTRIBUTED_FB_USED"}
+    assert "DCGM_FI_DEV_VGPU_LICENSE_STATUS" not in served
+    assert log.count("DCGM_FI_DEV_VGPU_LICENSE_STATUS") == 1 and f"{path.name}:" in log
