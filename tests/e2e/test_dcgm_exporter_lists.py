@@ -2,9 +2,10 @@
 
 Many DaemonSets written for dcgm-exporter point ``-f`` (or DCGM_EXPORTER_COLLECTORS) at one of the
 two lists its image ships. The gpu-pod-exporter image installs the same two files at the same paths
-(from etc/dcgm-exporter/ here); with either, the exporter starts and serves exactly the metric
-families dcgm-exporter 4.8 serves with it (the vGPU license row, meaningless outside a vGPU guest,
-is skipped with one warning naming the file and line).
+(the packaged copies in exporter/metrics/data/dcgm-exporter/); outside the image the package serves
+those paths itself. With either, the exporter starts and serves exactly the metric families
+dcgm-exporter 4.8 serves with it (the vGPU license row, meaningless outside a vGPU guest, is skipped
+with one warning naming the file and line). The test passes the path exactly as a DaemonSet does.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tests.e2e.exporter_process import REPO_ROOT, parse_samples, running_exporte
 
 pytestmark = pytest.mark.e2e
 
-LISTS = sorted((REPO_ROOT / "etc" / "dcgm-exporter").glob("*.csv"))
+LISTS = sorted((REPO_ROOT / "exporter" / "metrics" / "data" / "dcgm-exporter").glob("*.csv"))
 
 
 def test_both_lists_ship() -> None:
@@ -28,7 +29,8 @@ def test_both_lists_ship() -> None:
 @pytest.mark.parametrize("path", LISTS, ids=lambda path: path.name)
 def test_the_exporter_serves_exactly_the_lists_rows(path: Path) -> None:
     rows = {row.name for row in load_counters(str(path)).metrics}
-    with running_exporter(["-f", str(path), "--simulate", "--collect-interval", "200"]) as exporter:
+    upstream_path = Path("/etc/dcgm-exporter") / path.name
+    with running_exporter(["-f", str(upstream_path), "--simulate", "--collect-interval", "200"]) as exporter:
         exporter.wait_healthy()
 
         def dcgm_families() -> set[str] | None:
@@ -42,3 +44,5 @@ def test_the_exporter_serves_exactly_the_lists_rows(path: Path) -> None:
                              "DCGM_EXP_CONTAINER_FB_USED", "DCGM_EXP_UNATTRIBUTED_FB_USED"}
     assert "DCGM_FI_DEV_VGPU_LICENSE_STATUS" not in served
     assert log.count("DCGM_FI_DEV_VGPU_LICENSE_STATUS") == 1 and f"{path.name}:" in log
+    if not upstream_path.exists():  # a machine that is not the image: the package stands in, and says so
+        assert f"{upstream_path} does not exist on this machine; using the packaged copy" in log

@@ -17,7 +17,8 @@ from tests.simulate.conftest import FixedClock
 
 HEALTH_CSV = Path(__file__).resolve().parents[1] / "fixtures" / "health-counters.csv"
 # dcgm-exporter 4.8's own list (what -f /etc/dcgm-exporter/default-counters.csv exports): no Xid counts.
-DCGM_EXPORTER_48_CSV = str(Path(__file__).resolve().parents[2] / "etc" / "dcgm-exporter" / "default-counters.csv")
+DCGM_EXPORTER_48_CSV = str(Path(__file__).resolve().parents[2] / "exporter" / "metrics" / "data" / "dcgm-exporter"
+                           / "default-counters.csv")
 GPU0 = DeviceIdentity(index=0, uuid="GPU-aaaa", pci_bus_id="00000000:8D:00.0", minor=0, model="NVIDIA H100 80GB HBM3")
 GPU1 = DeviceIdentity(index=1, uuid="GPU-bbbb", pci_bus_id="00000000:9D:00.0", minor=1, model="NVIDIA H100 80GB HBM3")
 STATUS = SamplerStatus(nvml_up=True, driver_version="550.90.07", device_count=2, last_sample_monotonic=1.0)

@@ -6,9 +6,10 @@ Three CSVs ship, each with one job:
   plain manifests) exports with no ``-f``. It must be dcgm-exporter 4.8's default set, row for row,
   plus every row that the shipped alerts, recording rules and dashboards read, so that a default
   install feeds all of them (tests/e2e/test_default_install.py proves that end to end).
-* ``etc/dcgm-exporter/default-counters.csv`` and ``etc/dcgm-exporter/dcp-metrics-included.csv``:
-  dcgm-exporter 4.8's own lists, which the image installs under ``/etc/dcgm-exporter/`` so that
-  ``-f /etc/dcgm-exporter/...`` command lines keep working and export exactly what they did.
+* ``exporter/metrics/data/dcgm-exporter/default-counters.csv`` and ``.../dcp-metrics-included.csv``:
+  dcgm-exporter 4.8's own lists, which the image installs under ``/etc/dcgm-exporter/`` (from
+  ``etc/dcgm-exporter/``, links to them) and the package serves for those paths outside the image, so
+  that ``-f /etc/dcgm-exporter/...`` command lines keep working and export exactly what they did.
 
 The reference they are compared with, ``tests/fixtures/dcgm-exporter-4.8-default-counters.csv``, is
 dcgm-exporter's ``etc/default-counters.csv`` as published in release 4.5.3-4.8.2, byte for byte (its
@@ -24,6 +25,7 @@ import pytest
 
 from exporter.metrics.catalog import CATALOG, FromExporter
 from exporter.metrics.counters import CounterSet, default_counters_text, load_counters
+from exporter.metrics.upstream_paths import resolve_collectors
 from tests.dashboards.dashboard_queries import all_queries
 from tests.dashboards.promql_names import names_in, recorded_names, rule_groups
 
@@ -31,10 +33,8 @@ REPO = Path(__file__).resolve().parents[2]
 UPSTREAM_48 = REPO / "tests" / "fixtures" / "dcgm-exporter-4.8-default-counters.csv"
 # `git hash-object etc/default-counters.csv` at NVIDIA/dcgm-exporter tag 4.5.3-4.8.2 (commit 691c927).
 UPSTREAM_48_BLOB = "2eed7a651db300797554cb91591908f410902f21"
-DCGM_EXPORTER_LISTS = {
-    "default-counters.csv": REPO / "etc" / "dcgm-exporter" / "default-counters.csv",
-    "dcp-metrics-included.csv": REPO / "etc" / "dcgm-exporter" / "dcp-metrics-included.csv",
-}
+DCGM_EXPORTER_DATA = REPO / "exporter" / "metrics" / "data" / "dcgm-exporter"
+DCGM_EXPORTER_LISTS = {name: DCGM_EXPORTER_DATA / name for name in ("default-counters.csv", "dcp-metrics-included.csv")}
 PRODUCT_DEFAULT = REPO / "exporter" / "metrics" / "data" / "default-counters.csv"
 RULE_FILES = sorted((REPO / "deploy" / "rules").glob("*.yaml"))
 # Any value will do for the dashboards' template variables: only the metric names matter here.
@@ -148,3 +148,17 @@ def test_the_catalog_describes_upstream_rows_as_dcgm_exporter_does() -> None:
         assert spec is not None, name
         if name not in NOT_SERVED_UPSTREAM_ROWS:
             assert (spec.prom_type, spec.help) == (prom_type, help_text), name
+
+
+def test_the_image_paths_in_etc_are_links_to_the_packaged_lists() -> None:
+    """etc/dcgm-exporter/ mirrors the image's /etc/dcgm-exporter/; the packaged copies are the one source."""
+    for name, packaged in DCGM_EXPORTER_LISTS.items():
+        link = REPO / "etc" / "dcgm-exporter" / name
+        assert link.is_symlink() and link.resolve() == packaged.resolve()
+
+
+def test_a_missing_dcgm_exporter_path_is_served_by_the_packaged_copy_not_the_default() -> None:
+    for name, packaged in DCGM_EXPORTER_LISTS.items():
+        resolved = resolve_collectors(f"/etc/dcgm-exporter/{name}", exists=False)
+        assert Path(resolved.path).read_bytes() == packaged.read_bytes()
+        assert "packaged copy" in resolved.note
