@@ -20,9 +20,15 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+# Optional features of the product itself (not developer tools like test, bench or mutation).
+RUNTIME_EXTRAS = ("report",)
+
+
 def declared_floors() -> dict[str, str]:
     """Runtime dependency -> its lower bound; every dependency must be written ``name>=version``."""
-    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = [requirement for extra in RUNTIME_EXTRAS for requirement in project["optional-dependencies"][extra]]
+    dependencies = [*project["dependencies"], *extras]
     floors: dict[str, str] = {}
     for requirement in dependencies:
         match = REQUIREMENT.match(requirement.strip())
@@ -48,6 +54,6 @@ def test_every_runtime_dependency_is_pinned_at_its_declared_floor() -> None:
 
 def test_the_ci_step_installs_the_floors_and_runs_the_unit_tests() -> None:
     script = (REPO / "scripts" / "test").read_text(encoding="utf-8")
-    assert "ensure_venv .venv-floors test .ci/floors.txt" in script
+    assert f"ensure_venv .venv-floors test,{','.join(RUNTIME_EXTRAS)} .ci/floors.txt" in script
     assert '.venv-floors/bin/python -m pytest -q -p no:cacheprovider -m "not e2e"' in script
     assert (REPO / ".ci" / "run").read_text(encoding="utf-8").rstrip().endswith("exec ./scripts/test")
