@@ -112,12 +112,10 @@ def test_mig_instances_are_attributed_per_gpu_instance(
     try:
         attribution.update_processes({GPU2: (GpuProcess(4242, 3 << 30, gpu_instance_id=3, compute_instance_id=0),)})
         snapshot = _mig_snapshot(processes=(GpuProcess(4242, 3 << 30, gpu_instance_id=3, compute_instance_id=0),))
-        # Teams (API watch) and the process's container (its cgroup, matched to the pod's container ID
-        # from the API) arrive on their own clocks: wait for both.
         families = poll(lambda: (f := _render(wiring, snapshot)) and len(_samples(
             f, "DCGM_EXP_GPU_ALLOCATION_INFO")) == 2 and all(
             "team" in labels for labels, _ in _samples(f, "DCGM_EXP_GPU_ALLOCATION_INFO")) and any(
-            value > 0 for _, value in _samples(f, "DCGM_EXP_CONTAINER_FB_USED")) and f)
+            value for _, value in _samples(f, "DCGM_EXP_CONTAINER_FB_USED")) and f)  # the pod known too
     finally:
         attribution.stop()
 
@@ -155,7 +153,8 @@ class StubAttribution:
         self.snapshot_calls.append((tuple(devices), tuple(migs)))
         return self.value
 
-    def update_processes(self, processes: Mapping[str, Sequence[GpuProcess]]) -> None:
+    def update_processes(self, processes: Mapping[str, Sequence[GpuProcess]],
+                         utilization: Mapping[str, object] | None = None) -> None:
         if self.fail_next_update:
             self.fail_next_update = False
             raise RuntimeError("a bug")
