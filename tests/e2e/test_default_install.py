@@ -20,8 +20,8 @@ Two Prometheus servers scrape them, every second:
   event panels a healthy node leaves empty, and the panels that need process attribution, which the
   chart leaves off by default (``hostPID``); each listed panel must answer on the fault side instead.
 * **faults**: nodes built to trip the alerts: the built-in ``alert-zoo`` (one GPU per GPU alert),
-  ``xid-storm``, ``no-driver``, ``hang``; the ``default`` scenario once more, installed with the one
-  non-default value the shipped rules need, ``processAttribution.enabled=true``; a scrape target
+  ``xid-storm``, ``no-driver``, ``hang``; the ``default`` and ``shared-gpus`` scenarios installed with
+  the one non-default value some shipped rules need, ``processAttribution.enabled=true``; a scrape target
   where nothing listens; a kube-state-metrics stand-in for the maintenance helper rule. Every alert
   must become active there (b), each on exactly the GPUs or targets built for it; alerts without
   ``for:`` must fire. Nodes without a ``kubernetes:`` section run with the chart's kubelet socket and
@@ -29,8 +29,8 @@ Two Prometheus servers scrape them, every second:
   as on a node whose kubelet socket is not mounted.
 
 (a) Every metric name that a shipped alert, recording rule or dashboard query reads must be served by
-at least one exporter; the test prints the name -> scenario table. Only the two process-attribution
-names may need the non-default value.
+at least one exporter; the test prints the name -> scenario table. Only the process-attribution
+names (``PROCESS_ATTRIBUTION_NAMES``) may need the non-default value.
 
 Substituted, explicitly: scrape and rule evaluation every 1 s (the ServiceMonitor says 15 s); an
 alert with ``for:`` counts as shown when it is pending (its condition holds; waiting out 5 to 30
@@ -97,7 +97,8 @@ STORM = Node("storm", "xid-storm", "storm-node")
 NODRIVER = Node("nodriver", "no-driver", "nodriver-node")
 HANG = Node("hang", "hang", "hang-node")
 ATTRIBUTED = Node("attributed", "default", "hgx-node-01", process_attribution=True)
-FAULT_NODES = (ZOO, STORM, NODRIVER, HANG, ATTRIBUTED)
+SHARED = Node("shared", "shared-gpus", "shared-node", process_attribution=True)
+FAULT_NODES = (ZOO, STORM, NODRIVER, HANG, ATTRIBUTED, SHARED)
 
 # Grafana built-ins for a Prometheus that scrapes every second (see the module docstring).
 GRAFANA_BUILTINS = {**BUILTIN_VARIABLES, "__rate_interval": "15s", "__interval": "5s", "__interval_ms": "5000",
@@ -166,12 +167,17 @@ QUIET_ON_A_HEALTHY_NODE: dict[tuple[str, str], Quiet] = {
     (NODE, "panel 'MIG instances' query A"): _NO_MIG,
     (NODE, "panel 'MIG instances' query B"): _NO_MIG,
     (NODE, "annotation 'Firing GPU alerts'"): _NO_ALERT,
+    (NODE, "panel 'Shared GPUs: who is busy' query A"): Quiet(
+        PROCESS, "per-container utilisation comes from process attribution", ATTRIBUTED.hostname),
+    (NODE, "panel 'Shared GPUs: who is busy' query B"): Quiet(
+        PROCESS, "utilisation of processes of no pod on a shared GPU: process attribution", SHARED.hostname),
     (TEAMS, "panel 'Top pods by GPU memory' query A"): _MEMORY_BY_CONTAINER,
     (TEAMS, "panel 'GPU memory per namespace' query A"): _MEMORY_BY_CONTAINER,
     (TEAMS, "annotation 'Firing GPU alerts'"): _NO_ALERT,
 }
 NEEDS_PROCESS_ATTRIBUTION = {panel for panel, quiet in QUIET_ON_A_HEALTHY_NODE.items() if quiet.kind == PROCESS}
-PROCESS_ATTRIBUTION_NAMES = {"DCGM_EXP_CONTAINER_FB_USED", "DCGM_EXP_UNATTRIBUTED_FB_USED"}
+PROCESS_ATTRIBUTION_NAMES = {"DCGM_EXP_CONTAINER_FB_USED", "DCGM_EXP_UNATTRIBUTED_FB_USED",
+                             "DCGM_EXP_CONTAINER_SM_UTIL", "DCGM_EXP_UNATTRIBUTED_SM_UTIL"}
 
 
 @dataclass(frozen=True)
@@ -362,7 +368,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         # shown for the zoo, and for the process-attribution node its process-attribution panels.
         faults.answers = answer_all(faults.prometheus, [
             *dashboard_checks(faults.prometheus, dashboards, ZOO.hostname),
-            *dashboard_checks(faults.prometheus, dashboards, ATTRIBUTED.hostname, only=NEEDS_PROCESS_ATTRIBUTION),
+            *(check for node in (ATTRIBUTED, SHARED) for check in dashboard_checks(
+                faults.prometheus, dashboards, node.hostname, only=NEEDS_PROCESS_ATTRIBUTION)),
             *dcgm_exporter_checks(faults.prometheus), *rule_checks(rule_file)], ANSWER_DEADLINE_S,
             may_stay_empty=NEEDS_PROCESS_ATTRIBUTION)
         healthy.answers = answer_all(healthy.prometheus, [
@@ -449,7 +456,8 @@ def test_every_name_a_shipped_rule_or_panel_reads_is_served_in_a_builtin_scenari
     assert {name: where for name, where in read.items() if not served.get(name)} == {}
     # Only the process-attribution names need the one non-default value; everything else is fed by
     # the default install.
-    needs_value = {name for name in read if served[name] == {ATTRIBUTED.label}}
+    attributed = {node.label for node in FAULT_NODES if node.process_attribution}
+    needs_value = {name for name in read if served[name] <= attributed}
     assert needs_value == PROCESS_ATTRIBUTION_NAMES
     assert len(read) > 40
 
@@ -526,7 +534,7 @@ def test_dcgm_exporter_dashboard_queries_answer_from_every_exporter(deployment: 
     prometheus = deployment.faults.prometheus
     at = time.time()
     nodes = {s.labels["Hostname"] for s in prometheus.query(temperature.expr, at=at)}
-    assert nodes == {ZOO.hostname, STORM.hostname, HANG.hostname, ATTRIBUTED.hostname}
+    assert nodes == {ZOO.hostname, STORM.hostname, HANG.hostname, ATTRIBUTED.hostname, SHARED.hostname}
     scaled = {(s.labels["instance"], s.labels["gpu"]): s.value for s in prometheus.query(sm_clock.expr, at=at)}
     raw = {(s.labels["instance"], s.labels["gpu"]): s.value for s in prometheus.query("DCGM_FI_DEV_SM_CLOCK", at=at)}
     assert scaled == {key: value * 1e6 for key, value in raw.items()}
@@ -551,6 +559,9 @@ EXPECTED_GPU_SUBJECTS: dict[str, set[str]] = {
     "GpuThermalThrottling": {"zoo-node/2"},
     "GpuPowerBrakeThrottling": {"zoo-node/3"},
     "GpuAllocatedButIdle": {"zoo-node/0", "zoo-node/8/3"},  # a whole GPU and a MIG instance
+    # debug-0 holds an MPS share of shared-node's GPU 1 and runs nothing (per-container utilisation:
+    # process attribution; the zoo's standby-0 on GPU 10 shows it only with that on, too)
+    "GpuSharedShareIdle": {"shared-node/1"},
     "GpuMemoryNearlyFull": {"zoo-node/1"},
     # 9 GiB held by processes of no pod: zoo GPU 9 (no process attribution there, so only the
     # allocation-based alert) and hgx-node-01's GPU 7 (with it, both).
@@ -648,8 +659,10 @@ def test_the_fault_side_answers_every_panel(deployment: Deployment) -> None:
     """With the nodes built for the alerts, every panel shows something (the node dashboard on the zoo,
     except the process-attribution panels, shown for the node installed with it)."""
     unanswered = [line for line in deployment.faults.unanswered("gpu-pod-exporter-")
-                  if not any(line.startswith(f"gpu-pod-exporter-node[{ZOO.hostname}] {source}:")
-                             for _, source in NEEDS_PROCESS_ATTRIBUTION)]
+                  if not line.startswith((f"gpu-pod-exporter-node[{ATTRIBUTED.hostname}]",
+                                          f"gpu-pod-exporter-node[{SHARED.hostname}]"))
+                  and not any(line.startswith(f"gpu-pod-exporter-node[{ZOO.hostname}] {source}:")
+                              for _, source in NEEDS_PROCESS_ATTRIBUTION)]
     assert unanswered == []
 
 
