@@ -16,15 +16,23 @@ as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 step() { printf '==> %s\n' "$*"; }
 
-# The install stamp: what the last successful install of DIR was made from.
+# The install stamp: what the last successful install of DIR was made from (the extras are kept beside
+# it, so an install with more extras also serves a later call that asks for fewer).
 _install_stamp() {
-  local python="$1" extras="$2" constraints="$3"
+  local python="$1" constraints="$2"
   {
     "$python" -c 'import sys; print(sys.version)'
-    echo "extras=$extras"
     cat pyproject.toml
     if [ -n "$constraints" ]; then cat "$constraints"; fi
   } | sha256sum | cut -d' ' -f1
+}
+
+# Whether the comma-separated extras $1 are all among $2.
+_extras_within() {
+  local extra
+  for extra in ${1//,/ }; do
+    case ",$2," in *",$extra,"*) ;; *) return 1 ;; esac
+  done
 }
 
 # How many requirements the install resolves from (runtime + the chosen extras), for the step line.
@@ -60,9 +68,12 @@ ensure_venv() {
       "$python" -m venv "$dir" || return 1
     fi
   fi
-  local stamp
-  stamp="$(_install_stamp "$dir/bin/python" "$extras" "$constraints")"
-  if [ -f "$dir/.install-stamp" ] && [ "$(cat "$dir/.install-stamp")" = "$stamp" ]; then
+  local stamp stamped="" stamped_extras=""
+  stamp="$(_install_stamp "$dir/bin/python" "$constraints")"
+  if [ -f "$dir/.install-stamp" ]; then
+    { read -r stamped; read -r stamped_extras; } < "$dir/.install-stamp" || true
+  fi
+  if [ "$stamped" = "$stamp" ] && _extras_within "$extras" "$stamped_extras"; then
     step "$dir is up to date (pyproject.toml${extras:+, extras $extras}${constraints:+, $constraints} unchanged): nothing to install"
     return 0
   fi
@@ -74,5 +85,5 @@ ensure_venv() {
   local args=(install --disable-pip-version-check -e "$target")
   [ -n "$constraints" ] && args+=(-c "$constraints")
   "$dir/bin/python" -m pip "${args[@]}" || return 1
-  echo "$stamp" > "$dir/.install-stamp"
+  printf '%s\n%s\n' "$stamp" "$extras" > "$dir/.install-stamp"
 }

@@ -92,6 +92,10 @@ def test_other_extras_or_constraints_install_again(tmp_path: Path) -> None:
     ensure_venv(checkout, python, log, ".venv")
     ensure_venv(checkout, python, log, ".venv", "test")
     assert calls(log)[-1] == "pip install --disable-pip-version-check -e .[test]"
+    # fewer extras than installed (scripts/run after scripts/test): nothing to do
+    fewer = ensure_venv(checkout, python, log, ".venv")
+    assert fewer.stdout.strip() == "==> .venv is up to date (pyproject.toml unchanged): nothing to install"
+    assert len(calls(log)) == 3
     (checkout / "floors.txt").write_text("pyyaml==6.0\n")
     pinned = ensure_venv(checkout, python, log, ".venv-floors", "test", "floors.txt")
     assert "pinned by floors.txt" in pinned.stdout
