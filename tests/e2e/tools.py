@@ -8,14 +8,14 @@ import shutil
 import pytest
 
 
-def require_program(name: str) -> str:
+def require_program(name: str, install_hint: str = "Debian: apt-get install prometheus; ./scripts/test does it") -> str:
     """The executable's path; skips the calling test with the reason, or fails it when CI=true.
 
     Why fail under CI: a skipped rule or Prometheus suite would let broken alerts and dashboards land.
     """
     path = shutil.which(name)
     if path is None:
-        message = f"{name} is not installed (Debian: apt-get install prometheus; ./scripts/test does it)"
+        message = f"{name} is not installed ({install_hint})"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"{message}; CI=true requires it")
         pytest.skip(message)
