@@ -29,6 +29,12 @@ Reference nvml.md section 3 drives the details:
   in it. If the error repeats, the set is rebuilt make-before-break (the new set is registered
   before the old one is drained and freed), so events of the healthy GPUs are not dropped and the
   lost GPU, whose registration now fails, is left out.
+* A GPU left out because its registration failed for a reason that can pass (lost, reset, a transient
+  error; not NotSupported) is tried again every ``REREGISTER_S`` by the same make-before-break
+  rebuild, so a GPU that comes back after a reset delivers its Xids again. A GPU that never comes
+  back costs one registration attempt per interval. A reset also ends the GPU's registration on the
+  old set, and a wait's GPU_IS_LOST does not say which GPU it was, so after one the set is rebuilt at
+  the next interval too.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ IDLE_POLL_S = 0.2  # how often to look for an inventory while there is none
 ERROR_BACKOFF_S = 1.0  # after a wait error, so a persistent one cannot spin; the set keeps queueing
 RETRY_MAX_S = 30.0  # longest pause between attempts to register again after NVML failed us
 DRAIN_LIMIT = 10_000  # events taken out of a set that is being replaced, at most
+REREGISTER_S = 30.0  # how often GPUs whose registration failed (lost, reset) are tried again
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,7 @@ class _Registration:
     event_set: Any
     devices: dict[int, Device]  # handle value -> device
     registered: tuple[int, ...]  # NVML indices
+    missing: tuple[int, ...] = ()  # NVML indices whose registration failed for a reason that may pass
 
 
 class EventWatcher:
@@ -131,6 +139,7 @@ class EventWatcher:
         wait_timeout_ms: int = WAIT_TIMEOUT_MS,
         idle_poll_s: float = IDLE_POLL_S,
         error_backoff_s: float = ERROR_BACKOFF_S,
+        reregister_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._inventory = inventory
@@ -139,6 +148,8 @@ class EventWatcher:
         self._timeout_ms = wait_timeout_ms
         self._idle_poll_s = idle_poll_s
         self._error_backoff_s = error_backoff_s
+        self._reregister_s = REREGISTER_S if reregister_s is None else reregister_s
+        self._reregister_at = 0.0
         self.nvml = NvmlClient(clock)
         self._clock = clock
         self._retry_at = 0.0
@@ -149,6 +160,7 @@ class EventWatcher:
         self._current: _Registration | None = None
         self._followed: Inventory | None = None  # the inventory the current (or dropped) set belongs to
         self._lost_in_a_row = 0
+        self._rebuild_due = False  # a registered GPU was lost: its registration may not survive a reset
         self.registrations = 0  # event sets built so far (a new one per new inventory)
         self.events = 0  # events taken out of NVML and handed on
 
@@ -198,6 +210,11 @@ class EventWatcher:
                 if self._current is None:
                     self._stop.wait(self._idle_poll_s)
                     continue
+                due = self._current.missing or self._rebuild_due
+                if due and self._followed is not None and self._clock() >= self._reregister_at:
+                    self._rebuild(self._followed)  # a GPU left out may answer again (reset)
+                    if self._current is None:
+                        continue
                 self._wait_once(self._current)
         except Exception:  # pragma: no cover - a bug; the exporter keeps serving without events
             log.exception("event watcher failed; Xid events are no longer received")
@@ -235,6 +252,7 @@ class EventWatcher:
             return
         if kind is ErrorClass.DEVICE_LOST:
             self._lost_in_a_row += 1
+            self._rebuild_due = True
             self._log.change("wait", ("lost", reason), logging.WARNING,
                              "a registered GPU is lost; events of the other GPUs keep arriving", error=reason)
             if self._lost_in_a_row >= 2:
@@ -252,6 +270,7 @@ class EventWatcher:
         old = self._current
         self._current = self._register(inventory)
         self._lost_in_a_row = 0
+        self._rebuild_due = False
         if old is None:
             return
         for _ in range(DRAIN_LIMIT):
@@ -310,6 +329,7 @@ class EventWatcher:
                 return None
             self._log.forget("create")
             devices: dict[int, Device] = {}
+            missing: list[int] = sorted(excluded)
             restart = False
             for device in inventory.devices:
                 if device.identity.index in excluded:
@@ -317,6 +337,8 @@ class EventWatcher:
                 outcome = self._register_device(device, event_set)
                 if outcome == "registered":
                     devices[handle_value(device.handle) or 0] = device
+                elif outcome == "failed":
+                    missing.append(device.identity.index)
                 elif outcome == "set_undefined":
                     excluded.add(device.identity.index)
                     restart = True
@@ -334,10 +356,12 @@ class EventWatcher:
                 return None
             registered = tuple(sorted(device.identity.index for device in devices.values()))
             self.registrations += 1
+            self._reregister_at = self._clock() + self._reregister_s
             self._retry_delay = self._error_backoff_s
             self._log.change("registered", registered, logging.INFO, "receiving NVML events",
                              gpus=",".join(str(index) for index in registered))
-            return _Registration(event_set=event_set, devices=devices, registered=registered)
+            return _Registration(event_set=event_set, devices=devices, registered=registered,
+                                 missing=tuple(sorted(missing)))
         return None  # pragma: no cover - every attempt excludes one more GPU
 
     def _register_device(self, device: Device, event_set: Any) -> str:
@@ -370,11 +394,15 @@ class EventWatcher:
         kind = classify(exc)
         if kind is ErrorClass.NVML_DOWN:
             return "nvml_down"
-        message = ("GPU does not support NVML events; it is skipped, its Xid metrics stay at 0"
-                   if kind is ErrorClass.UNSUPPORTED else "cannot register this GPU for NVML events; it is skipped")
-        self._log.change(("register", identity.uuid), reason, logging.WARNING, message,
+        if kind is ErrorClass.UNSUPPORTED:
+            self._log.change(("register", identity.uuid), reason, logging.WARNING,
+                             "GPU does not support NVML events; it is skipped, its Xid metrics stay at 0",
+                             gpu=identity.index, error=reason)
+            return "skipped"
+        self._log.change(("register", identity.uuid), reason, logging.WARNING,
+                         "cannot register this GPU for NVML events; it is skipped and tried again later",
                          gpu=identity.index, error=reason)
-        return "skipped"
+        return "failed"
 
     # -- teardown ------------------------------------------------------------------------------
 

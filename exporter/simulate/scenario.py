@@ -64,7 +64,7 @@ library:
   init_fails: {error: CODE, until: DURATION, calls: int}   # init fails while either holds
 faults:
   - {type: error, symbol: SYMBOL, error: CODE, gpu: int, from: DURATION, until: DURATION, field: int}
-  - {type: gpu_lost, gpu: int, at: DURATION}
+  - {type: gpu_lost, gpu: int, at: DURATION, until: DURATION}   # until: answers again (reset)
   - {type: hang, symbol: SYMBOL, gpu: int, at: DURATION, duration: DURATION,
      holds_driver_lock: bool, error: CODE}
 kubernetes: any                       # reserved: stored raw for the kubelet/API-server fakes
@@ -745,6 +745,7 @@ class XidEventSpec:
 class GpuLostFault:
     gpu: int
     at: float = 0.0
+    until: float = INFINITY  # answers again from here on (a reset)
 
 
 @dataclass(frozen=True)
@@ -1253,11 +1254,14 @@ def _faults(value: YamlValue, count: int) -> tuple[tuple[ErrorFault, ...], tuple
             gpu = _get(keys, "gpu", lambda v: _gpu_index(v, count), None)
             errors.append(ErrorFault(symbol, _code(keys["error"]), gpu, window, field_id))
         elif kind == "gpu_lost":
-            keys = item.mapping(("type", "gpu", "at"))
+            keys = item.mapping(("type", "gpu", "at", "until"))
             if "gpu" not in keys:
                 raise item.error("a gpu_lost fault needs 'gpu'")
             at = _get(keys, "at", YamlValue.duration, 0.0)
-            lost.append(GpuLostFault(_gpu_index(keys["gpu"], count), at))
+            until = _get(keys, "until", YamlValue.duration, INFINITY)
+            if until <= at:
+                raise keys["until"].error("'until' must be later than 'at'")
+            lost.append(GpuLostFault(_gpu_index(keys["gpu"], count), at, until))
         else:
             keys = item.mapping(("type", "symbol", "gpu", "at", "duration", "holds_driver_lock", "error"))
             for needed in ("symbol", "duration"):

@@ -49,11 +49,27 @@ def _check_relabelings(relabelings: list[dict[str, Any]]) -> None:
         assert set(relabel) <= {"sourceLabels", "separator", "targetLabel", "regex", "modulus", "replacement", "action"}
 
 
-@pytest.mark.parametrize("values_file", CI_VALUES, ids=SCENARIO_IDS)
+def _renders_a_servicemonitor(values_file: Path) -> bool:
+    return bool(render(load_ci_values(values_file), api_versions=MONITORING_APIS).all("ServiceMonitor"))
+
+
+WITH_SERVICEMONITOR = [path for path in CI_VALUES if _renders_a_servicemonitor(path)]
+
+
+def test_every_values_file_but_the_opt_out_renders_a_servicemonitor() -> None:
+    without = {path.name.removesuffix("-values.yaml") for path in CI_VALUES} - {
+        path.name.removesuffix("-values.yaml") for path in WITH_SERVICEMONITOR}
+    assert without == {"no-servicemonitor"}
+
+
+@pytest.mark.parametrize("values_file", WITH_SERVICEMONITOR,
+                         ids=[path.name.removesuffix("-values.yaml") for path in WITH_SERVICEMONITOR])
 def test_servicemonitor_has_the_structure_the_operator_accepts(values_file: Path) -> None:
     """kubernetes-validate has no CRD schemas: check the fields the operator's CRD defines."""
     rendered = render(load_ci_values(values_file), api_versions=MONITORING_APIS)
-    for monitor in rendered.all("ServiceMonitor"):
+    monitors = rendered.all("ServiceMonitor")
+    assert len(monitors) == 1
+    for monitor in monitors:
         assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
         spec = monitor["spec"]
         assert set(spec) <= {"selector", "namespaceSelector", "endpoints", "jobLabel", "targetLabels",

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import configparser
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 
 from exporter.config import OPTIONS
 from tests.deploy.chart_support import REPO
+from tests.e2e.tools import require_program
 
 UNIT = REPO / "deploy" / "systemd" / "gpu-pod-exporter.service"
 ENV_FILE = REPO / "deploy" / "systemd" / "gpu-pod-exporter.env"
@@ -102,12 +101,7 @@ def test_env_file_names_only_variables_the_exporter_reads() -> None:
 
 
 def _systemd_analyze() -> str:
-    program = shutil.which("systemd-analyze")
-    if program is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("systemd-analyze is required in CI (Debian package systemd)")
-        pytest.skip("systemd-analyze is not installed")
-    return program
+    return require_program("systemd-analyze", package="systemd")
 
 
 def test_systemd_accepts_every_directive(tmp_path: Path) -> None:

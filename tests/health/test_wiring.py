@@ -12,6 +12,8 @@ from exporter.app import App, Extensions
 from exporter.config import load_config
 from exporter.health.wiring import HealthTelemetry
 from exporter.metrics.counters import load_counters
+from exporter.nvml import events as events_module
+from exporter.nvml import sampler as sampler_module
 from exporter.simulate.fakenvml import FakeNvmlLibrary
 from exporter.simulate.scenario import parse_scenario
 from tests.e2e.exporter_process import wait_for
@@ -76,6 +78,32 @@ def test_a_fatal_xid_then_a_lost_gpu_turn_its_health_gauge_to_zero(running: Runn
              "reason gpu_lost")
     assert running.samples("DCGM_EXP_GPU_HEALTHY") == {("0", "ok"): 1, ("1", "ok"): 1, ("2", "ok"): 1,
                                                        ("3", "gpu_lost"): 0}
+
+
+@pytest.fixture
+def fast_recovery(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lost GPUs are probed again after 0.2 s instead of 30 s (set before the app is built)."""
+    monkeypatch.setattr(sampler_module, "LOST_REPROBE_S", 0.2)
+    monkeypatch.setattr(events_module, "REREGISTER_S", 0.2)
+
+
+def test_a_gpu_that_comes_back_has_its_series_health_and_xid_history_again(fast_recovery: None,
+                                                                           running: Running) -> None:
+    wait_for(lambda: running.telemetry.watcher.registered_gpus == (0, 1, 2, 3), DEADLINE_S, "event registration")
+    running.fake.inject_xid(3, 31, count=2)
+    wait_for(lambda: running.samples("DCGM_EXP_XID_ERRORS_TOTAL") == {("3", "31"): 2}, DEADLINE_S, "Xid 31 twice")
+    running.fake.lose_gpu(3)
+    wait_for(lambda: running.samples("DCGM_EXP_GPU_HEALTHY").get(("3", "gpu_lost")) == 0, DEADLINE_S,
+             "reason gpu_lost")
+    assert ("3", "") not in running.samples("DCGM_FI_DEV_GPU_TEMP")  # no readings from a lost GPU
+    running.fake.restore_gpu(3)
+    wait_for(lambda: running.samples("DCGM_EXP_GPU_HEALTHY").get(("3", "ok")) == 1, DEADLINE_S, "reason ok again")
+    assert ("3", "") in running.samples("DCGM_FI_DEV_GPU_TEMP")
+    assert running.samples("DCGM_EXP_XID_ERRORS_TOTAL") == {("3", "31"): 2}  # history kept across the loss
+    wait_for(lambda: running.telemetry.watcher.registered_gpus == (0, 1, 2, 3), DEADLINE_S, "registered again")
+    running.fake.inject_xid(3, 43)
+    wait_for(lambda: running.samples("DCGM_EXP_XID_ERRORS_TOTAL") == {("3", "31"): 2, ("3", "43"): 1}, DEADLINE_S,
+             "an Xid after the return")
 
 
 def test_stopping_the_app_frees_the_event_set(running: Running) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,8 @@ from exporter.metrics.render import DEFAULT_BUILDERS, RenderContext, RenderOptio
 from exporter.nvml.sampler import Sampler
 from exporter.simulate.fakenvml import installed
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "default-scenario.prom"
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = REPO / "tests" / "golden" / "default-scenario.prom"
 ALL_ROWS = Path(__file__).resolve().parent.parent / "fixtures" / "health-counters.csv"
 WALL_EPOCH = 1_700_000_000.0
 
@@ -62,5 +65,18 @@ def test_full_exposition_matches_the_golden_file(monkeypatch: pytest.MonkeyPatch
     assert actual == expected
 
 
-def test_rendering_is_deterministic(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert render_default_scenario(monkeypatch) == render_default_scenario(monkeypatch)
+RENDER_IN_A_FRESH_INTERPRETER = """
+import sys
+import pytest
+from tests.metrics.test_golden import render_default_scenario
+with pytest.MonkeyPatch.context() as monkeypatch:
+    sys.stdout.buffer.write(render_default_scenario(monkeypatch))
+"""
+
+
+@pytest.mark.parametrize("hash_seed", ["0", "4242"])
+def test_a_fresh_interpreter_renders_the_same_bytes(hash_seed: str) -> None:
+    """Set and dict orders change with the string hash seed: the exposition must not."""
+    result = subprocess.run([sys.executable, "-c", RENDER_IN_A_FRESH_INTERPRETER], capture_output=True, check=True,
+                            cwd=REPO, env={**os.environ, "PYTHONHASHSEED": hash_seed}, timeout=120)
+    assert result.stdout == GOLDEN.read_bytes()

@@ -49,6 +49,19 @@ def xids(events: list[DeviceEvent]) -> list[tuple[int, int]]:
     return [(event.identity.index, event.data) for event in events if event.is_xid]
 
 
+def settled(watcher: EventWatcher, fake: Any, waits: int = 10) -> None:
+    """Wait until the watcher has made ``waits`` more timed-out waits on one set without rebuilding it."""
+    state = {"registrations": watcher.registrations, "waits": fake.calls["nvmlEventSetWait_v2"]}
+
+    def quiet() -> bool:
+        if watcher.registrations != state["registrations"]:
+            state.update(registrations=watcher.registrations, waits=fake.calls["nvmlEventSetWait_v2"])
+            return False
+        return fake.calls["nvmlEventSetWait_v2"] - state["waits"] >= waits
+
+    wait_for(quiet, DEADLINE_S, f"{waits} waits on one event set")
+
+
 def registered(watcher: EventWatcher, gpus: tuple[int, ...]) -> None:
     wait_for(lambda: watcher.registered_gpus == gpus, DEADLINE_S, f"registration of GPUs {gpus}")
 
@@ -158,6 +171,58 @@ def test_a_repeating_gpu_lost_rebuilds_the_set_without_the_lost_gpu(nvml: Any, s
     fake.inject_xid(0, 13)
     wait_for(lambda: events, DEADLINE_S, "an event on the remaining GPU")
     assert xids(events) == [(0, 13)]
+
+
+def test_a_lost_gpu_that_comes_back_is_registered_again_and_delivers_its_xids(
+        nvml: Any, source: Source, events: list[DeviceEvent]) -> None:
+    fake = nvml("gpu_count: 2\n")
+    source.discover()
+    now = [0.0]  # the watcher's clock: GPUs left out are tried again only when the test moves it on
+    watcher = EventWatcher(lambda: source.inventory, events.append, wait_timeout_ms=20, idle_poll_s=0.01,
+                           error_backoff_s=0.01, reregister_s=30.0, clock=lambda: now[0])
+    watcher.start()
+    try:
+        registered(watcher, (0, 1))
+        fake.lose_gpu(1)
+        fake.inject_error("nvmlEventSetWait_v2", "GpuIsLost")
+        registered(watcher, (0,))
+        fake.clear_errors()
+        settled(watcher, fake)
+        registrations_while_lost = watcher.registrations
+        now[0] += 31.0
+        settled(watcher, fake)  # still lost: tried again once, left out again
+        assert watcher.registered_gpus == (0,) and watcher.registrations == registrations_while_lost + 1
+        fake.restore_gpu(1)  # reset: the same handle answers again, its old registration is gone
+        settled(watcher, fake)
+        assert watcher.registered_gpus == (0,)  # not before the interval has passed
+        now[0] += 31.0
+        registered(watcher, (0, 1))
+        fake.inject_xid(1, 79)
+        fake.inject_xid(0, 13)
+        wait_for(lambda: len(events) == 2, DEADLINE_S, "Xids of the returned GPU and of the other one")
+        assert sorted(xids(events)) == [(0, 13), (1, 79)]
+        rebuilt = watcher.registrations
+        now[0] += 31.0
+        settled(watcher, fake)
+        assert watcher.registrations == rebuilt  # every GPU is registered: no more rebuilds
+    finally:
+        watcher.stop(5)
+
+
+def test_a_gpu_that_does_not_support_events_is_not_tried_again(nvml: Any, source: Source,
+                                                               events: list[DeviceEvent]) -> None:
+    fake = nvml("gpu_count: 2\n")
+    fake.inject_error("nvmlDeviceRegisterEvents", "NotSupported", gpu=1)
+    source.discover()
+    watcher = EventWatcher(lambda: source.inventory, events.append, wait_timeout_ms=20, idle_poll_s=0.01,
+                           error_backoff_s=0.01, reregister_s=0.01)
+    watcher.start()
+    try:
+        registered(watcher, (0,))
+        settled(watcher, fake)
+        assert watcher.registrations == 1 and fake.calls["nvmlDeviceRegisterEvents"] == 2
+    finally:
+        watcher.stop(5)
 
 
 def test_after_nvml_reinit_it_registers_on_the_new_inventory(nvml: Any, source: Source, watcher: EventWatcher,

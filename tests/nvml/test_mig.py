@@ -148,3 +148,27 @@ def test_a_gpu_without_mig_is_asked_once() -> None:
         assert rig.fake.calls["nvmlDeviceGetMigMode"] == 1
         assert rig.fake.calls["nvmlDeviceGetMaxMigDeviceCount"] == 0
         assert rig.sampler.snapshot.migs == ()
+
+
+def test_a_query_mig_devices_do_not_support_is_asked_once_per_layout() -> None:
+    only_mig = "gpu_count: 1\ngpu_defaults: {model: H100-SXM5-80GB, mig: [3g.40gb, 2g.20gb, 1g.10gb]}\n"
+    with sampling(only_mig) as rig:
+        calls = rig.fake.calls
+        for symbol in ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2"):
+            rig.fake.inject_error(symbol, "NotSupported", gpu=0)  # the parent's rules bind its MIG devices too
+        rig.cycle(1.0)
+        asked = calls["nvmlDeviceGetMemoryInfo"] + calls["nvmlDeviceGetMemoryInfo_v2"]
+        for second in range(2, 10):
+            rig.cycle(float(second))
+        assert calls["nvmlDeviceGetMemoryInfo"] + calls["nvmlDeviceGetMemoryInfo_v2"] == asked  # not asked again
+        assert all("DCGM_FI_DEV_FB_USED" not in mig.values for mig in rig.sampler.snapshot.devices[0].mig)
+
+        rig.fake.clear_errors()
+        rig.fake.set_mig_layout(0, ["3g.40gb", "1g.10gb"])  # the 2g.20gb instance is destroyed
+        rig.cycle(10.0)  # its MIG handle is gone: the layout is probed at the next cycle
+        rig.cycle(11.0)
+        rig.cycle(12.0)
+        instances = rig.sampler.snapshot.devices[0].mig
+        assert [mig.identity.profile for mig in instances] == ["3g.40gb", "1g.10gb"]
+        # A new layout means new MIG devices: what the old ones could not answer is asked again.
+        assert all(mig.values.get("DCGM_FI_DEV_FB_USED") is not None for mig in instances)

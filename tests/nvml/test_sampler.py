@@ -149,6 +149,52 @@ def test_a_lost_gpu_leaves_the_others_updating_and_is_reprobed_later() -> None:
         assert not sampler.run_cycle().devices[3].up  # re-probed: still lost, still reported
 
 
+def test_a_lost_gpu_that_answers_again_comes_back_with_all_its_readings() -> None:
+    with sampler_on("default") as (sampler, fake, clock):
+        assert sampler.initialise()
+        sampler.run_cycle()
+        clock.now += 1.0
+        before = sampler.run_cycle().devices[3]  # rates (NVLink bandwidth) need a second sample
+        fake.lose_gpu(3)
+        clock.now += 1.0
+        assert not sampler.run_cycle().devices[3].up
+        fake.restore_gpu(3)  # reset: the GPU answers again with the same handle
+        clock.now += 1.0
+        assert not sampler.run_cycle().devices[3].up  # not asked before the re-probe interval
+        clock.now += LOST_REPROBE_S
+        snapshot = sampler.run_cycle()
+        back = snapshot.devices[3]
+        assert back.up and back.error == "" and back.identity == before.identity
+        assert all(reading.up for reading in snapshot.devices)
+        clock.now += 1.0
+        back = sampler.run_cycle().devices[3]  # GPM profiling restarts its sample chain: one cycle later
+        assert set(back.values) == set(before.values)  # every reading it had, none left behind
+        assert sampler.inventory is not None and len(sampler.inventory.devices) == 8
+
+
+def test_nvml_that_goes_away_and_comes_back_is_reinitialised_by_the_sampling_thread() -> None:
+    with sampler_on("default") as (sampler, fake, _clock):
+        sampler.start()
+        try:
+            before = wait_for(lambda: sampler.snapshot if len(sampler.snapshot.devices) == 8 else None,
+                              10.0, "the first snapshot")
+            fake.drop_driver()  # e.g. the driver is unloaded for an upgrade
+            down = wait_for(lambda: sampler.snapshot if not sampler.snapshot.status.nvml_up else None,
+                            10.0, "NVML reported down")
+            assert "DriverNotLoaded" in down.status.nvml_error and down.devices == ()
+            fake.restore_driver()  # the old session is gone: only a new nvmlInit works
+
+            def back() -> object:
+                snapshot = sampler.snapshot
+                return snapshot if snapshot.status.nvml_up and len(snapshot.devices) == 8 else None
+
+            after = wait_for(back, 20.0, "NVML re-initialised with every GPU")
+        finally:
+            sampler.stop()
+        assert [reading.identity for reading in after.devices] == [reading.identity for reading in before.devices]
+        assert all(reading.up and reading.values for reading in after.devices)
+
+
 def test_production_never_calls_the_blocking_pcie_throughput_query() -> None:
     with sampler_on("default") as (sampler, fake, clock):
         assert sampler.initialise()

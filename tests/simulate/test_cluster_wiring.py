@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -56,10 +57,15 @@ def test_the_app_runs_against_the_simulated_node(tmp_path: Path) -> None:
     workdir = Path(app.config.pod_resources_socket).parents[1]
     app.start()
     try:
-        wanted = ('pod="trainer-0"', 'team="research"', 'DCGM_EXP_CONTAINER_FB_USED{gpu="1"')
-        text = exposition_with(app, *wanted)
+        def container_memory() -> str | None:
+            text = exposition_with(app, 'pod="trainer-0"', 'team="research"', 'DCGM_EXP_CONTAINER_FB_USED{gpu="1"')
+            lines = [line for line in text.splitlines() if line.startswith("DCGM_EXP_CONTAINER_FB_USED{")]
+            # The process list is read on its own interval: the container's memory follows it.
+            return text if len(lines) == 1 and lines[0].endswith(" 2048.0") else None
+
+        text = wait_for(container_memory, 15.0, "trainer-0's 2 GiB process in DCGM_EXP_CONTAINER_FB_USED")
         [memory] = [line for line in text.splitlines() if line.startswith("DCGM_EXP_CONTAINER_FB_USED{")]
-        assert 'pod="trainer-0"' in memory and memory.endswith(" 2048.0")
+        assert 'pod="trainer-0"' in memory and 'container="trainer"' in memory
         assert 'Hostname="sim-7"' in text
         assert Path(app.config.pod_resources_socket).is_socket()
     finally:
@@ -96,9 +102,22 @@ def test_kubernetes_mode_off_keeps_the_node_unsimulated(tmp_path: Path) -> None:
     assert _planned(tmp_path, "--kubernetes-process-attribution", "false").process_attribution is False
 
 
-def test_a_scenario_without_a_section_simulates_no_node(tmp_path: Path) -> None:
-    config = _planned(tmp_path, text=SCENARIO.split("kubernetes:", maxsplit=1)[0])
-    assert not config.kubernetes and config.pod_resources_socket == Config().pod_resources_socket
+def test_a_scenario_without_a_section_simulates_no_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where a simulated node would put its socket and /proc
+    tempfile.tempdir = None
+    try:
+        app = build_app(_config(tmp_path, "-c", "100", text=SCENARIO.split("kubernetes:", maxsplit=1)[0]),
+                        load_counters(None))
+        app.start()
+        try:
+            text = exposition_with(app, 'DCGM_FI_DEV_GPU_TEMP{gpu="1"')
+        finally:
+            app.stop()
+    finally:
+        tempfile.tempdir = None
+    assert "pod=" not in text and "gpu_pod_exporter_kubelet_up" not in text  # no node, no attribution
+    assert not app.config.kubernetes and app.config.pod_resources_socket == Config().pod_resources_socket
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["node.yaml"]  # no simulated node's directory
 
 
 def test_a_reference_to_a_missing_gpu_is_a_scenario_error_at_its_line(tmp_path: Path) -> None:
