@@ -27,8 +27,7 @@ WORKDIR /src
 # (`scripts/build-image lock` regenerates them); --require-hashes makes pip refuse anything unpinned
 # or altered, and --only-binary keeps compilers out (every pinned package publishes wheels).
 COPY requirements/image.txt requirements/image-build.txt ./requirements/
-RUN --mount=type=cache,target=/root/.cache/pip \
-    python3 -m venv /opt/build \
+RUN python3 -m venv /opt/build \
  && /opt/build/bin/python -m pip install --require-hashes --only-binary=:all: -r requirements/image-build.txt \
  && python3 -m venv --without-pip /opt/gpu-pod-exporter \
  && /opt/build/bin/python -m pip --python /opt/gpu-pod-exporter/bin/python install \

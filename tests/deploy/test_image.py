@@ -80,8 +80,8 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BuiltImage]:
     # scripts/build-image installs buildah and debootstrap when they are missing (Debian packages);
     # where it cannot, the helper skips here, and fails under CI=true.
     subprocess.run([str(BUILD_IMAGE), "tools"], capture_output=True, timeout=600, check=False)
-    require_program("buildah", "Debian: apt-get install buildah debootstrap; scripts/build-image does it")
-    require_program("debootstrap", "Debian: apt-get install buildah debootstrap; scripts/build-image does it")
+    require_program("buildah", package="buildah")
+    require_program("debootstrap", package="debootstrap")
     tag = f"localhost/gpu-pod-exporter:test-{os.getpid()}"
     out = tmp_path_factory.mktemp("image")
     started = time.monotonic()
