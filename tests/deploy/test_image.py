@@ -224,14 +224,12 @@ def _chart_env_and_mounts(tmp_path: Path) -> tuple[list[str], list[str], str]:
     where the chart mounts it, /tmp as its emptyDir, the pod's user, every capability dropped."""
     rendered = render()
     container = rendered.container
-    env: list[str] = []
+    options: list[str] = []
     for name, value in rendered.env.items():
         if isinstance(value, dict):
             field = value.get("fieldRef", {}).get("fieldPath")
             assert field == "spec.nodeName", f"{name}: the test knows only the node name's fieldRef, not {value}"
-            value = "image-test-node"
-        env += ["-e", f"{name}={value}"]
-    options = list(env)
+        options += ["-e", f"{name}={'image-test-node' if isinstance(value, dict) else value}"]
     for volume_name, mount in rendered.mounts.items():
         volume = rendered.volumes[volume_name]
         if "configMap" in volume:
