@@ -295,7 +295,8 @@ def test_upstream_counter_files_are_in_the_image_and_load_through_f(
 @pytest.mark.skipif("doctor" not in SUBCOMMANDS, reason="this checkout has no `gpu-pod-exporter doctor` yet")
 def test_doctor_runs_in_the_image(container: str) -> None:
     """Conditional on the subcommand existing in this checkout: once it does, it must work in the image."""
-    doctor = run_in(container, "gpu-pod-exporter", "doctor", "--simulate")
+    # its own free port: doctor checks that the listen address is free, and 9400 is shared on this host
+    doctor = run_in(container, "gpu-pod-exporter", "doctor", "--simulate", "--address", f"127.0.0.1:{free_port()}")
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert doctor.stdout.strip()
 
