@@ -4,7 +4,7 @@
 in, and every metric it reads is one the exporter produces (its field catalog and its registry of
 owned metrics, see exporter_metrics.py), an allowlisted external name, or a series of our
 recording rules; every label is in known_labels.txt. The e2e test
-(tests/e2e/test_prometheus_rules_dashboards.py) runs the same queries against a real Prometheus
+(tests/e2e/test_default_install.py) runs the same queries against a real Prometheus
 scraping the exporter and requires an answer from each.
 """
 

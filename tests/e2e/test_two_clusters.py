@@ -2,7 +2,8 @@
 
 What a global view looks like (docs/fleet.md): every cluster's series in one store (Thanos, Mimir,
 VictoriaMetrics, or a Prometheus federating them) under a ``cluster`` label. Here one Prometheus
-scrapes two exporters running the same simulated node (tests/fixtures/alert-zoo.yaml: Hostname
+scrapes two exporters, each installed by the chart (default values, process attribution on, so the
+per-container panels answer too), running the same simulated node (the built-in ``alert-zoo``: Hostname
 ``zoo-node``, the same GPU UUIDs, the same pods and teams) as cluster ``east`` and cluster ``west``,
 and two kube-state-metrics stand-ins, one per cluster, the way relabelling or an external label
 adds ``cluster`` to everything a cluster sends. Node names and GPU UUIDs collide completely, so:
@@ -27,18 +28,19 @@ import pytest
 from tests.dashboards.dashboard_queries import dashboard_queries, load_dashboards, query_variables
 from tests.dashboards.promql_names import recorded_names
 from tests.e2e.exporter_process import ExporterProcess, free_port
+from tests.e2e.installed import helm_install
 from tests.e2e.prometheus_harness import RULE_FILES, PrometheusHarness, Sample, require_prometheus
-from tests.e2e.test_prometheus_rules_dashboards import (
-    COUNTERS,
+from tests.e2e.test_default_install import (
     GRAFANA_BUILTINS,
     KUBE_STATE_METRICS,
-    ZOO_NODE,
-    ZOO_SCENARIO,
+    PROCESS_ATTRIBUTION,
+    ZOO,
     Check,
     answer_all,
     resolve_variables,
     serve_text,
     shorten_subquery_resolution,
+    start_exporter,
 )
 
 pytestmark = pytest.mark.e2e
@@ -68,14 +70,19 @@ class TwoClusters(PrometheusHarness):
         return config
 
 
+ZOO_NODE = ZOO.hostname
+
+
 @pytest.fixture(scope="module")
-def prometheus() -> Iterator[PrometheusHarness]:
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusHarness]:
     require_prometheus()
+    install = helm_install(PROCESS_ATTRIBUTION)
+    rule_file = install.write_rule_file(tmp_path_factory.mktemp("two-clusters") / "prometheusrule-groups.yaml")
+    assert recorded_names([rule_file]) == recorded_names(RULE_FILES)  # the records parametrized below
     with ExitStack() as stack:
-        exporters = {}
+        exporters: dict[str, ExporterProcess] = {}
         for cluster in CLUSTERS:
-            process = ExporterProcess(["--simulate", str(ZOO_SCENARIO), "--collectors", str(COUNTERS),
-                                       "--collect-interval", "200"])
+            process = start_exporter(install, ZOO, tmp_path_factory.mktemp(cluster))
             stack.callback(process.stop)
             exporters[cluster] = process
         kube_state_metrics = {cluster: stack.enter_context(serve_text(KUBE_STATE_METRICS)) for cluster in CLUSTERS}
@@ -84,7 +91,7 @@ def prometheus() -> Iterator[PrometheusHarness]:
         # each cluster also has a target where nothing listens (the "targets down" panel shows it)
         harness = stack.enter_context(TwoClusters(
             {cluster: [f"127.0.0.1:{process.port}", f"127.0.0.1:{free_port()}"]
-             for cluster, process in exporters.items()}, kube_state_metrics, rule_files=RULE_FILES))
+             for cluster, process in exporters.items()}, kube_state_metrics, rule_files=[rule_file]))
         harness.wait_for('up{job="gpu-pod-exporter"} == 1', lambda s: len(s) == 2, deadline_s=30)
         harness.wait_for_rules_evaluated()
         harness.wait_for("team:gpu_allocated:sum", lambda s: len(s) == 2 * len(ALLOCATION), deadline_s=30)
@@ -144,7 +151,7 @@ def dashboard_checks(prometheus: PrometheusHarness, cluster: str) -> list[Check]
         offered = {s.labels["cluster"] for s in prometheus.query(variables[0].selector)}
         assert offered == set(CLUSTERS)  # the variable offers both clusters
         values = resolve_variables(prometheus, variables, base, {"cluster": cluster, "Hostname": ZOO_NODE})
-        checks += [Check(f"{query.dashboard} {query.source}", shorten_subquery_resolution(query.resolved(values)))
+        checks += [Check(query.dashboard, query.source, cluster, shorten_subquery_resolution(query.resolved(values)))
                    for query in dashboard_queries(dashboard)]
     return checks
 

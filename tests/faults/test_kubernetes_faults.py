@@ -56,8 +56,14 @@ def node(cluster: NodeCluster) -> Iterator[tuple[NodeCluster, ExporterProcess]]:
     """The exporter running against a healthy node, GPU 0 attributed with its team."""
     with running_exporter(_args(cluster)) as exporter:
         exporter.wait_healthy()
-        wait_for(lambda: _gpu0(exporter).get("team") == "research", 20.0, "GPU 0 attributed with its team")
+        wait_for(lambda: _gpu0_team(exporter) == "research", 20.0, "GPU 0 attributed with its team")
         yield cluster, exporter
+
+
+def _gpu0_team(exporter: ExporterProcess) -> str | None:
+    """GPU 0's team label; None while GPU 0 has no series yet (a scrape right after /health turned 200)."""
+    found = series_for(exporter.samples("DCGM_FI_DEV_GPU_TEMP"), GPUS[0].uuid)
+    return found[0][0].get("team") if len(found) == 1 else None
 
 
 def _gpu0(exporter: ExporterProcess) -> dict[str, str]:
