@@ -5,8 +5,9 @@ and watch on pods and namespaces; with ``kubernetesDRA.enabled`` also on ``resou
 group ``resource.k8s.io``, which ``grant`` adds). Resources of another group than the core one are
 keyed ``<resource>.<group>`` (``resourceslices.resource.k8s.io``), as kubectl writes them. A
 scenario or a test can take a resource away (``forbid``): list and watch requests for it then get
-the 403 a real API server sends, and a ``SelfSubjectAccessReview`` (``POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews``, which
-``gpu-pod-exporter doctor`` sends) answers ``allowed: false`` for it, as kube-apiserver does.
+the 403 a real API server sends, and a ``SelfSubjectAccessReview`` (``POST
+/apis/authorization.k8s.io/v1/selfsubjectaccessreviews``, which ``gpu-pod-exporter doctor`` sends)
+answers ``allowed: false`` for it, as kube-apiserver does.
 """
 
 from __future__ import annotations
