@@ -431,24 +431,9 @@ class FakeApiServer:
     def add_resource_slice(self, name: str, driver: str, pool: str,
                            devices: Sequence[tuple[str, Mapping[str, str | int]]], *,
                            node_name: str | None = None, generation: int = 1) -> JsonObject:
-        """Create (or replace) a ResourceSlice of ``driver``'s ``pool`` publishing ``devices``:
-        ``(device name, {attribute: value})``, values typed as the API types them (text: string,
-        int: int; ``driverVersion`` is a version)."""
-        def typed(key: str, value: str | int) -> JsonObject:
-            if isinstance(value, int):
-                return {"int": value}
-            return {"version": value} if key.endswith("Version") else {"string": value}
-
-        obj: JsonObject = {
-            "apiVersion": f"{RESOURCE_GROUP}/v1", "kind": "ResourceSlice",
-            "metadata": {"name": name, "uid": stable_uid("resourceslice", name),
-                         "creationTimestamp": "2024-01-01T00:00:00Z"},
-            "spec": {"driver": driver, "nodeName": node_name if node_name is not None else self.node_name,
-                     "pool": {"name": pool, "generation": generation, "resourceSliceCount": 1},
-                     "devices": [{"name": device, "attributes": {key: typed(key, value)
-                                                                 for key, value in attributes.items()}}
-                                 for device, attributes in devices]},
-        }
+        """Create (or replace) a ResourceSlice (see ``resource_slice``) on this server's node by default."""
+        obj = resource_slice(name, driver, pool, devices, node_name=node_name if node_name is not None
+                             else self.node_name, generation=generation)
         with self._cond:
             event = "MODIFIED" if name in self._slices else "ADDED"
             self._slices[name] = obj
@@ -502,7 +487,7 @@ class FakeApiServer:
         stores: dict[str, dict[Any, JsonObject]] = {"pods": self._pods, "namespaces": self._namespaces,
                                                     "resourceslices": self._slices}
         items = list(stores[resource].values())
-        return [_served(item, version) for item in items if _matches(item, selector)]
+        return [served(item, version) for item in items if _matches(item, selector)]
 
     def _pause(self) -> bool:
         """Apply the injected delay; False when the server stops meanwhile."""
@@ -602,7 +587,7 @@ class FakeApiServer:
                     fresh = [event for event in self._events[start:] if event.resource == resource]
                     if start < len(self._events):
                         since = self._events[-1].resource_version
-                        lines = [_event_line(event.type, _served(event.object, version)) for event in fresh
+                        lines = [_event_line(event.type, served(event.object, version)) for event in fresh
                                  if _matches(event.object, selector)]
                         if lines:
                             break
@@ -640,7 +625,29 @@ class _QuietServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-def _served(obj: JsonObject, version: str) -> JsonObject:
+def resource_slice(name: str, driver: str, pool: str, devices: Sequence[tuple[str, Mapping[str, str | int]]], *,
+                   node_name: str, generation: int = 1) -> JsonObject:
+    """A ``resource.k8s.io/v1`` ResourceSlice of ``driver``'s ``pool`` on ``node_name`` publishing
+    ``devices``: ``(device name, {attribute: value})``, values typed as the API types them (text:
+    string, int: int; ``driverVersion`` is a version)."""
+    def typed(key: str, value: str | int) -> JsonObject:
+        if isinstance(value, int):
+            return {"int": value}
+        return {"version": value} if key.endswith("Version") else {"string": value}
+
+    return {
+        "apiVersion": f"{RESOURCE_GROUP}/v1", "kind": "ResourceSlice",
+        "metadata": {"name": name, "uid": stable_uid("resourceslice", name),
+                     "creationTimestamp": "2024-01-01T00:00:00Z"},
+        "spec": {"driver": driver, "nodeName": node_name,
+                 "pool": {"name": pool, "generation": generation, "resourceSliceCount": 1},
+                 "devices": [{"name": device, "attributes": {key: typed(key, value)
+                                                             for key, value in attributes.items()}}
+                             for device, attributes in devices]},
+    }
+
+
+def served(obj: JsonObject, version: str) -> JsonObject:
     """A copy of ``obj`` as ``version`` serves it: ResourceSlices under v1beta1 keep a device's
     attributes in ``basic``; everything else is stored as served."""
     served = copy.deepcopy(obj)
