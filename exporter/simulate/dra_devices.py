@@ -23,7 +23,7 @@ def gpu_device(index: int, uuid: str, product: str = "NVIDIA H100 80GB HBM3") ->
                             "driverVersion": DRIVER_VERSION, "architecture": "Hopper"}
 
 
-def mig_device(parent_index: int, parent_uuid: str, uuid: str, profile: str, gpu_instance_id: int,
+def mig_device(parent_index: int, parent_uuid: str, uuid: str, profile: str, gpu_instance_id: int, *,
                product: str = "NVIDIA H100 80GB HBM3") -> PublishedDevice:
     name = f"gpu-{parent_index}-mig-{profile.replace('.', '')}-{gpu_instance_id}"
     return name, {"type": "mig", "uuid": uuid, "parentUUID": parent_uuid, "parentIndex": parent_index,
