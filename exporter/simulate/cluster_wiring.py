@@ -41,6 +41,7 @@ from exporter.simulate.kube_scenario import (
     KubernetesScenario,
     SimulatedCluster,
     device_id,
+    dra_plan,
     parse_kubernetes_section,
     start_simulated_cluster,
 )
@@ -99,6 +100,7 @@ class SimulatedClusterRunner:
             for container in pod.containers:
                 for ref in container.gpus:
                     device_id(ref, devices, migs, section.gpu_id_type)
+        dra_plan(section, devices, migs)  # DRA claims' GPUs and slices' GPUs too
         self.workdir = Path(tempfile.mkdtemp(prefix="gpe-sim-"))
         if len(str(self.socket_path)) > MAX_SOCKET_PATH:  # a long TMPDIR: unix socket paths are short
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -115,7 +117,14 @@ class SimulatedClusterRunner:
         return {"kubernetes": True, "pod_resources_socket": str(self.socket_path),
                 "kubeconfig": str(self.workdir / "kubeconfig"), "proc_root": str(self.workdir / "proc"),
                 "node_name": self.section.node, "kubernetes_gpu_id_type": self.section.gpu_id_type,
-                "process_attribution": True}
+                "process_attribution": True, **self.dra_settings()}
+
+    def dra_settings(self) -> dict[str, object]:
+        """A ``dra:`` section turns DRA attribution on, for the driver it simulates."""
+        dra = self.section.dra
+        if dra is None:
+            return {}
+        return {"kubernetes_enable_dra": True, "kubernetes_dra_driver_names": (dra.driver,)}
 
     def start(self) -> None:
         with self._lock:
