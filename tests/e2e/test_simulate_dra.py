@@ -17,13 +17,15 @@ def test_mixed_node_attributes_device_plugin_and_dra_gpus_and_picks_up_the_late_
         exporter.wait_healthy()
 
         def unresolved() -> dict[str, float] | None:
-            found = {labels["reason"]: value for labels, value in exporter.samples("gpu_pod_exporter_unresolved_devices")}
+            found = {labels["reason"]: value
+                     for labels, value in exporter.samples("gpu_pod_exporter_unresolved_devices")}
             return found if found.get("slice-missing") == 2.0 else None
 
         # Before the late slice: GPUs 0-3 attributed, the MIG devices counted, every GPU's metrics served.
         early = wait_for(unresolved, 20.0, "the two MIG devices waiting for their slice")
         assert sum(early.values()) == 2.0
-        by_gpu = {(labels["gpu"], labels.get("GPU_I_ID")): labels for labels, _ in exporter.samples("DCGM_FI_DEV_FB_USED")}
+        by_gpu = {(labels["gpu"], labels.get("GPU_I_ID")): labels
+                  for labels, _ in exporter.samples("DCGM_FI_DEV_FB_USED")}
         assert len(by_gpu) == 6  # 4 whole GPUs + 2 MIG instances: no reading lost to an unresolved device
         assert {key for key, labels in by_gpu.items() if "pod" in labels} == {("0", None), ("1", None), ("2", None)}
         mig_info = [labels for labels, _ in exporter.samples("DCGM_EXP_GPU_ALLOCATION_INFO") if labels["gpu"] == "4"]
@@ -34,7 +36,8 @@ def test_mixed_node_attributes_device_plugin_and_dra_gpus_and_picks_up_the_late_
                     exporter.samples("gpu_pod_exporter_unresolved_devices")}.get("slice-missing") == 0.0
 
         wait_for(resolved, 40.0, "the late ResourceSlice resolving the MIG devices")
-        by_gpu = {(labels["gpu"], labels.get("GPU_I_ID")): labels for labels, _ in exporter.samples("DCGM_FI_DEV_FB_USED")}
+        by_gpu = {(labels["gpu"], labels.get("GPU_I_ID")): labels
+                  for labels, _ in exporter.samples("DCGM_FI_DEV_FB_USED")}
         assert (by_gpu[("0", None)]["pod"], by_gpu[("1", None)]["pod"]) == ("trainer-0", "server-0")
         assert not any(name.startswith("dra_") for name in by_gpu[("0", None)])  # device plugin: no claim
         llm = by_gpu[("2", None)]
