@@ -125,8 +125,8 @@ def test_a_cluster_serving_only_v1beta1_is_watched_there(node: Node) -> None:
     node.api.add_resource_slice(f"{NODE}-gpus", DRIVER, NODE, [GPU1_DEVICE, MIG_A_DEVICE])
     attribution = _attribution(node)
     try:
-        snapshot = poll(lambda: _pod(s := _snapshot(attribution), GPU2, 3) and s, what="resolved through v1beta1")
-        assert snapshot.status.resourceslices_up
+        poll(lambda: _pod(s := _snapshot(attribution), GPU2, 3) and s.status.resourceslices_up,
+             what="resolved through v1beta1, the watch held")
         paths = [path for verb, path, _ in node.api.requests if "resource.k8s.io" in path or path == "resourceslices"]
         assert paths[:2] == ["/apis/resource.k8s.io/v1/resourceslices", "/apis/resource.k8s.io/v1beta2/resourceslices"]
         watched = [query for verb, path, query in node.api.requests if path == "resourceslices"]
