@@ -214,6 +214,14 @@ class AttributionSnapshot:
 EMPTY_SNAPSHOT = AttributionSnapshot()
 
 
+EMPTY_COUNTS: Mapping[str, int] = MappingProxyType({})
+
+
+def every_reason(counts: Mapping[str, int]) -> Mapping[str, int]:
+    """Every unresolved-device reason with its count, 0 included, so a rule can watch each one."""
+    return MappingProxyType({reason: counts.get(reason, 0) for reason in REASONS})
+
+
 @dataclass(frozen=True)
 class _Parts:
     """The memoised, I/O-free join (everything of the snapshot except its status)."""
@@ -227,6 +235,7 @@ class _Parts:
     container_utilization: tuple[ContainerUtilization, ...] = ()
     unattributed_utilization: Mapping[str, Utilization] = field(default_factory=lambda: MappingProxyType({}))
     utilization_gpus: frozenset[str] = frozenset()
+    unresolved: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -312,6 +321,7 @@ def join_attribution(index: AllocationIndex, allocation_known: bool, process_inp
         return _Parts(allocation_known=allocation_known, allocations=MappingProxyType(allocations),
                       container_memory=container_memory, processes=processes,
                       unattributed_bytes=MappingProxyType(unattributed), process_gpus=process_gpus,
+                      unresolved=MappingProxyType(index.unresolved_by_reason()),
                       container_utilization=tuple(
                           ContainerUtilization(uuid, workload(*_ref_parts(ref)), used)
                           for (uuid, ref), used in sorted(used_by.items())),
@@ -319,7 +329,8 @@ def join_attribution(index: AllocationIndex, allocation_known: bool, process_inp
                       utilization_gpus=frozenset(process_input.utilization))
     return _Parts(allocation_known=allocation_known, allocations=MappingProxyType(allocations),
                   container_memory=container_memory, processes=processes,
-                  unattributed_bytes=MappingProxyType(unattributed), process_gpus=process_gpus)
+                  unattributed_bytes=MappingProxyType(unattributed), process_gpus=process_gpus,
+                  unresolved=MappingProxyType(index.unresolved_by_reason()))
 
 
 def _join_utilization(index: AllocationIndex, process_input: _ProcessInput,
@@ -492,14 +503,7 @@ class KubernetesAttribution:
                                    container_utilization=parts.container_utilization,
                                    unattributed_utilization=parts.unattributed_utilization,
                                    utilization_gpus=parts.utilization_gpus,
-                                   unresolved=self._unresolved_counts(slice_view))
-
-    def _unresolved_counts(self, slice_view: SliceView | None) -> Mapping[str, int]:
-        """Every reason with its count (0 included) while DRA is on, so a rule can watch each one."""
-        if slice_view is None:
-            return MappingProxyType({})
-        counts = self._index.unresolved_by_reason()
-        return MappingProxyType({reason: counts.get(reason, 0) for reason in REASONS})
+                                   unresolved=every_reason(parts.unresolved) if slices is not None else EMPTY_COUNTS)
 
     def _parts(self, listing: PodResourcesListing | None, view: MetadataView,
                devices: tuple[DeviceIdentity, ...], migs: tuple[MigIdentity, ...],

@@ -11,7 +11,13 @@ import pytest
 from exporter.config import Config
 from exporter.kube import dra
 from exporter.kube.allocation import AllocationIndex, build_allocation_index
-from exporter.kube.attribution import AttributionSnapshot, AttributionStatus, WorkloadFactory, join_attribution
+from exporter.kube.attribution import (
+    AttributionSnapshot,
+    AttributionStatus,
+    WorkloadFactory,
+    every_reason,
+    join_attribution,
+)
 from exporter.kube.deviceids import DeviceCatalog, GpuKey
 from exporter.kube.dra import DraContext, resolve
 from exporter.kube.metadata import MetadataView
@@ -69,10 +75,9 @@ def _index(pods: Sequence[FakePod], context: DraContext | None = CONTEXT) -> All
 
 def _snapshot(index: AllocationIndex, config: Config = DRA_CONFIG) -> AttributionSnapshot:
     parts = join_attribution(index, True, None, MetadataView(), WorkloadFactory(config))
-    counts = index.unresolved_by_reason()
     return AttributionSnapshot(status=AttributionStatus(enabled=True, dra_enabled=True, resourceslices_up=True),
                                allocation_known=True, allocations=parts.allocations,
-                               unresolved={reason: counts.get(reason, 0) for reason in dra.REASONS})
+                               unresolved=every_reason(parts.unresolved))
 
 
 GPU1_CLAIM = FakeClaimDevice(DRIVER, POOL, GPU1_DEVICE[0], cdi_devices=("k8s.gpu.nvidia.com/claim=abc-gpu-1",))
