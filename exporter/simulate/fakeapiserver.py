@@ -483,11 +483,11 @@ class FakeApiServer:
 
     # -- request handling (called from handler threads) ---------------------------------------
 
-    def _objects(self, resource: str, selector: Mapping[str, str], version: str = "v1") -> list[JsonObject]:
+    def _objects(self, resource: str, selector: Mapping[str, str], api_version: str = "v1") -> list[JsonObject]:
         stores: dict[str, dict[Any, JsonObject]] = {"pods": self._pods, "namespaces": self._namespaces,
                                                     "resourceslices": self._slices}
         items = list(stores[resource].values())
-        return [served(item, version) for item in items if _matches(item, selector)]
+        return [served(item, api_version) for item in items if _matches(item, selector)]
 
     def _pause(self) -> bool:
         """Apply the injected delay; False when the server stops meanwhile."""
@@ -496,7 +496,7 @@ class FakeApiServer:
         return True
 
     def handle_list(self, handler: BaseHTTPRequestHandler, resource: str,
-                    selector: Mapping[str, str], query: Mapping[str, str], version: str = "v1") -> int:
+                    selector: Mapping[str, str], query: Mapping[str, str], api_version: str = "v1") -> int:
         version = query.get("resourceVersion", "")
         match = query.get("resourceVersionMatch", "")
         if match and (match != "NotOlderThan" or not version):
@@ -511,14 +511,14 @@ class FakeApiServer:
                 return _send(handler, 200, b'{"kind": "PodList", "items": [ {broken')
             body = {
                 "kind": KINDS[resource] + "List",
-                "apiVersion": f"{RESOURCE_GROUP}/{version}" if resource == "resourceslices" else "v1",
+                "apiVersion": f"{RESOURCE_GROUP}/{api_version}" if resource == "resourceslices" else "v1",
                 "metadata": {"resourceVersion": str(self._rv)},
-                "items": self._objects(resource, selector, version),
+                "items": self._objects(resource, selector, api_version),
             }
         return _send(handler, 200, json.dumps(body).encode())
 
     def handle_watch(self, handler: BaseHTTPRequestHandler, resource: str, selector: Mapping[str, str],
-                     query: Mapping[str, str], record: RequestRecord | None = None, *, version: str = "v1") -> int:
+                     query: Mapping[str, str], record: RequestRecord | None = None, *, api_version: str = "v1") -> int:
         since_text = query.get("resourceVersion", "")
         bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
         timeout_s = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
@@ -527,7 +527,7 @@ class FakeApiServer:
         with self._cond:
             if since_text in ("", "0"):
                 since = self._rv
-                initial = [_event_line("ADDED", item) for item in self._objects(resource, selector, version)]
+                initial = [_event_line("ADDED", item) for item in self._objects(resource, selector, api_version)]
             else:
                 since = int(since_text) if since_text.isdigit() else -1
                 initial = []
@@ -547,7 +547,7 @@ class FakeApiServer:
             for line in initial:
                 _write_chunk(handler, line)
             self._stream(handler, watch, resource=resource, selector=selector, since=since,
-                         bookmarks=bookmarks, timeout_s=timeout_s, kind=kind, version=version)
+                         bookmarks=bookmarks, timeout_s=timeout_s, kind=kind, api_version=api_version)
         except OSError:
             return -1  # the client went away
         finally:
@@ -557,7 +557,7 @@ class FakeApiServer:
 
     def _stream(self, handler: BaseHTTPRequestHandler, watch: _Watch, *, resource: str,
                 selector: Mapping[str, str], since: int, bookmarks: bool, timeout_s: float | None,
-                kind: str, version: str = "v1") -> None:
+                kind: str, api_version: str = "v1") -> None:
         deadline = time.monotonic() + timeout_s if timeout_s else None
         next_bookmark = (time.monotonic() + self.bookmark_interval_s
                          if bookmarks and self.bookmark_interval_s else None)
@@ -587,7 +587,7 @@ class FakeApiServer:
                     fresh = [event for event in self._events[start:] if event.resource == resource]
                     if start < len(self._events):
                         since = self._events[-1].resource_version
-                        lines = [_event_line(event.type, served(event.object, version)) for event in fresh
+                        lines = [_event_line(event.type, served(event.object, api_version)) for event in fresh
                                  if _matches(event.object, selector)]
                         if lines:
                             break
@@ -774,7 +774,7 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             parts = urlsplit(self.path)
             query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
-            resource, group, version = _route(parts.path, api.resource_versions)
+            resource, group, api_version = _route(parts.path, api.resource_versions)
             watching = query.get("watch", "").lower() in ("true", "1")
             verb = "watch" if watching else "list"
             api.requests.append((verb, resource or parts.path, query))
@@ -782,7 +782,7 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                                    self.headers.get("User-Agent", ""))
             api.log.append(record)
             try:
-                record.status = self._answer(resource, watching, query, record, group=group, version=version)
+                record.status = self._answer(resource, watching, query, record, group=group, api_version=api_version)
             except OSError:  # the client went away mid-answer: nothing to send, nothing to report
                 record.status = -1
                 self.close_connection = True
@@ -790,7 +790,7 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 record.answered_at = time.monotonic()
 
         def _answer(self, resource: str | None, watching: bool, query: dict[str, str], record: RequestRecord, *,
-                    group: str = "", version: str = "v1") -> int:
+                    group: str = "", api_version: str = "v1") -> int:
             authorization = self.headers.get("Authorization", "")
             api.authorizations.append(authorization)
             if api.token is not None and authorization != f"Bearer {api.token}":
@@ -818,8 +818,8 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return _send(self, 400, json.dumps(_status(400, "BadRequest", "unsupported field selector "
                                                            f"{query.get('fieldSelector')!r}")).encode())
             if watching:
-                return api.handle_watch(self, resource, selector, query, record, version=version)
-            return api.handle_list(self, resource, selector, query, version)
+                return api.handle_watch(self, resource, selector, query, record, api_version=api_version)
+            return api.handle_list(self, resource, selector, query, api_version)
 
         def do_POST(self) -> None:
             """SelfSubjectAccessReview only (``api.access`` answers it); anything else does not exist here."""
