@@ -146,3 +146,18 @@ def test_rbac_without_resourceslices_is_named_and_leaves_the_pod_watch_up(node: 
         assert snapshot.unresolved[dra.SLICES_UNAVAILABLE] == 2
     finally:
         attribution.stop()
+
+
+def test_a_cluster_without_the_dra_api_says_so_and_keeps_device_plugin_gpus(node: Node) -> None:
+    node.api.resource_versions = ()
+    attribution = _attribution(node)
+    try:
+        snapshot = poll(lambda: "DRA is not enabled in this cluster" in (s := _snapshot(attribution))
+                        .status.resourceslices_error and s, what="404 from every resource.k8s.io version")
+        assert "404" in snapshot.status.resourceslices_error and snapshot.status.api_up
+        assert _pod(snapshot, GPU0) == "plugin-0" and snapshot.unresolved[dra.SLICES_UNAVAILABLE] == 2
+        tried = [path for _, path, _ in node.api.requests if path.startswith("/apis/resource.k8s.io/")]
+        assert tried[:3] == [f"/apis/resource.k8s.io/{version}/resourceslices" for version in ("v1", "v1beta2",
+                                                                                                 "v1beta1")]
+    finally:
+        attribution.stop()
