@@ -117,7 +117,7 @@ class SimulatedClusterRunner:
         return {"kubernetes": True, "pod_resources_socket": str(self.socket_path),
                 "kubeconfig": str(self.workdir / "kubeconfig"), "proc_root": str(self.workdir / "proc"),
                 "node_name": self.section.node, "kubernetes_gpu_id_type": self.section.gpu_id_type,
-                "process_attribution": True, **self.dra_settings()}
+                "process_attribution": True}
 
     def dra_settings(self) -> dict[str, object]:
         """A ``dra:`` section turns DRA attribution on, for the driver it simulates."""
@@ -160,7 +160,8 @@ def simulated_cluster_extensions(config: Config, scenario: Scenario,
     if chosen_by_user(config, "node_name") and config.node_name:
         section = dataclasses.replace(section, node=config.node_name)  # the simulated pods run on your node
     runner = SimulatedClusterRunner(section, scenario_devices(scenario), scenario_migs(scenario))
-    overrides = {attr: value for attr, value in runner.settings().items() if not chosen_by_user(config, attr)}
+    planned = {**runner.settings(), **runner.dra_settings()}
+    overrides = {attr: value for attr, value in planned.items() if not chosen_by_user(config, attr)}
     extensions.on_start.append(runner.start)
     extensions.on_stop.append(runner.stop)
     return dataclasses.replace(config, **overrides), runner  # type: ignore[arg-type]
