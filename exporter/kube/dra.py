@@ -84,10 +84,12 @@ def _from_uuids(texts: Iterable[str], catalog: DeviceCatalog) -> DraResolution |
 
 
 def _gpu_cdi(name: str, drivers: frozenset[str]) -> bool:
-    """Does a CDI name look like a GPU's? ``nvidia.com/gpu=0``, ``k8s.gpu.nvidia.com/claim=...``."""
-    kind = name.partition("=")[0].lower()
-    vendor = kind.partition("/")[0]
-    return "gpu" in kind or "mig" in kind or any(vendor == d or vendor.endswith("." + d) for d in drivers)
+    """Does a CDI name (``vendor/class=device``) look like a GPU's? Its class is ``gpu``
+    (``nvidia.com/gpu=0``), its vendor has a ``gpu`` label (``k8s.gpu.nvidia.com/claim=...``), or it
+    is a configured driver's domain."""
+    vendor, _, kind = name.partition("=")[0].lower().partition("/")
+    return kind == "gpu" or "gpu" in vendor.split(".") or any(vendor == d or vendor.endswith("." + d)
+                                                              for d in drivers)
 
 
 def resolve(claimed: ClaimedDevice, context: DraContext, catalog: DeviceCatalog) -> DraResolution | None:

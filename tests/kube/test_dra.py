@@ -181,8 +181,10 @@ def test_without_dra_the_claims_are_not_read_and_a_dra_only_pod_is_not_listed() 
     (ClaimedDevice("ml", "c", "", "", "", "", (f"nvidia.com/gpu={MIG_B}",)), CONTEXT,
      dra.DraResolution(GpuKey(GPU2, 5), mig_device_uuid=MIG_B)),
     (ClaimedDevice("ml", "c", "", "", "", "", ("example.com/nic=eth0",)), CONTEXT, None),
+    (ClaimedDevice("ml", "c", "", "", "", "", ("example.com/migration=a",)), CONTEXT, None),
+    (ClaimedDevice("ml", "c", "", "", "", "", ("nvidia.com/gpu=0",)), CONTEXT, dra.DraResolution(reason=dra.CDI_ONLY)),
 ], ids=["whole-gpu", "mig", "slice-missing", "slices-unavailable", "no-uuid", "not-on-node", "driver-unknown",
-        "other-driver", "cdi-only", "cdi-uuid", "cdi-other"])
+        "other-driver", "cdi-only", "cdi-uuid", "cdi-other", "cdi-not-a-gpu", "cdi-gpu-index"])
 def test_resolution(claimed: ClaimedDevice, context: DraContext, expected: dra.DraResolution | None) -> None:
     assert resolve(claimed, context, CATALOG) == expected
 
