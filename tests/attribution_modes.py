@@ -5,7 +5,8 @@ serves) and process attribution on (``--kubernetes-process-attribution``, the ch
 In the default mode a user sees every allocated GPU with its pod, namespace, container and team,
 and ``DCGM_EXP_GPU_ALLOCATED`` 1, but none of the families that need NVML's process lists and the
 host's ``/proc``; with process attribution on, those too. Tests take ``process_attribution`` from
-``attribution_modes`` (a parametrization, so one test body checks both) and ask
+``attribution_modes`` (a parametrization, so one test body checks both; in tests/kube a fixture
+of that name does the same for every test and fixture that asks for it) and ask
 ``process_families`` for the names that must be absent by default.
 """
 
@@ -22,8 +23,9 @@ PROCESS_FAMILIES = frozenset({
       for engine in ("SM", "MEM", "ENC", "DEC")),
 })
 
-attribution_modes = pytest.mark.parametrize(
-    "process_attribution", [False, True], ids=["default-mode", "process-attribution"])
+MODES = (False, True)
+MODE_IDS = ("default-mode", "process-attribution")
+attribution_modes = pytest.mark.parametrize("process_attribution", MODES, ids=MODE_IDS)
 
 
 def process_families(names: Iterable[str]) -> set[str]:
