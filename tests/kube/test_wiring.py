@@ -36,7 +36,6 @@ from exporter.snapshot import (
     SamplerStatus,
     Snapshot,
 )
-
 from tests.attribution_modes import process_families
 
 from .helpers import DEVICES, GPU0, GPU2, MIG_A, MIGS, poll
