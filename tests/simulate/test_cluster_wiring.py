@@ -12,7 +12,8 @@ from exporter.cli import build_app
 from exporter.config import Config, ConfigError, load_config
 from exporter.metrics.counters import load_counters
 from exporter.simulate.cluster_wiring import scenario_devices, scenario_migs, simulated_cluster_extensions
-from exporter.simulate.scenario import load_scenario
+from exporter.simulate.kube_scenario import load_kubernetes_section
+from exporter.simulate.scenario import SCENARIO_DIR, load_scenario
 from tests.attribution_modes import attribution_modes, process_families, served_names
 from tests.e2e.exporter_process import wait_for
 
@@ -156,6 +157,14 @@ def test_process_attribution_is_off_unless_the_scenario_or_the_user_asks(
     assert (config.process_attribution or config.process_metrics) is expected
     environ = {"GPU_POD_EXPORTER_PROCESS_ATTRIBUTION": "false"}  # as the chart's default values set it
     assert _planned(tmp_path, environ=environ, text=text).process_attribution is False
+
+
+def test_only_the_built_in_scenarios_about_processes_ask_for_process_attribution() -> None:
+    """The README's promise: plain ``--simulate`` (and every other built-in scenario) runs as a real
+    install does; shared-gpus and alert-zoo need the per-process families and say so."""
+    asking = {path.stem for path in SCENARIO_DIR.glob("*.yaml")
+              if (section := load_kubernetes_section(path)) is not None and section.process_attribution}
+    assert asking == {"shared-gpus", "alert-zoo"}
 
 
 def test_a_bad_process_attribution_value_names_file_line_and_key(tmp_path: Path) -> None:
