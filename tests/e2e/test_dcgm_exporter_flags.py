@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.e2e.exporter_process import REPO_ROOT, parse_samples, running_exporter, wait_for
+from tests.e2e.tools import stop_process
 from tests.kube.configmap_server import NAME, NAMESPACE, ConfigMapServer
 
 TEMP_ONLY = "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
@@ -83,8 +84,7 @@ def test_web_systemd_socket_serves_on_the_socket_systemd_passes(tmp_path: Path) 
 
         wait_for(metrics, 30.0, "metrics on the passed socket")
     finally:
-        process.terminate()
-        process.wait(10)
+        stop_process(process)
         log.close()
 
 
