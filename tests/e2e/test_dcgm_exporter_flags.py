@@ -44,7 +44,8 @@ def test_configmap_unreachable_at_start_falls_back_then_applies(tmp_path: Path) 
                 "--configmap-refresh-interval", "1000", "--collect-interval", "200"]
         with running_exporter(args) as exporter:
             exporter.wait_healthy()
-            assert "DCGM_FI_DEV_POWER_USAGE" in _names(exporter.metrics())  # the built-in default counters
+            # the built-in default counters, from the first sample on (rendered just after /health turns 200)
+            wait_for(lambda: "DCGM_FI_DEV_POWER_USAGE" in _names(exporter.metrics()), 20.0, "the default counters")
             assert "answered 503" in exporter.log()
             server.status = 200
             wait_for(lambda: _names(exporter.metrics()) == {"DCGM_FI_DEV_GPU_TEMP"}, 30.0, "the ConfigMap's row")
