@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -610,9 +609,8 @@ def _load_yaml(path: str) -> dict[str, tuple[Any, str]]:
 
 def _unknown_key_message(key: str) -> str:
     """One line even with 60 options: the closest names, not the whole list (``--help`` has it)."""
-    close = difflib.get_close_matches(key, _BY_YAML_KEY, n=3)
-    hint = f"did you mean {' or '.join(close)}?" if close else "the keys are the long flag names without '--'"
-    return f"unknown key ({hint}; see --help for all of them)"
+    return safeyaml.unknown_key(key, _BY_YAML_KEY,
+                                "the keys are the long flag names without '--'; see --help for all of them")
 
 
 def _shown_key(key: str) -> str:

@@ -195,7 +195,7 @@ class _Walker:
         for key_node, value_node in node.value:
             name = str(key_node.value)
             if name not in allowed:
-                raise self.fail(key_node, f"{key}.{name}", f"unknown key (known keys: {', '.join(allowed)})")
+                raise self.fail(key_node, f"{key}.{name}", safeyaml.unknown_key(name, allowed))
             if name in result:
                 raise self.fail(key_node, f"{key}.{name}", "duplicate key")
             result[name] = (key_node, value_node)
