@@ -22,8 +22,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import runner, scenarios
+from bench import loadgen, nvmlprobe, runner, scenarios
 from bench.runner import REPO_ROOT, Settings
+from exporter.simulate.scenario import REALISTIC_FIELD_VALUE_LATENCY_S, REALISTIC_LATENCY_S
 
 GPU_COUNTS = (1, 8, 64)
 POD_COUNTS = (0, 110)
@@ -66,6 +67,12 @@ def git_commit() -> str:
     return head + ("-dirty" if dirty else "")
 
 
+def driver_model() -> dict[str, Any]:
+    """The per-call driver latencies behind "driver latency per cycle", recorded with the results."""
+    return {"latency_s": dict(REALISTIC_LATENCY_S), "blocking_window_s": dict(nvmlprobe.BLOCKING_WINDOW_S),
+            "field_value_latency_s": REALISTIC_FIELD_VALUE_LATENCY_S}
+
+
 def kubernetes_wiring_available() -> bool:
     """Whether this build attributes GPUs to pods (``-k`` is wired into the app)."""
     return importlib.util.find_spec("exporter.kube.wiring") is not None
@@ -106,6 +113,8 @@ def run_suite(settings: Settings, *, gpu_counts: tuple[int, ...] = GPU_COUNTS,
         "machine": machine_info(),
         "settings": asdict(settings),
         "pinned": settings.pin and runner.pinned(["x"], "0", True) != ["x"],
+        "scrape_timeout_s": loadgen.SCRAPE_TIMEOUT_S,
+        "driver_model": driver_model(),
         "skipped": [],
         "runs": [],
     }
