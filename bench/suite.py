@@ -56,14 +56,21 @@ def machine_info() -> dict[str, Any]:
             "kernel": platform.release(), "loadavg_at_start": load, "packages": packages}
 
 
+# What the harness itself writes: a results file or the report left uncommitted does not change what
+# was measured, so it does not make the measured commit "dirty".
+HARNESS_OUTPUTS = ("docs/benchmarks", "bench/results/")
+
+
 def git_commit() -> str:
+    """The short commit measured, with "-dirty" when tracked code differs from it (harness outputs aside)."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                               text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                                 capture_output=True, text=True, check=True).stdout.splitlines()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    dirty = [line[3:] for line in changed if not line[3:].startswith(HARNESS_OUTPUTS)]
     return head + ("-dirty" if dirty else "")
 
 
