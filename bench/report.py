@@ -67,6 +67,31 @@ def shared_calls(shared: set[str] | None) -> Getter:
     return get
 
 
+def shared_driver_time(shared: set[str] | None, model: dict[str, Any]) -> Getter:
+    """Driver ms per cycle of the like-with-like calls only (the same calls ``shared_calls`` counts).
+
+    Each call costs its per-call latency plus its sampling window (the results' ``driver_model``);
+    ``nvmlDeviceGetFieldValues`` adds its per-entry cost for the entries the run asked for.
+    """
+    latency, windows = model.get("latency_s", {}), model.get("blocking_window_s", {})
+    per_entry = float(model.get("field_value_latency_s", 0.0))
+
+    def get(run: Run) -> float | None:
+        if shared is None or not latency or not run.get("idle", {}).get("calls_per_cycle_by_symbol"):
+            return None
+        gpus = float(run["gpus"])
+        total = 0.0
+        for call, count in callsets.calls_per_gpu(run).items():
+            if callsets.families_of(call) & shared:
+                symbol = call.partition("[")[0]
+                total += count * gpus * (float(latency.get(symbol, 0.0)) + float(windows.get(symbol, 0.0)))
+                if symbol == "nvmlDeviceGetFieldValues":
+                    total += float(run["idle"].get("field_entries_per_cycle", 0.0)) * per_entry
+        return total * 1e3
+
+    return get
+
+
 def all_calls(run: Run) -> float | None:
     """Every NVML call per GPU per cycle, attempts at symbols the fake lacks included."""
     if not run.get("idle", {}).get("calls_per_cycle_by_symbol"):
@@ -114,8 +139,10 @@ def _scrape_rows(concurrencies: Sequence[int], paced: tuple[int, float] | None) 
     return rows
 
 
-def rows_for(settings: dict[str, Any], shared: set[str] | None = None) -> list[Row]:
-    """The rows of a configuration table; ``shared``: the metric families both exporters serve there."""
+def rows_for(settings: dict[str, Any], shared: set[str] | None = None,
+             model: dict[str, Any] | None = None) -> list[Row]:
+    """The rows of a configuration table; ``shared``: the metric families both exporters serve there;
+    ``model``: the driver latencies the run used (results' ``driver_model``)."""
     paced = (settings["paced_scrapers"], settings["paced_interval_s"]) if settings.get("paced_s") else None
     return [
         Row("first complete /metrics, s", value(["startup_s"])),
@@ -129,6 +156,7 @@ def rows_for(settings: dict[str, Any], shared: set[str] | None = None) -> list[R
         Row("Xid event waits per second (not per cycle)", idle_value("event_wait_calls_per_s"), 1),
         Row("driver time per cycle, ms (realistic latencies and sampling windows)",
             idle_value("driver_latency_per_cycle_s", 1e3), 2),
+        Row("  of which for metric families both serve (like with like)", shared_driver_time(shared, model or {}), 2),
         Row("sampling cycle wall time, ms", idle_value("cycle_wall_s", 1e3), 1),
         Row("RSS steady, MiB", value(["memory", "rss_steady_bytes"], 1 / MIB), 1),
         Row("RSS peak (VmHWM), MiB", value(["memory", "peak_rss_bytes"], 1 / MIB), 1),
@@ -206,7 +234,7 @@ class Results:
 
 
 def config_table(results: Results, gpus: int) -> list[str]:
-    rows = rows_for(results.data["settings"], results.shared_families(gpus))
+    rows = rows_for(results.data["settings"], results.shared_families(gpus), results.data.get("driver_model"))
     with_pods = [pods for pods in results.pod_counts if pods and results.group("ours", gpus, pods)]
     floors = [pods for pods in [0, *with_pods] if results.group("floor", gpus, pods)]
     header = ["", "ours", "nvitop-exporter", "ours / nvitop"]
