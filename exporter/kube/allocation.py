@@ -83,10 +83,6 @@ class AllocationIndex:
 EMPTY_INDEX = AllocationIndex(by_key=MappingProxyType({}))
 
 
-def _replica_order(replica: str) -> tuple[int, str]:
-    return (int(replica), replica) if replica.isdigit() else (1 << 62, replica)
-
-
 def build_allocation_index(listing: PodResourcesListing, catalog: DeviceCatalog) -> AllocationIndex:
     """Group the listing's device IDs by the GPU or MIG instance they name."""
     replicas: dict[GpuKey, dict[ContainerRef, set[str]]] = {}
@@ -108,9 +104,10 @@ def build_allocation_index(listing: PodResourcesListing, catalog: DeviceCatalog)
                 if parsed.replica is not None:
                     held.add(parsed.replica)
                 resources.setdefault(key, {}).setdefault(ref, set()).add(device.resource_name)
+    # Replica IDs are decimal numbers (parse_device_id accepts nothing else), ordered as numbers: 2 before 10.
     by_key = {
         key: GpuAllocation(key, tuple(
-            DeviceHolder(ref, tuple(sorted(held, key=_replica_order)), tuple(sorted(resources[key][ref])))
+            DeviceHolder(ref, tuple(sorted(held, key=int)), tuple(sorted(resources[key][ref])))
             for ref, held in sorted(holders.items())
         ))
         for key, holders in replicas.items()
