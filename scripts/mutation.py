@@ -4,9 +4,13 @@ Each target is a group of modules and the tests that cover them. For every targe
 the working tree (tracked and untracked, not ignored files) into ``.mutation/<target>/``, configures
 mutmut there (the project's ``pyproject.toml`` is left untouched), runs it, and reads each mutant's
 outcome. A mutant that mypy rejects is not counted (it could never ship). The summary gives per
-module: killed, survived, timed out, not covered, and the score ``killed / (total - not covered)``;
-``--json FILE`` writes it with the name of every surviving mutant (``mutmut show NAME`` inside
-``.mutation/<target>/`` prints its diff). docs/testing.md records the last run and the triage.
+module: killed, survived, timed out, not covered, and the score ``(killed + timeout) / (total - not
+covered)`` (a mutant that makes its tests hang is caught: the suite would not finish; mutmut scores it
+the same way). Every survivor is classified: ``log wording`` when its only change rewrites the text
+of a log message (mutmut's ``XX...XX`` and upper/lower case operators, same ``%`` placeholders),
+``behaviour`` otherwise; see docs/testing.md for why wording is not pinned by tests. ``--json FILE``
+writes the results with each survivor's name, kind and diff (``mutmut show NAME`` inside
+``.mutation/<target>/`` prints the same diff). docs/testing.md records the last run and the triage.
 
     python scripts/mutation.py                 # every target
     python scripts/mutation.py health auth     # some targets
@@ -16,12 +20,15 @@ module: killed, survived, timed out, not covered, and the score ``killed / (tota
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -42,7 +49,7 @@ TARGETS: dict[str, Target] = {
     "attribution": Target(
         ("exporter/kube/deviceids.py", "exporter/kube/allocation.py", "exporter/kube/attribution.py"),
         ("tests/kube/test_deviceids.py", "tests/kube/test_allocation.py", "tests/kube/test_attribution.py",
-         "tests/kube/test_series.py"),
+         "tests/kube/test_series.py", "tests/kube/test_wiring.py", "tests/simulate/test_kube_scenario.py"),
         "a wrong device-ID match puts a GPU on the wrong pod's bill"),
     "sampler": Target(
         ("exporter/nvml/sampler.py", "exporter/nvml/client.py"),
@@ -97,6 +104,87 @@ def _configure(work: Path, target: Target) -> None:
     pyproject.write_text(text + "\n".join(lines) + "\n", encoding="utf-8")
 
 
+# Where the message is among a logging call's positional arguments: logging.Logger's methods, and
+# exporter.logs.StateLog's change(key, state, level, message) and once(key, level, message).
+LOG_MESSAGE_ARGUMENT = {"debug": 0, "info": 0, "warning": 0, "error": 0, "exception": 0, "critical": 0,
+                        "log": 1, "change": 3, "once": 2}
+_PLACEHOLDER = re.compile(r"%[-#0 +]*\d*(?:\.\d+)?[a-zA-Z%]|\{[^}]*\}")
+
+
+def _message_constants(function: ast.AST) -> set[int]:
+    """ids of the string constants that make up a log message inside ``function``."""
+    found: set[int] = set()
+    for node in ast.walk(function):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        position = LOG_MESSAGE_ARGUMENT.get(node.func.attr)
+        if position is not None and len(node.args) > position:
+            found.update(id(part) for part in ast.walk(node.args[position])
+                         if isinstance(part, ast.Constant) and isinstance(part.value, str))
+    return found
+
+
+def _rewords(old: str, new: str) -> bool:
+    """mutmut's string operators: "XX" around a literal, or its case flipped; placeholders intact."""
+    return (new.replace("XX", "").lower() == old.replace("XX", "").lower()
+            and _PLACEHOLDER.findall(new) == _PLACEHOLDER.findall(old))
+
+
+def classify(original: ast.AST, mutant: ast.AST) -> str:
+    """``log wording`` when the mutant differs from the original only in the text of one log message."""
+    messages = _message_constants(original)
+    pairs = list(zip(ast.walk(original), ast.walk(mutant), strict=False))
+    if len(pairs) != sum(1 for _ in ast.walk(mutant)) or len(pairs) != sum(1 for _ in ast.walk(original)):
+        return "behaviour"
+    changed: list[tuple[ast.AST, object, object]] = []
+    for before, after in pairs:
+        if type(before) is not type(after):
+            return "behaviour"
+        for name, value in ast.iter_fields(before):
+            other = getattr(after, name)
+            if name == "name" and isinstance(before, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue  # x_f__mutmut_orig against x_f__mutmut_3
+            if isinstance(value, list):
+                if len(value) != len(other) or any(not isinstance(item, ast.AST) and item != twin
+                                                   for item, twin in zip(value, other, strict=True)):
+                    return "behaviour"
+            elif not isinstance(value, ast.AST) and value != other:
+                if not isinstance(before, ast.Constant):
+                    return "behaviour"
+                changed.append((before, value, other))
+    if len(changed) != 1:
+        return "behaviour"
+    node, old, new = changed[0]
+    if id(node) in messages and isinstance(old, str) and isinstance(new, str) and _rewords(old, new):
+        return "log wording"
+    return "behaviour"
+
+
+class MutantSource:
+    """The trampolined copy of a module under ``mutants/``: each mutant is a function beside the original."""
+
+    def __init__(self, path: Path) -> None:
+        self.text = path.read_text(encoding="utf-8")
+        self.lines = self.text.splitlines()
+        self.functions = {node.name: node for node in ast.walk(ast.parse(self.text))
+                          if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+    def _source(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+        start = min([node.lineno] + [decorator.lineno for decorator in node.decorator_list])
+        return textwrap.dedent("\n".join(self.lines[start - 1:node.end_lineno])) + "\n"
+
+    def judge(self, function: str) -> tuple[str, str]:
+        """(kind, unified diff) of one mutant, by its function name (``x_f__mutmut_3``)."""
+        mutant = self.functions.get(function)
+        original = self.functions.get(re.sub(r"__mutmut_\d+$", "__mutmut_orig", function))
+        if mutant is None or original is None:
+            return "behaviour", ""
+        before = self._source(original).replace(original.name, function, 1)
+        diff = "".join(difflib.unified_diff(before.splitlines(keepends=True),
+                                            self._source(mutant).splitlines(keepends=True), n=2))
+        return classify(original, mutant), diff.split("\n", 2)[-1]
+
+
 def _module_of(mutant: str, modules: tuple[str, ...]) -> str:
     dotted = {module.removesuffix(".py").replace("/", "."): module for module in modules}
     return next((path for name, path in dotted.items() if mutant.startswith(name + ".")), "?")
@@ -119,7 +207,9 @@ def run_target(name: str, target: Target, max_children: int) -> dict[str, object
     results = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"],
                              cwd=work, env=env, capture_output=True, text=True, check=True).stdout
     per_module: dict[str, Counter[str]] = {module: Counter() for module in target.modules}
-    survivors: dict[str, list[str]] = {module: [] for module in target.modules}
+    survivors: dict[str, list[dict[str, str]]] = {module: [] for module in target.modules}
+    sources = {module: MutantSource(work / "mutants" / module) for module in target.modules
+               if (work / "mutants" / module).is_file()}
     for line in results.splitlines():
         match = _RESULT.match(line)
         if match is None:
@@ -127,13 +217,17 @@ def run_target(name: str, target: Target, max_children: int) -> dict[str, object
         module = _module_of(match["name"], target.modules)
         status = _STATUS.get(match["status"], match["status"].replace(" ", "_"))
         per_module.setdefault(module, Counter())[status] += 1
-        if status in {"survived", "timeout", "suspicious"}:
-            survivors.setdefault(module, []).append(match["name"])
+        if status in {"survived", "suspicious"}:
+            function = match["name"].rsplit(".", 1)[-1]
+            kind, diff = sources[module].judge(function) if module in sources else ("behaviour", "")
+            per_module[module]["log_wording" if kind == "log wording" else "behaviour"] += 1
+            survivors.setdefault(module, []).append({"name": match["name"], "kind": kind, "diff": diff})
     modules = {}
     for module, counts in per_module.items():
-        judged = counts["killed"] + counts["survived"] + counts["timeout"] + counts["suspicious"]
-        modules[module] = {**counts, "score": round(counts["killed"] / judged, 4) if judged else None,
-                           "survivors": sorted(survivors.get(module, []))}
+        caught = counts["killed"] + counts["timeout"]
+        judged = caught + counts["survived"] + counts["suspicious"]
+        modules[module] = {**counts, "score": round(caught / judged, 4) if judged else None,
+                           "survivors": sorted(survivors.get(module, []), key=lambda item: item["name"])}
     return {"target": name, "why": target.why, "tests": list(target.tests),
             "seconds": round(time.monotonic() - started), "modules": modules}
 
@@ -154,9 +248,13 @@ def main(argv: list[str] | None = None) -> int:
         result = run_target(name, TARGETS[name], args.max_children)
         report.append(result)
         for module, counts in result["modules"].items():  # type: ignore[attr-defined]
-            print(f"{name:12} {module:40} killed {counts.get('killed', 0):4}  survived {counts.get('survived', 0):3}  "
-                  f"timeout {counts.get('timeout', 0):2}  no tests {counts.get('no_tests', 0):3}  "
-                  f"type errors {counts.get('type_error', 0):3}  score {counts['score']}", flush=True)
+            print(f"{name:12} {module:34} killed {counts.get('killed', 0):4}  timeout {counts.get('timeout', 0):2}  "
+                  f"survived {counts.get('survived', 0):3} (log wording {counts.get('log_wording', 0):3})  "
+                  f"no tests {counts.get('no_tests', 0):3}  type errors {counts.get('type_error', 0):3}  "
+                  f"score {counts['score']}", flush=True)
+            for survivor in counts["survivors"]:
+                if survivor["kind"] == "behaviour":
+                    print(f"    survived: {survivor['name']}", flush=True)
         print(f"{name}: {result['seconds']} s", flush=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
