@@ -6,9 +6,13 @@ mutmut there (the project's ``pyproject.toml`` is left untouched), runs it, and 
 outcome. A mutant that mypy rejects is not counted (it could never ship). The summary gives per
 module: killed, survived, timed out, not covered, and the score ``(killed + timeout) / (total - not
 covered)`` (a mutant that makes its tests hang is caught: the suite would not finish; mutmut scores it
-the same way). Every survivor is classified: ``log wording`` when its only change rewrites the text
-of a log message (mutmut's ``XX...XX`` and upper/lower case operators, same ``%`` placeholders),
-``behaviour`` otherwise; see docs/testing.md for why wording is not pinned by tests. ``--json FILE``
+the same way). Every survivor is classified by what its only change is, when it is one of mutmut's
+string operators (``XX...XX``, upper or lower case):
+* ``log wording``: the text of a log message (same ``%`` placeholders, so the line still renders);
+* ``log key``: a literal in the key or state of a ``StateLog`` call (``change``/``once``/``forget``)
+  that occurs nowhere else in the module: StateLog compares a key and its state only with themselves,
+  so renaming a literal used once changes nothing (equivalent);
+* ``behaviour``: everything else. See docs/testing.md for how each kind is triaged. ``--json FILE``
 writes the results with each survivor's name, kind and diff (``mutmut show NAME`` inside
 ``.mutation/<target>/`` prints the same diff). docs/testing.md records the last run and the triage.
 
@@ -53,8 +57,8 @@ TARGETS: dict[str, Target] = {
         "a wrong device-ID match puts a GPU on the wrong pod's bill"),
     "sampler": Target(
         ("exporter/nvml/sampler.py", "exporter/nvml/client.py"),
-        ("tests/nvml/test_sampler.py", "tests/nvml/test_mig.py", "tests/nvml/test_gpm.py",
-         "tests/nvml/test_sampler_dependencies.py"),
+        ("tests/nvml", "tests/health/test_wiring.py", "tests/metrics/test_golden.py",
+         "tests/simulate/test_cluster_wiring.py"),
         "a failure handled wrongly stops every GPU's metrics or hides a lost GPU"),
     "health": Target(
         ("exporter/health/xid.py", "exporter/health/verdict.py", "exporter/nvml/events.py"),
@@ -108,20 +112,29 @@ def _configure(work: Path, target: Target) -> None:
 # exporter.logs.StateLog's change(key, state, level, message) and once(key, level, message).
 LOG_MESSAGE_ARGUMENT = {"debug": 0, "info": 0, "warning": 0, "error": 0, "exception": 0, "critical": 0,
                         "log": 1, "change": 3, "once": 2}
+# Where the identity of a state-log line is: change(key, state, ...), once(key, ...), forget(key).
+LOG_KEY_ARGUMENTS = {"change": (0, 1), "once": (0,), "forget": (0,)}
 _PLACEHOLDER = re.compile(r"%[-#0 +]*\d*(?:\.\d+)?[a-zA-Z%]|\{[^}]*\}")
 
 
-def _message_constants(function: ast.AST) -> set[int]:
-    """ids of the string constants that make up a log message inside ``function``."""
-    found: set[int] = set()
+def _string_constants(node: ast.AST) -> set[int]:
+    return {id(part) for part in ast.walk(node) if isinstance(part, ast.Constant) and isinstance(part.value, str)}
+
+
+def _log_constants(function: ast.AST) -> tuple[set[int], set[int]]:
+    """ids of the string constants inside ``function`` that make up a log message, and a state-log key."""
+    messages: set[int] = set()
+    keys: set[int] = set()
     for node in ast.walk(function):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
         position = LOG_MESSAGE_ARGUMENT.get(node.func.attr)
         if position is not None and len(node.args) > position:
-            found.update(id(part) for part in ast.walk(node.args[position])
-                         if isinstance(part, ast.Constant) and isinstance(part.value, str))
-    return found
+            messages |= _string_constants(node.args[position])
+        for position in LOG_KEY_ARGUMENTS.get(node.func.attr, ()):
+            if len(node.args) > position:
+                keys |= _string_constants(node.args[position])
+    return messages, keys
 
 
 def _rewords(old: str, new: str) -> bool:
@@ -130,9 +143,11 @@ def _rewords(old: str, new: str) -> bool:
             and _PLACEHOLDER.findall(new) == _PLACEHOLDER.findall(old))
 
 
-def classify(original: ast.AST, mutant: ast.AST) -> str:
-    """``log wording`` when the mutant differs from the original only in the text of one log message."""
-    messages = _message_constants(original)
+def classify(original: ast.AST, mutant: ast.AST, literal_counts: Counter[str] | None = None) -> str:
+    """``log wording``, ``log key`` or ``behaviour`` (see the module docstring).
+
+    ``literal_counts``: how often each string literal occurs in the original module."""
+    messages, keys = _log_constants(original)
     pairs = list(zip(ast.walk(original), ast.walk(mutant), strict=False))
     if len(pairs) != sum(1 for _ in ast.walk(mutant)) or len(pairs) != sum(1 for _ in ast.walk(original)):
         return "behaviour"
@@ -155,19 +170,25 @@ def classify(original: ast.AST, mutant: ast.AST) -> str:
     if len(changed) != 1:
         return "behaviour"
     node, old, new = changed[0]
-    if id(node) in messages and isinstance(old, str) and isinstance(new, str) and _rewords(old, new):
+    if not (isinstance(old, str) and isinstance(new, str) and _rewords(old, new)):
+        return "behaviour"
+    if id(node) in messages:
         return "log wording"
+    if id(node) in keys and literal_counts is not None and literal_counts[old] == 1:
+        return "log key"
     return "behaviour"
 
 
 class MutantSource:
     """The trampolined copy of a module under ``mutants/``: each mutant is a function beside the original."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, original: Path) -> None:
         self.text = path.read_text(encoding="utf-8")
         self.lines = self.text.splitlines()
         self.functions = {node.name: node for node in ast.walk(ast.parse(self.text))
                           if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.literals = Counter(node.value for node in ast.walk(ast.parse(original.read_text(encoding="utf-8")))
+                                if isinstance(node, ast.Constant) and isinstance(node.value, str))
 
     def _source(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
         start = min([node.lineno] + [decorator.lineno for decorator in node.decorator_list])
@@ -182,7 +203,7 @@ class MutantSource:
         before = self._source(original).replace(original.name, function, 1)
         diff = "".join(difflib.unified_diff(before.splitlines(keepends=True),
                                             self._source(mutant).splitlines(keepends=True), n=2))
-        return classify(original, mutant), diff.split("\n", 2)[-1]
+        return classify(original, mutant, self.literals), diff.split("\n", 2)[-1]
 
 
 def _module_of(mutant: str, modules: tuple[str, ...]) -> str:
@@ -208,7 +229,7 @@ def run_target(name: str, target: Target, max_children: int) -> dict[str, object
                              cwd=work, env=env, capture_output=True, text=True, check=True).stdout
     per_module: dict[str, Counter[str]] = {module: Counter() for module in target.modules}
     survivors: dict[str, list[dict[str, str]]] = {module: [] for module in target.modules}
-    sources = {module: MutantSource(work / "mutants" / module) for module in target.modules
+    sources = {module: MutantSource(work / "mutants" / module, work / module) for module in target.modules
                if (work / "mutants" / module).is_file()}
     for line in results.splitlines():
         match = _RESULT.match(line)
@@ -220,7 +241,7 @@ def run_target(name: str, target: Target, max_children: int) -> dict[str, object
         if status in {"survived", "suspicious"}:
             function = match["name"].rsplit(".", 1)[-1]
             kind, diff = sources[module].judge(function) if module in sources else ("behaviour", "")
-            per_module[module]["log_wording" if kind == "log wording" else "behaviour"] += 1
+            per_module[module][kind.replace(" ", "_")] += 1
             survivors.setdefault(module, []).append({"name": match["name"], "kind": kind, "diff": diff})
     modules = {}
     for module, counts in per_module.items():
@@ -249,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         report.append(result)
         for module, counts in result["modules"].items():  # type: ignore[attr-defined]
             print(f"{name:12} {module:34} killed {counts.get('killed', 0):4}  timeout {counts.get('timeout', 0):2}  "
-                  f"survived {counts.get('survived', 0):3} (log wording {counts.get('log_wording', 0):3})  "
+                  f"survived {counts.get('survived', 0):3} (log wording {counts.get('log_wording', 0):3}, "
+                  f"log key {counts.get('log_key', 0):3})  "
                   f"no tests {counts.get('no_tests', 0):3}  type errors {counts.get('type_error', 0):3}  "
                   f"score {counts['score']}", flush=True)
             for survivor in counts["survivors"]:

@@ -668,12 +668,12 @@ class Sampler:
                     result.append((state.device.identity.index, spec.name))
         return tuple(result)
 
-    def _status(self, **overrides: Any) -> SamplerStatus:
+    def _status(self, *, nvml_up: bool, **overrides: Any) -> SamplerStatus:
         """The current status: fresh inventory facts, carried-over timings, then ``overrides``."""
         inventory = self._inventory
         current = dataclasses.replace(
             self._snapshot.status,
-            nvml_up=inventory is not None,
+            nvml_up=nvml_up,
             nvml_error="",
             driver_version=inventory.system.driver_version if inventory else "",
             nvml_version=inventory.system.nvml_version if inventory else "",
@@ -685,10 +685,8 @@ class Sampler:
         return dataclasses.replace(current, **overrides)
 
     def _publish_status(self, nvml_up: bool, nvml_error: str = "") -> None:
-        devices = self._snapshot.devices if nvml_up else ()
-        migs = self._snapshot.migs if nvml_up else ()
-        self._set_snapshot(Snapshot(devices=devices, migs=migs,
-                                    status=self._status(nvml_up=nvml_up, nvml_error=nvml_error)))
+        """A snapshot without readings: NVML just initialised (no cycle yet) or went away (readings dropped)."""
+        self._set_snapshot(Snapshot(status=self._status(nvml_up=nvml_up, nvml_error=nvml_error)))
 
     def _set_snapshot(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
