@@ -21,6 +21,7 @@ from exporter.nvml import sampler as sampler_module
 from exporter.nvml.inventory import Inventory
 from exporter.nvml.sampler import LOST_REPROBE_S, Sampler
 from exporter.simulate.fakenvml import FakeNvmlLibrary, installed
+from exporter.simulate.scenario import parse_scenario
 from exporter.snapshot import Snapshot
 from tests.e2e.exporter_process import wait_for
 
@@ -46,7 +47,8 @@ def rig(scenario: str = "default", csv: str | None = None, *, start: float = 100
     """A sampler on the fake library and a clock the test moves, with the sampler's log captured."""
     clock = Clock(start)
     counters = parse_counters(csv, "test.csv") if csv else load_counters(None)
-    with installed(scenario, clock) as fake, captured_logs("gpu_pod_exporter.sampler") as logs:
+    loaded = parse_scenario(scenario, "test.yaml", "test") if "\n" in scenario else scenario
+    with installed(loaded, clock) as fake, captured_logs("gpu_pod_exporter.sampler") as logs:
         sampler = Sampler(counters.field_specs(), 1.0, clock=clock, process_interval_s=process_interval_s)
         yield sampler, fake, clock, logs
 
@@ -356,3 +358,269 @@ def test_the_sampling_thread_is_named_is_a_daemon_and_stop_does_not_wait_for_a_h
         finally:
             fake.release_hangs()
             sampler.stop()
+
+
+# --- GPM profiling ------------------------------------------------------------------------------
+
+GR_ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, g\n"  # a per-GPU-instance profiling row, no fallback
+PCIE_PROF = "DCGM_FI_PROF_PCIE_TX_BYTES, gauge, p\nDCGM_FI_PROF_PCIE_RX_BYTES, gauge, p\n"  # with a field fallback
+MIG_GPU = "gpu_defaults: {model: H100-SXM5-80GB, load: 50}\ngpus:\n  1: {mig: [{profile: 3g.40gb, load: 20}]}\n" \
+          "gpu_count: 2\n"
+
+
+def test_a_gpu_without_gpm_names_the_rows_it_omits_and_those_served_from_field_values() -> None:
+    with rig("gpu_defaults: {model: A100-SXM4-80GB}\n", GR_ENGINE + PCIE_PROF) as (sampler, fake, clock, logs):
+        assert sampler.initialise()
+        for _ in range(3):
+            clock.now += 1.0
+            snapshot = sampler.run_cycle()
+        assert fake.calls["nvmlGpmQueryDeviceSupport"] == 1  # asked once
+    uuid = snapshot.devices[0].identity.uuid
+    assert events(logs, logging.WARNING) == [
+        ("WARNING", "profiling metrics need NVML GPM (Hopper or newer), which this GPU does not support; their rows "
+         "are omitted for it", {"gpu": 0, "uuid": uuid, "omitted": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                                "from_field_values": "DCGM_FI_PROF_PCIE_TX_BYTES,DCGM_FI_PROF_PCIE_RX_BYTES"})]
+    assert snapshot.status.unsupported_fields == ((0, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),)
+    assert "DCGM_FI_PROF_PCIE_TX_BYTES" in snapshot.devices[0].values
+
+
+def test_without_a_field_fallback_the_warning_says_none() -> None:
+    with rig("gpu_defaults: {model: A100-SXM4-80GB}\n", GR_ENGINE) as (sampler, _fake, clock, logs):
+        assert sampler.initialise()
+        clock.now += 1.0
+        sampler.run_cycle()
+    [(_level, _message, fields)] = events(logs, logging.WARNING)
+    assert fields["from_field_values"] == "-"
+
+
+def test_a_refused_gpm_probe_is_not_asked_again_and_omits_the_rows() -> None:
+    with rig("gpu_defaults: {model: H100-SXM5-80GB}\n", GR_ENGINE) as (sampler, fake, clock, logs):
+        fake.inject_error("nvmlGpmQueryDeviceSupport", "NotSupported")
+        assert sampler.initialise()
+        for _ in range(3):
+            clock.now += 1.0
+            snapshot = sampler.run_cycle()
+        assert fake.calls["nvmlGpmQueryDeviceSupport"] == 1 and fake.calls["nvmlGpmSampleGet"] == 0
+    assert snapshot.status.unsupported_fields == ((0, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),)
+    assert [message for _level, message, _fields in events(logs, logging.WARNING)] == [
+        "profiling metrics need NVML GPM (Hopper or newer), which this GPU does not support; their rows are "
+        "omitted for it"]
+
+
+def test_a_gpm_probe_that_fails_for_a_passing_reason_is_logged_as_a_reading_and_asked_again() -> None:
+    with rig("gpu_defaults: {model: H100-SXM5-80GB}\n", GR_ENGINE) as (sampler, fake, clock, logs):
+        fake.inject_error("nvmlGpmQueryDeviceSupport", "Timeout", until_s=101.5)
+        assert sampler.initialise()
+        clock.now = 101.0
+        sampler.run_cycle()
+        for second in (102.0, 103.0, 104.0):
+            clock.now = second
+            snapshot = sampler.run_cycle()
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in snapshot.devices[0].values
+    assert events(logs, logging.WARNING) == [
+        ("WARNING", "reading failed; skipped this cycle", {"gpu": 0, "reading": "GPM",
+                                                          "error": "NVMLError_Timeout: Timeout"})]
+
+
+def test_gpm_is_not_probed_when_no_profiling_row_is_configured() -> None:
+    with rig(MIG_GPU, TEMPERATURE) as (sampler, fake, clock, _logs):
+        assert sampler.initialise()
+        for _ in range(2):
+            clock.now += 1.0
+            sampler.run_cycle()
+        assert fake.calls["nvmlGpmQueryDeviceSupport"] == 0
+
+
+def test_a_mig_gpu_with_only_per_instance_profiling_rows_reads_them_per_instance() -> None:
+    with rig(MIG_GPU, GR_ENGINE) as (sampler, _fake, clock, _logs):
+        assert sampler.initialise()
+        for _ in range(3):
+            clock.now += 1.0
+            snapshot = sampler.run_cycle()
+    [instance] = snapshot.devices[1].mig
+    assert instance.values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == pytest.approx(0.2)
+
+
+def test_a_failed_whole_gpu_sample_is_logged_once_with_its_target_and_restarts_the_chain() -> None:
+    with rig(MIG_GPU, GR_ENGINE) as (sampler, fake, clock, logs):
+        assert sampler.initialise()
+        fake.inject_error("nvmlGpmSampleGet", "InvalidArgument", gpu=0, from_s=101.5, until_s=103.5)
+        present = []
+        for second in (101.0, 102.0, 103.0, 104.0, 105.0):
+            clock.now = second
+            present.append("DCGM_FI_PROF_GR_ENGINE_ACTIVE" in sampler.run_cycle().devices[0].values)
+    assert present == [False, False, False, False, True]  # two samples after the failures: a value again
+    assert events(logs, logging.WARNING) == [
+        ("WARNING", "GPM sample failed; its sample chain restarts next cycle",
+         {"gpu": 0, "target": "the whole GPU", "error": "NVMLError_InvalidArgument: Invalid Argument"})]
+
+
+def test_a_failed_instance_sample_restarts_that_instances_chain_only() -> None:
+    with rig(MIG_GPU, GR_ENGINE) as (sampler, fake, clock, logs):
+        assert sampler.initialise()
+        clock.now = 101.0
+        sampler.run_cycle()
+        clock.now = 102.0
+        whole_before = sampler.run_cycle().devices[0].values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"]
+        fake.inject_error("nvmlGpmMigSampleGet", "Timeout", gpu=1, from_s=102.5, until_s=103.5)
+        clock.now = 103.0
+        failed = sampler.run_cycle()
+        clock.now = 104.0
+        restarted = sampler.run_cycle()
+        clock.now = 105.0
+        back = sampler.run_cycle()
+    gi = back.devices[1].mig[0].identity.gpu_instance_id
+    assert [("DCGM_FI_PROF_GR_ENGINE_ACTIVE" in snapshot.devices[1].mig[0].values)
+            for snapshot in (failed, restarted, back)] == [False, False, True]
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in restarted.devices[0].values and whole_before  # GPU 0 unaffected
+    assert events(logs, logging.WARNING) == [
+        ("WARNING", "GPM sample failed; its sample chain restarts next cycle",
+         {"gpu": 1, "target": f"GPU instance {gi}", "error": "NVMLError_Timeout: Timeout"})]
+
+
+def test_refused_gpm_samples_are_logged_once_per_gpu_and_listed_for_the_rows_they_serve() -> None:
+    scenario = "gpu_count: 2\ngpu_defaults: {model: H100-SXM5-80GB, load: 50}\n"
+    with rig(scenario, GR_ENGINE + PCIE_PROF) as (sampler, fake, clock, logs):
+        fake.inject_error("nvmlGpmMetricsGet", "NotSupported")
+        assert sampler.initialise()
+        for _ in range(3):
+            clock.now += 1.0
+            snapshot = sampler.run_cycle()
+    uuids = [reading.identity.uuid for reading in snapshot.devices]
+    assert events(logs, logging.WARNING) == [
+        ("WARNING", "GPM samples are not supported here; its profiling rows are omitted",
+         {"gpu": gpu, "uuid": uuids[gpu], "target": "the whole GPU", "error": "NVMLError_NotSupported: Not Supported"})
+        for gpu in (0, 1)]
+    assert set(snapshot.status.unsupported_fields) == {
+        (gpu, name) for gpu in (0, 1) for name in (
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES")}
+
+
+def test_a_gpu_lost_during_a_gpm_sample_is_a_lost_gpu() -> None:
+    with rig("gpu_count: 2\ngpu_defaults: {model: H100-SXM5-80GB}\n", GR_ENGINE) as (sampler, fake, clock, logs):
+        assert sampler.initialise()
+        clock.now += 1.0
+        sampler.run_cycle()
+        fake.inject_error("nvmlGpmSampleGet", "GpuIsLost", gpu=1)
+        clock.now += 1.0
+        snapshot = sampler.run_cycle()
+    assert [reading.up for reading in snapshot.devices] == [True, False]
+    assert [message for _level, message, _fields in events(logs, logging.WARNING)] == [
+        "GPU lost: its readings are dropped until it answers again; other GPUs continue"]
+
+
+# --- process lists ------------------------------------------------------------------------------
+
+PROCESSES = """
+gpu_defaults: {model: H100-SXM5-80GB}
+gpus:
+  0:
+    processes:
+      - {pid: 500, used_memory: 1GiB}
+      - {pid: 501, used_memory: 3GiB}
+      - {pid: 502, used_memory: unavailable}
+"""
+GIB = 1 << 30
+
+
+def test_a_process_in_both_lists_is_kept_once_with_the_larger_known_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    def process(pid: int, used: int | None) -> Any:
+        return type("Process", (), {"pid": pid, "usedGpuMemory": used, "gpuInstanceId": 0xFFFFFFFF,
+                                    "computeInstanceId": 0xFFFFFFFF})()
+
+    graphics = [process(500, 2 * GIB), process(501, None), process(502, 4 * GIB), process(503, GIB)]
+    with rig(PROCESSES, TEMPERATURE, process_interval_s=5.0) as (sampler, _fake, _clock, _logs):
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetGraphicsRunningProcesses", lambda _handle: graphics)
+        assert sampler.initialise()
+        processes = sampler.run_cycle().devices[0].processes
+    assert processes is not None
+    assert [(p.pid, p.used_memory_bytes, p.gpu_instance_id) for p in processes] == [
+        (500, 2 * GIB, None), (501, 3 * GIB, None), (502, 4 * GIB, None), (503, GIB, None)]
+
+
+def test_a_gpu_without_a_compute_list_still_reports_its_graphics_processes() -> None:
+    scenario = PROCESSES.replace("used_memory: 1GiB}", "used_memory: 1GiB, type: graphics}")
+    with rig(scenario, TEMPERATURE, process_interval_s=5.0) as (sampler, fake, clock, logs):
+        fake.inject_error("nvmlDeviceGetComputeRunningProcesses_v3", "NotSupported", gpu=0)
+        assert sampler.initialise()
+        for _ in range(2):
+            processes = sampler.run_cycle().devices[0].processes
+            clock.now += 5.0
+        asked = fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"]
+    assert processes is not None and [p.pid for p in processes] == [500]
+    assert asked == 1  # not asked again
+    assert events(logs, logging.INFO)[1:] == [
+        ("INFO", "reading not supported on this GPU; it is omitted and not asked again",
+         {"gpu": 0, "reading": "compute_processes", "error": "NVMLError_NotSupported: Not Supported"})]
+
+
+def test_a_failing_compute_list_does_not_hide_the_graphics_list() -> None:
+    scenario = PROCESSES.replace("used_memory: 1GiB}", "used_memory: 1GiB, type: graphics}")
+    with rig(scenario, TEMPERATURE, process_interval_s=5.0) as (sampler, fake, _clock, logs):
+        fake.inject_error("nvmlDeviceGetComputeRunningProcesses_v3", "Timeout", gpu=0)
+        assert sampler.initialise()
+        processes = sampler.run_cycle().devices[0].processes
+    assert processes is not None and [p.pid for p in processes] == [500]
+    assert [fields["reading"] for _level, _message, fields in events(logs, logging.WARNING)] == ["compute_processes"]
+
+
+def test_process_lists_are_read_again_exactly_when_their_interval_has_passed() -> None:
+    with rig(PROCESSES, TEMPERATURE, process_interval_s=5.0) as (sampler, fake, clock, _logs):
+        assert sampler.initialise()
+        sampler.run_cycle()
+        asked = fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"]
+        clock.now += 4.5
+        sampler.run_cycle()
+        assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == asked
+        clock.now += 0.5
+        sampler.run_cycle()
+        assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] > asked
+
+
+def test_processes_in_mig_instances_carry_their_gpu_and_compute_instance() -> None:
+    with rig("mig-h100", TEMPERATURE, process_interval_s=5.0) as (sampler, _fake, _clock, _logs):
+        assert sampler.initialise()
+        reading = sampler.run_cycle().devices[1]
+    assert reading.processes is not None
+    assert sorted((p.pid, p.gpu_instance_id, p.compute_instance_id) for p in reading.processes) == sorted(
+        (pid, mig.identity.gpu_instance_id, mig.identity.compute_instance_id)
+        for pid, mig in zip((72001, 72002), reading.mig, strict=False))
+    assert all(p.gpu_instance_id is not None for p in reading.processes)
+
+
+# --- MIG layout and a new counters CSV ----------------------------------------------------------
+
+def test_mig_layouts_are_logged_once_per_gpu_with_every_instance() -> None:
+    with rig("mig-h100", TEMPERATURE) as (sampler, _fake, clock, logs):
+        assert sampler.initialise()
+        for _ in range(2):
+            clock.now += 1.0
+            snapshot = sampler.run_cycle()
+    layouts = [(fields["gpu"], fields["uuid"], fields["enabled"], fields["devices"])
+               for _level, message, fields in events(logs, logging.INFO) if message == "MIG layout"]
+    expected = []
+    for reading in snapshot.devices[:2]:
+        devices = ",".join(f"{m.identity.profile}:GI{m.identity.gpu_instance_id}/CI{m.identity.compute_instance_id}"
+                           for m in reading.mig)
+        expected.append((reading.identity.index, reading.identity.uuid, True, devices))
+    assert layouts == expected  # GPUs 2 and 3 keep MIG off: nothing to say about them
+
+
+def test_a_mig_gpu_without_instances_says_so() -> None:
+    with rig("gpu_defaults: {model: H100-SXM5-80GB, mig: []}\n", TEMPERATURE) as (sampler, _fake, clock, logs):
+        assert sampler.initialise()
+        clock.now += 1.0
+        sampler.run_cycle()
+    assert [fields["devices"] for _level, message, fields in events(logs, logging.INFO)
+            if message == "MIG layout"] == ["-"]
+
+
+def test_new_counters_take_effect_at_the_next_cycle() -> None:
+    with rig(csv=TEMPERATURE) as (sampler, _fake, clock, _logs):
+        assert sampler.initialise()
+        assert set(sampler.run_cycle().devices[0].values) == {"DCGM_FI_DEV_GPU_TEMP"}
+        new = parse_counters("DCGM_FI_DEV_POWER_USAGE, gauge, p\nDCGM_FI_DEV_SLOWDOWN_TEMP, gauge, s\n", "new.csv")
+        sampler.set_specs(new.field_specs(), load_counters(None).field_specs()[:0])
+        clock.now += 1.0
+        values = sampler.run_cycle().devices[0].values
+    assert set(values) == {"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SLOWDOWN_TEMP"}  # static ones read afresh
