@@ -105,7 +105,7 @@ def test_the_status_counts_cycles_and_every_nvml_call() -> None:
         for _ in range(3):
             clock.now += 1.0
             status = sampler.run_cycle().status
-    assert status.cycles == 3
+    assert status.cycles == 3 and status.nvml_up and status.nvml_error == ""
     assert status.nvml_calls_total == sampler.nvml.total_calls == fake.total_calls()
 
 
@@ -331,7 +331,7 @@ def test_a_cycle_longer_than_the_interval_warns_once_and_samples_back_to_back() 
         "WARNING", "a sampling cycle took longer than the collect interval; sampling back to back")
     assert fields["interval_seconds"] == 0.005
     cycle = fields["cycle_seconds"]
-    assert 0.016 <= cycle < 60 and round(cycle, 3) == cycle  # in seconds, to the millisecond
+    assert 0.016 <= cycle < 2.5 and round(cycle, 3) == cycle  # in seconds, to the millisecond
 
 
 def test_a_cycle_shorter_than_the_interval_waits_out_the_rest() -> None:
@@ -521,6 +521,7 @@ gpus:
       - {pid: 502, used_memory: unavailable}
 """
 GIB = 1 << 30
+MIB = 1 << 20
 
 
 def test_a_process_in_both_lists_is_kept_once_with_the_larger_known_memory(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -624,3 +625,180 @@ def test_new_counters_take_effect_at_the_next_cycle() -> None:
         clock.now += 1.0
         values = sampler.run_cycle().devices[0].values
     assert set(values) == {"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SLOWDOWN_TEMP"}  # static ones read afresh
+
+
+# --- readings: rates, driver time stamps, scales, what is read how often ------------------------
+
+A100_PCIE = "gpu_defaults: {model: A100-SXM4-80GB, pcie_tx: 100MiB/s, pcie_rx: 300MiB/s}\n"
+PCIE_TX = "DCGM_FI_PROF_PCIE_TX_BYTES"
+
+
+def _stamped(monkeypatch: pytest.MonkeyPatch, stamp_us: list[int], broken: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+    """NVML's field values with the driver's time stamps the test chooses (and some undecodable)."""
+    real = pynvml.nvmlDeviceGetFieldValues
+
+    def stamped(handle: Any, field_ids: Any) -> Any:
+        entries = real(handle, field_ids)
+        for entry in entries:
+            entry.timestamp = stamp_us[0]
+            if entry.fieldId in broken:
+                entry.valueType = 99  # no such value type
+        return entries
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetFieldValues", stamped)
+
+
+def test_a_rate_is_the_counter_difference_over_the_drivers_time_between_samples(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    stamp = [101_000_000]
+    _stamped(monkeypatch, stamp)
+    with rig(A100_PCIE, PCIE_PROF) as (sampler, _fake, clock, _logs):
+        assert sampler.initialise()
+        clock.now = 101.0
+        sampler.run_cycle()
+        clock.now, stamp[0] = 102.0, 103_000_000  # the driver sampled the counter 2 s later
+        values = sampler.run_cycle().devices[0].values
+    assert values[PCIE_TX] == pytest.approx(100 * MIB / 2, rel=1e-3)  # 100 MiB in 2 s of driver time
+
+
+def test_without_a_driver_time_stamp_the_rate_uses_the_exporters_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    _stamped(monkeypatch, [0])
+    with rig(A100_PCIE, PCIE_PROF) as (sampler, _fake, clock, _logs):
+        assert sampler.initialise()
+        clock.now = 101.0
+        sampler.run_cycle()
+        clock.now = 103.0  # two seconds: a rate is per second, whatever the interval
+        values = sampler.run_cycle().devices[0].values
+    assert values[PCIE_TX] == pytest.approx(100 * MIB, rel=1e-3)
+    assert values["DCGM_FI_PROF_PCIE_RX_BYTES"] == pytest.approx(300 * MIB, rel=1e-3)
+
+
+def test_an_undecodable_field_value_is_omitted_and_the_rest_of_the_batch_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    energy = pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
+    _stamped(monkeypatch, [0], broken={energy})
+    csv = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, e\nDCGM_FI_DEV_ECC_SBE_VOL_TOTAL, counter, s\n"
+    with rig(csv=csv) as (sampler, _fake, _clock, _logs):
+        assert sampler.initialise()
+        values = sampler.run_cycle().devices[0].values
+    assert set(values) == {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"}
+
+
+def test_field_values_are_converted_to_the_rows_unit() -> None:
+    with rig(csv="DCGM_FI_DEV_ENFORCED_POWER_LIMIT, gauge, w\n") as (sampler, _fake, _clock, _logs):
+        assert sampler.initialise()
+        values = sampler.run_cycle().devices[0].values
+        limit_mw = pynvml.nvmlDeviceGetEnforcedPowerLimit(pynvml.nvmlDeviceGetHandleByIndex(0))
+    assert values["DCGM_FI_DEV_ENFORCED_POWER_LIMIT"] == pytest.approx(limit_mw / 1000)  # mW -> W
+
+
+def test_static_readings_are_read_once_per_gpu() -> None:
+    with rig(csv="DCGM_FI_DEV_SLOWDOWN_TEMP, gauge, s\n" + TEMPERATURE) as (sampler, fake, clock, _logs):
+        assert sampler.initialise()
+        for _ in range(3):
+            clock.now += 1.0
+            values = sampler.run_cycle().devices[0].values
+        assert fake.calls["nvmlDeviceGetTemperatureThreshold"] == 8
+    assert "DCGM_FI_DEV_SLOWDOWN_TEMP" in values
+
+
+def test_a_mig_gpu_reads_its_framebuffer_per_instance_only_and_its_other_readings_still() -> None:
+    scenario = "gpu_defaults: {model: H100-SXM5-80GB, mig: [3g.40gb, 2g.20gb, 1g.10gb]}\n"
+    csv = "DCGM_FI_DEV_FB_USED, gauge, f\n" + TEMPERATURE
+    with rig(scenario, csv) as (sampler, fake, clock, _logs):
+        assert sampler.initialise()
+        sampler.run_cycle()
+        asked = fake.calls["nvmlDeviceGetMemoryInfo_v2"]
+        clock.now += 1.0
+        reading = sampler.run_cycle().devices[0]
+        assert fake.calls["nvmlDeviceGetMemoryInfo_v2"] - asked == 3  # one per instance, none for the parent
+    assert set(reading.values) == {"DCGM_FI_DEV_GPU_TEMP"}
+    assert all("DCGM_FI_DEV_FB_USED" in mig.values for mig in reading.mig)
+
+
+def test_a_gpu_with_gpm_does_not_read_the_counters_behind_the_fallback() -> None:
+    pcie_tx_bytes = 197  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES: served by GPM on Hopper
+    with rig("gpu_defaults: {model: H100-SXM5-80GB}\n", PCIE_PROF) as (sampler, fake, clock, logs):
+        fake.inject_error("nvmlDeviceGetFieldValues", "Timeout", field=pcie_tx_bytes)
+        assert sampler.initialise()
+        for _ in range(3):
+            clock.now += 1.0
+            values = sampler.run_cycle().devices[0].values
+    assert PCIE_TX in values and events(logs, logging.WARNING) == []  # never asked, so never failed
+
+
+def test_the_status_says_how_long_a_cycle_took_and_when_it_ended() -> None:
+    with installed("default") as fake:
+        fake.set_latency("nvmlDeviceGetTemperatureV", 0.002)  # 8 GPUs: at least 16 ms
+        sampler = Sampler(parse_counters(TEMPERATURE, "t.csv").field_specs(), 1.0,
+                          clock=lambda: 500.0, wall_clock=lambda: 1_700_000_000.0)
+        assert sampler.initialise()
+        real = Sampler(parse_counters(TEMPERATURE, "t.csv").field_specs(), 1.0)
+        assert real.initialise()
+        status = sampler.run_cycle().status
+        timed = real.run_cycle().status
+    assert (status.last_sample_monotonic, status.last_sample_wall_time, status.nvml_error) == (
+        500.0, 1_700_000_000.0, "")
+    assert 0.016 <= timed.last_cycle_duration_s < 60
+
+
+def test_gpus_that_appear_after_a_start_without_any_are_announced(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = sampler_module.discover
+    empty = [True]
+
+    def later(nvml: Any) -> Inventory:
+        inventory = real(nvml)
+        return Inventory(system=inventory.system, devices=()) if empty[0] else inventory
+
+    monkeypatch.setattr(sampler_module, "discover", later)
+    with rig(csv=TEMPERATURE) as (sampler, _fake, _clock, logs):
+        assert sampler.initialise()
+        empty[0] = False  # the driver install finished
+        assert sampler.initialise()
+    assert [(message, fields) for _level, message, fields in events(logs, logging.INFO)] == [
+        ("NVML initialised", {"driver_version": "550.90.07", "gpus": 0}),
+        ("NVML found no GPU", {}),
+        ("NVML initialised", {"driver_version": "550.90.07", "gpus": 8}),
+    ]
+
+
+def test_a_failed_reprobe_of_a_lost_gpu_costs_one_call() -> None:
+    with rig(csv=TEMPERATURE) as (sampler, fake, clock, _logs):
+        assert sampler.initialise()
+        sampler.run_cycle()
+        fake.lose_gpu(3)
+        clock.now += 1.0
+        sampler.run_cycle()
+        before = fake.total_calls()
+        clock.now += 1.0
+        sampler.run_cycle()
+        quiet = fake.total_calls() - before  # the seven other GPUs
+        before = fake.total_calls()
+        clock.now += LOST_REPROBE_S
+        assert not sampler.run_cycle().devices[3].up
+        assert fake.total_calls() - before == quiet + 1  # nvmlDeviceGetUUID, nothing else
+
+
+def test_mig_devices_that_lack_a_reading_are_logged_once_per_gpu() -> None:
+    scenario = "gpu_count: 2\ngpu_defaults: {model: H100-SXM5-80GB, mig: [3g.40gb, 1g.10gb]}\n"
+    with rig(scenario, "DCGM_FI_DEV_FB_USED, gauge, f\n") as (sampler, fake, clock, logs):
+        for symbol in ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2"):
+            fake.inject_error(symbol, "NotSupported")
+        assert sampler.initialise()
+        for _ in range(2):
+            clock.now += 1.0
+            sampler.run_cycle()
+    lines = [(level, message, fields) for level, message, fields in events(logs, logging.INFO)
+             if "MIG devices" in message]
+    assert lines == [("INFO", "reading not supported on this GPU's MIG devices; it is omitted",
+                      {"gpu": gpu, "reading": "memory"}) for gpu in (0, 1)]
+
+
+def test_a_failing_mig_layout_check_is_logged_as_that_reading() -> None:
+    scenario = "gpu_defaults: {model: H100-SXM5-80GB, mig: [3g.40gb]}\n"
+    with rig(scenario, TEMPERATURE) as (sampler, fake, clock, logs):
+        fake.inject_error("nvmlDeviceGetMigMode", "Timeout", gpu=0)
+        assert sampler.initialise()
+        clock.now += 1.0
+        assert "DCGM_FI_DEV_GPU_TEMP" in sampler.run_cycle().devices[0].values  # the GPU is still read
+    assert [fields for _level, message, fields in events(logs, logging.WARNING)] == [
+        {"gpu": 0, "reading": "MIG layout", "error": "NVMLError_Timeout: Timeout"}]
