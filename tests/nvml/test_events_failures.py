@@ -399,23 +399,40 @@ def test_an_event_on_a_handle_not_registered_is_matched_by_uuid_or_dropped_once(
         rig.registered((0, 1))
         current = rig.watcher._current  # the registration the watcher delivers from
         assert current is not None
-        alias = ctypes.c_void_p(0x5EED)  # a handle value the watcher did not register
+        alias, other = ctypes.c_void_p(0x5EED), ctypes.c_void_p(0xFEED)  # handle values it did not register
         uuid = inventory.devices[1].identity.uuid if known else "GPU-elsewhere"
 
         class Client(NvmlClient):
             def call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-                if function is pynvml.nvmlDeviceGetUUID and args[0] is alias:
+                if function is pynvml.nvmlDeviceGetUUID and args[0] in (alias, other):
                     return uuid
                 return super().call(function, *args, **kwargs)
 
         rig.watcher.nvml = Client()
         data = type("Data", (), {"device": alias, "eventType": pynvml.nvmlEventTypeXidCriticalError,
                                  "eventData": 79, "gpuInstanceId": 0xFFFFFFFF, "computeInstanceId": 0xFFFFFFFF})()
-        for _ in range(2):
+        for handle in (alias, alias, other):
+            data.device = handle
             rig.watcher._deliver(current, data)  # as the wait loop would
     if known:
-        assert rig.xids() == [(1, 79), (1, 79)]
+        assert rig.xids() == [(1, 79)] * 3
     else:
         assert rig.received == []
         assert [message for _level, message, _fields in rig.events(logging.WARNING)] == [
-            "an NVML event names a GPU that is not in the inventory; it is dropped"]
+            "an NVML event names a GPU that is not in the inventory; it is dropped"] * 2  # once per handle
+
+
+def test_a_periodic_rebuild_that_registers_nothing_is_retried(nvml: Any) -> None:
+    with watching(nvml) as rig:
+        rig.fake.inject_error("nvmlDeviceRegisterEvents", "Timeout", gpu=1)
+        rig.discover()
+        rig.watcher.start()
+        rig.registered((0,))
+        rig.fake.inject_error("nvmlDeviceRegisterEvents", "Timeout")  # now neither GPU can be registered
+        rig.now[0] = 30.0  # GPU 1 is tried again, in a new set: it comes out empty
+        wait_for(lambda: rig.watcher.registered_gpus == (), DEADLINE_S, "the empty rebuild")
+        rig.idle_turns(2)
+        rig.fake.clear_errors()
+        rig.now[0] = 31.0
+        rig.registered((0, 1))
+        assert rig.watcher.running
