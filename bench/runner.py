@@ -377,13 +377,18 @@ def measure_floor(payload: bytes, headers: list[str], gpus: int, pods: int, sett
         result.errors.append(f"{type(exc).__name__}: {exc}")
         progress(f"    floor: FAILED: {exc}")
     finally:
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        terminate(process)
         shutil.rmtree(workdir, ignore_errors=True)
     return result
+
+
+def terminate(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it has not ended within 5 s."""
+    process.terminate()
+    try:
+        process.wait(5)
+    except subprocess.TimeoutExpired:
+        process.kill()
 
 
 def as_dict(measurement: Measurement) -> dict[str, Any]:

@@ -28,10 +28,12 @@ from exporter.metrics.render import (
     FamilyBuilder,
     RenderContext,
     RenderOptions,
+    owned_family,
     render,
 )
 from exporter.nvml.sampler import Sampler
 from exporter.snapshot import InFlight, Snapshot
+from exporter.supervisor import SUPERVISOR, Supervisor, supervised
 from exporter.web.cache import ExpositionCache
 from exporter.web.health import HealthReport, evaluate, stalled_call
 from exporter.web.server import ExporterHTTPServer, WebSecurity
@@ -65,7 +67,7 @@ def node_hostname(config: Config) -> str | None:
 class App:
     def __init__(self, config: Config, counters: CounterSet, *, security: WebSecurity | None = None,
                  extensions: Extensions | None = None, clock: Callable[[], float] = time.monotonic,
-                 listener: socket.socket | None = None) -> None:
+                 listener: socket.socket | None = None, supervisor: Supervisor | None = None) -> None:
         self.config = config
         self.counters = counters
         self.extensions = extensions or Extensions()
@@ -82,9 +84,11 @@ class App:
             dependencies=self.extensions.sampler_dependencies,
         )
         self.cache = ExpositionCache(self._render)
-        self.server = ExporterHTTPServer(config.address, self.cache, self.health, config.web_max_requests, security,
-                                         listener=listener)
-        self.builders: Sequence[FamilyBuilder] = (*DEFAULT_BUILDERS, *self.extensions.builders)
+        self.server = ExporterHTTPServer(config.address, self.cache, self.health, security,
+                                         listener=listener, max_connections=config.web_max_connections)
+        self.supervisor = supervisor or SUPERVISOR
+        self.builders: Sequence[FamilyBuilder] = (*DEFAULT_BUILDERS, *self.extensions.builders,
+                                                  self._thread_families)
         self._stall: InFlight | None = None
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
@@ -110,8 +114,20 @@ class App:
         return render(self.render_context(), self.builders)
 
     def health(self) -> HealthReport:
+        down = self.supervisor.down()
+        if down:
+            now = self._clock()
+            return HealthReport(False, "; ".join(
+                f"thread {thread.name} is down after an unexpected error ({thread.error}), {now - thread.since:.1f} s "
+                "ago; restarting it" for thread in down))
         return evaluate(self.sampler.snapshot, self._clock(), self.config.collect_interval_s,
                         self.sampler.in_flight())
+
+    def _thread_families(self, _ctx: RenderContext) -> list[Metric]:
+        family = owned_family("gpu_pod_exporter_thread_restarts_total")
+        for name, restarts in sorted(self.supervisor.restarts().items()):
+            family.add_sample("gpu_pod_exporter_thread_restarts_total", {"thread": name}, restarts)
+        return [family]
 
     def _watch(self) -> None:
         """Notice a stuck NVML call (no snapshot will arrive to say so) and re-render when it starts/ends."""
@@ -141,7 +157,7 @@ class App:
         self.cache.start()
         self.sampler.start()
         self.server.start()
-        self._watchdog = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+        self._watchdog = supervised(self._watch, name="watchdog", stop=self._stop)
         self._watchdog.start()
         log.info("listening", extra={"fields": {"address": self.config.address, "port": self.server.port,
                                                 "collect_interval_ms": self.config.collect_interval_ms,

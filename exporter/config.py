@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
 
+from exporter import safeyaml
+from exporter.inputfile import InputFileError, read_text
 from exporter.metrics.selection import DEFAULT as ALL_DEVICES
 from exporter.metrics.selection import DeviceSelection, parse_devices
 
@@ -42,7 +44,15 @@ class ConfigError(Exception):
         self.source = source
         self.key = key
         self.message = message
-        super().__init__(f"{source}: {key}: {message}")
+        # One line, whatever the input held: a key or value with a newline or control character in
+        # it is shown escaped (it came from the user's file and is quoted back in the message).
+        super().__init__(_one_line(f"{source}: {key}: {message}"))
+
+
+def _one_line(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -58,19 +68,37 @@ def _parse_bool(raw: object) -> bool:
         return True
     if text in {"0", "false", "no", "off", ""}:
         return False
-    raise ValueError(f"invalid boolean {raw!r}: expected true or false")
+    raise ValueError(f"invalid boolean {_shown(raw)}: expected true or false")
 
 
-def _positive_int(minimum: int, unit: str) -> Callable[[object], int]:
+# Every interval and window has an upper bound: a value past what a timer can wait would end the
+# thread that waits on it (``Event.wait`` raises OverflowError), and nobody means a day anyway.
+MAX_INTERVAL_MS = 24 * 3600 * 1000
+_MAX_INT_DIGITS = 30
+
+
+def _shown(raw: object) -> str:
+    """A user's value as quoted in an error: at most 40 characters of it."""
+    text = repr(raw)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _positive_int(minimum: int, unit: str, maximum: int = MAX_INTERVAL_MS) -> Callable[[object], int]:
     def parse(raw: object) -> int:
         if isinstance(raw, bool):
             raise ValueError(f"invalid value {raw!r}: expected an integer number of {unit}")
+        text = str(raw).strip()
+        invalid = ValueError(f"invalid value {_shown(raw)}: expected an integer number of {unit} (at most {maximum})")
+        if len(text) > _MAX_INT_DIGITS:  # int() of thousands of digits is slow or refused; no setting is that large
+            raise invalid
         try:
-            value = int(str(raw).strip())
+            value = int(text)
         except ValueError:
-            raise ValueError(f"invalid value {raw!r}: expected an integer number of {unit}") from None
+            raise invalid from None
         if value < minimum:
             raise ValueError(f"invalid value {value}: must be at least {minimum} {unit}")
+        if value > maximum:
+            raise ValueError(f"invalid value {value}: must be at most {maximum} {unit}")
         return value
 
     return parse
@@ -78,7 +106,7 @@ def _positive_int(minimum: int, unit: str) -> Callable[[object], int]:
 
 def _parse_str(raw: object) -> str:
     if isinstance(raw, list | dict):
-        raise ValueError(f"invalid value {raw!r}: expected a string")
+        raise ValueError(f"expected a string, got a {'list' if isinstance(raw, list) else 'mapping'}")
     return "" if raw is None else str(raw)
 
 
@@ -94,7 +122,7 @@ def _choice(*choices: str) -> Callable[[object], str]:
     def parse(raw: object) -> str:
         text = _parse_str(raw).strip()
         if text not in choices:
-            raise ValueError(f"invalid value {text!r}: expected one of {', '.join(choices)}")
+            raise ValueError(f"invalid value {_shown(text)}: expected one of {', '.join(choices)}")
         return text
 
     return parse
@@ -107,7 +135,7 @@ def _parse_address(raw: object) -> str:
     text = _parse_str(raw).strip()
     match = _ADDRESS.match(text)
     if not match or not 0 <= int(match.group("port")) <= 65535:
-        raise ValueError(f"invalid listen address {text!r}: expected [host]:port, e.g. :9400 or [::]:9400")
+        raise ValueError(f"invalid listen address {_shown(text)}: expected [host]:port, e.g. :9400 or [::]:9400")
     return text
 
 
@@ -225,6 +253,10 @@ OPTIONS: tuple[Option, ...] = (
            "How often to re-read --hpc-job-mapping-dir (milliseconds); never per scrape."),
     Option("kubeconfig", ("--kubeconfig",), "KUBECONFIG", _parse_str, "",
            "kubeconfig file for the API server (default: in-cluster service account)."),
+    Option("kubeconfig_allow_exec", ("--kubeconfig-allow-exec",), "GPU_POD_EXPORTER_KUBECONFIG_ALLOW_EXEC",
+           _parse_bool, False,
+           "Let a kubeconfig's exec credential plugin or auth-provider run (it starts a program); off: refused.",
+           is_switch=True),
     Option("team_label_sources", ("--kubernetes-team-label-sources",), "GPU_POD_EXPORTER_TEAM_LABEL_SOURCES",
            _parse_team_sources, ("pod:team", "namespace:team"),
            "Where the team label comes from, first match wins: pod:<key> or namespace:<key>."),
@@ -251,8 +283,12 @@ OPTIONS: tuple[Option, ...] = (
            "Serve on the socket systemd passes (socket activation, LISTEN_FDS) instead of binding --address.",
            is_switch=True),
     Option("web_max_requests", ("--web-max-requests",), "GPU_POD_EXPORTER_WEB_MAX_REQUESTS",
-           _positive_int(1, "requests"), 32,
-           "Requests served at once; more connections wait in the listen queue instead of failing."),
+           _positive_int(1, "requests", 1_000_000), 32,
+           "Accepted for compatibility with gpu-pod-exporter 0.1 manifests; no effect (see --web-max-connections).",
+           no_effect="the event-loop server has no worker pool; --web-max-connections bounds open connections"),
+    Option("web_max_connections", ("--web-max-connections",), "GPU_POD_EXPORTER_WEB_MAX_CONNECTIONS",
+           _positive_int(16, "connections", 1_000_000), 1024,
+           "Open client connections at most; at the cap the oldest one that has not sent a request is closed."),
     Option("node_name", ("--node-name",), "NODE_NAME", _parse_str, "",
            "Node name for the Hostname label and the pod watch (default: this machine's hostname)."),
     Option("no_hostname", ("-n", "--no-hostname"), "DCGM_EXPORTER_NO_HOSTNAME", _parse_bool, False,
@@ -345,6 +381,7 @@ class Config:
     hpc_job_mapping_dir: str = ""
     hpc_job_mapping_interval_ms: int = 5000
     kubeconfig: str = ""
+    kubeconfig_allow_exec: bool = False
     team_label_sources: tuple[str, ...] = ("pod:team", "namespace:team")
     process_attribution: bool = False
     process_metrics: bool = False
@@ -355,6 +392,7 @@ class Config:
     web_config_file: str = ""
     web_systemd_socket: bool = False
     web_max_requests: int = 32
+    web_max_connections: int = 1024
     node_name: str = ""
     no_hostname: bool = False
     devices: DeviceSelection = ALL_DEVICES
@@ -386,14 +424,13 @@ class Config:
         return self.collect_interval_ms / 1000.0
 
     def no_effect_warnings(self) -> list[str]:
-        """One line per dcgm-exporter flag that was set here but means nothing without DCGM."""
+        """One line per accepted flag that was set but means nothing here (DCGM-only, or retired)."""
         lines = []
         for option in OPTIONS:
             if option.no_effect and option.attr in self.sources and getattr(self, option.attr) != option.default:
                 source = self.sources[option.attr]
                 named = source if source == f"flag {option.long_flag}" else f"{source} ({option.long_flag})"
-                lines.append(f"{named} is accepted for dcgm-exporter compatibility but has no effect here: "
-                             f"{option.no_effect}")
+                lines.append(f"{named} is accepted for compatibility but has no effect here: {option.no_effect}")
         return lines
 
     def source_of(self, attr: str) -> str:
@@ -509,33 +546,54 @@ def _convert(option: Option, raw: object, where: str) -> Any:
 
 
 def _load_yaml(path: str) -> dict[str, tuple[Any, str]]:
-    """Read the YAML config file keeping each key's line number for error messages."""
+    """Read the YAML config file keeping each key's line number for error messages.
+
+    The file goes through ``exporter.inputfile`` (a regular file, at most 1 MiB, UTF-8) and
+    ``exporter.safeyaml`` (bounded nesting, no aliases, standard tags only, errors that never quote
+    the file). A key given twice is an error, as in the web config and the scenario format.
+    """
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"config file {path}", "config-file", f"cannot read: {exc.strerror}") from None
+        text = read_text(path)
+    except InputFileError as exc:
+        raise ConfigError(f"config file {path}", "config-file", str(exc)) from None
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}{line}", "yaml", f"not valid YAML: {problem}") from None
+        root = safeyaml.compose(text)
+    except safeyaml.YamlInputError as exc:
+        raise ConfigError(f"{path}:{exc.line}" if exc.line else path, "yaml", exc.message) from None
     if root is None:
         return {}
     if not isinstance(root, yaml.MappingNode):
         raise ConfigError(f"{path}:{root.start_mark.line + 1}", "yaml", "expected a mapping of option: value")
 
     result: dict[str, tuple[Any, str]] = {}
+    seen: set[str] = set()
     for key_node, value_node in root.value:
         where = f"{path}:{key_node.start_mark.line + 1}"
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise ConfigError(where, "yaml", "keys must be option names (plain strings)")
         key = str(key_node.value)
         option = _BY_YAML_KEY.get(key)
         if option is None:
-            raise ConfigError(where, key, f"unknown key (known keys: {', '.join(sorted(_BY_YAML_KEY))})")
+            raise ConfigError(where, _shown_key(key), _unknown_key_message(key))
+        if key in seen:
+            raise ConfigError(where, key, "duplicate key")
+        seen.add(key)
         try:
-            raw = yaml.safe_load(yaml.serialize(value_node))
-        except yaml.YAMLError as exc:  # pragma: no cover - the node was already parsed once
-            raise ConfigError(where, key, f"not valid YAML: {exc}") from None
+            raw = safeyaml.construct(value_node)
+        except safeyaml.YamlInputError as exc:
+            raise ConfigError(where, key, exc.message) from None
+        if raw is None:
+            raise ConfigError(where, key, "empty value: give a value or remove the key")
         result[option.attr] = (_convert(option, raw, where), where)
     return result
+
+
+def _unknown_key_message(key: str) -> str:
+    """One line even with 60 options: the closest names, not the whole list (``--help`` has it)."""
+    close = difflib.get_close_matches(key, _BY_YAML_KEY, n=3)
+    hint = f"did you mean {' or '.join(close)}?" if close else "the keys are the long flag names without '--'"
+    return f"unknown key ({hint}; see --help for all of them)"
+
+
+def _shown_key(key: str) -> str:
+    return key if len(key) <= 60 else key[:57] + "..."

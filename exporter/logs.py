@@ -12,7 +12,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 LOGGER_NAME = "gpu_pod_exporter"
@@ -101,3 +101,39 @@ class StateLog:
 
 
 _UNSET = object()
+
+
+class RateLimitedLog:
+    """At most one line per kind per ``interval_s``, carrying how many events it stands for.
+
+    Connection-level trouble (failed TLS handshakes, resets, request heads that never finish) comes
+    from clients, at whatever rate they like: a line per event would let any client flood the log and
+    bury the lines that matter. The first event of a kind is logged at once; later ones within the
+    interval are counted, and the next line after the interval says how many there were.
+    """
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._logger = logger
+        self._interval_s = interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._next: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+        self.counts: dict[str, int] = {}
+
+    def event(self, kind: str, level: int, message: str, **fields: Any) -> bool:
+        """Count one event of ``kind``; log it (with the count since the last line) if the interval passed."""
+        now = self._clock()
+        with self._lock:
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+            if now < self._next.get(kind, float("-inf")):
+                self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
+                return False
+            self._next[kind] = now + self._interval_s
+            suppressed = self._suppressed.pop(kind, 0)
+        extra = {**fields, "kind": kind}
+        if suppressed:
+            extra["more_since_last_line"] = suppressed
+        self._logger.log(level, message, extra={"fields": extra})
+        return True

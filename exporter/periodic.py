@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 
 from exporter.logs import get_logger
+from exporter.supervisor import supervised
 
 LOG = get_logger("periodic")
 
@@ -28,7 +29,7 @@ class Periodic:
 
     def start(self) -> None:
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread = supervised(self._run, name=self.name, stop=self._stop)
         self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:

@@ -140,7 +140,7 @@ def test_flags_without_meaning_here_warn_once_each_saying_why() -> None:
     argv = ["-r", "host:5555", "--fake-gpus", "-s", "g", "--enable-pprof"]
     warnings = load_config(argv, {"DISABLE_STARTUP_VALIDATE": "true"}).no_effect_warnings()
     assert len(warnings) == 5
-    assert warnings[0].startswith("flag --remote-hostengine-info is accepted for dcgm-exporter compatibility")
+    assert warnings[0].startswith("flag --remote-hostengine-info is accepted for compatibility")
     assert "no DCGM host engine" in warnings[0]
     assert any("--simulate" in line for line in warnings)
     assert any(line.startswith("environment variable DISABLE_STARTUP_VALIDATE (--disable-startup-validate)")

@@ -18,6 +18,9 @@ Anything else in the user or cluster entry (an ``exec`` credential plugin, an ``
 a ``proxy-url``), and a ``KUBECONFIG``-style list of files to merge, is the kubernetes package's
 business: such a kubeconfig is handed to its loader
 (``exporter.kube.metadata.build_core_v1_api``), and only then is the heavy client imported.
+An ``exec`` plugin or an ``auth-provider`` gets credentials by running a program; the exporter
+runs none unless ``--kubeconfig-allow-exec`` is given (``credential_plugins`` finds them, in every
+file of a list, and the refusal names the file, the user and the program).
 
 Requests carry the same query parameters, ``Accept`` header and bearer token the generated client
 sends; urllib3's own retries are off (the watch loop has its own backoff and state reporting); a
@@ -40,7 +43,9 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import urllib3
-import yaml
+
+from exporter import safeyaml
+from exporter.inputfile import InputFileError, read_text
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -154,17 +159,47 @@ def _read_file(base: Path, value: Any, path: Path, key: str) -> bytes:
         raise ApiConfigError(f"{path}: {key}: cannot read {target}: {exc.strerror or exc}") from exc
 
 
+def read_kubeconfig(path: Path) -> Any:
+    """The kubeconfig as plain data: a regular file of at most 4 MiB, YAML within safeyaml's bounds."""
+    try:
+        root = safeyaml.compose(read_text(path, 4 * 1024 * 1024), allow_aliases=True)
+        return None if root is None else safeyaml.construct(root)
+    except InputFileError as exc:
+        raise ApiConfigError(f"{path}: cannot read the kubeconfig: {exc}") from None
+    except safeyaml.YamlInputError as exc:
+        raise ApiConfigError(f"{path}{f':{exc.line}' if exc.line else ''}: {exc.message}") from None
+
+
+def credential_plugins(document: Any) -> list[str]:
+    """``user 'name' (exec: program)`` for every user entry that runs a program to get credentials."""
+    found = []
+    for entry in (document.get("users") or ()) if isinstance(document, dict) else ():
+        user = entry.get("user") if isinstance(entry, dict) else None
+        if not isinstance(user, dict):
+            continue
+        if user.get("exec"):
+            command = user["exec"].get("command") if isinstance(user["exec"], dict) else None
+            found.append(f"user {entry.get('name')!r} (exec: {Path(str(command or '?')).name})")
+        elif user.get("auth-provider"):
+            provider = user["auth-provider"].get("name") if isinstance(user["auth-provider"], dict) else None
+            found.append(f"user {entry.get('name')!r} (auth-provider: {provider or '?'})")
+    return found
+
+
+def refuse_credential_plugins(paths: list[Path]) -> None:
+    """Raise ApiConfigError when any of the kubeconfigs would run a program (no --kubeconfig-allow-exec)."""
+    for path in paths:
+        plugins = credential_plugins(read_kubeconfig(path))
+        if plugins:
+            raise ApiConfigError(f"{path}: {', '.join(plugins)} gets credentials by running a program; the exporter "
+                                 "runs none unless --kubeconfig-allow-exec (GPU_POD_EXPORTER_KUBECONFIG_ALLOW_EXEC) "
+                                 "is given")
+
+
 def kubeconfig_endpoint(kubeconfig: str | Path) -> ApiEndpoint | None:
     """The endpoint of the kubeconfig's current context; None when only the kubernetes package can use it."""
     path = Path(kubeconfig)
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ApiConfigError(f"{path}: cannot read the kubeconfig: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise ApiConfigError(f"{path}{where}: not valid YAML") from exc
+    document = read_kubeconfig(path)
     if not isinstance(document, dict):
         raise ApiConfigError(f"{path}: not a kubeconfig (expected a map with 'current-context')")
     context_name = document.get("current-context")
@@ -318,17 +353,21 @@ def _query_value(value: Any) -> str:
     return str(value)
 
 
-def build_lists(kubeconfig: str) -> Any:
+def build_lists(kubeconfig: str, *, allow_exec: bool = False) -> Any:
     """The list/watch client for this configuration: ``HttpLists`` unless only the kubernetes package can do it."""
     if not kubeconfig:
         return HttpLists(in_cluster_endpoint())
     if os.pathsep in kubeconfig:  # a KUBECONFIG list: merging files is the kubernetes package's job
         from exporter.kube.metadata import build_core_v1_api  # noqa: PLC0415 - avoids an import cycle
 
+        if not allow_exec:
+            refuse_credential_plugins([Path(part).expanduser() for part in kubeconfig.split(os.pathsep) if part])
         return build_core_v1_api(kubeconfig)
     endpoint = kubeconfig_endpoint(Path(kubeconfig).expanduser())
     if endpoint is not None:
         return HttpLists(endpoint)
+    if not allow_exec:
+        refuse_credential_plugins([Path(kubeconfig).expanduser()])
     from exporter.kube.metadata import build_core_v1_api  # noqa: PLC0415 - avoids an import cycle
 
     return build_core_v1_api(kubeconfig)

@@ -265,7 +265,7 @@ class KubernetesAttribution:
         timeouts = watch_timeouts or WatchTimeouts(stale_after_s=stale_after_s)
         self.metadata = KubernetesMetadata(
             config.node_name or socket.gethostname(), on_change=self._notify, kubeconfig=config.kubeconfig,
-            timeouts=timeouts, api_factory=api_factory)
+            allow_exec=config.kubeconfig_allow_exec, timeouts=timeouts, api_factory=api_factory)
         self._resolver = ProcessCgroupResolver(config.proc_root)
         self._process_input: _ProcessInput | None = None
         self._process_lock = threading.Lock()

@@ -40,6 +40,7 @@ from typing import Any
 
 from exporter.kube.apiserver import CoreV1ListMethods, build_lists, split_request_arguments
 from exporter.logs import get_logger
+from exporter.supervisor import supervised
 
 LOG = get_logger("kube.api")  # under the exporter's handler and format
 
@@ -311,7 +312,7 @@ class _ListWatch:
         self._relist = threading.Event()
         self._response: Any = None
         self._delivered = False  # the current watch stream delivered at least one event
-        self._thread = threading.Thread(target=self._run, name=f"kube-watch-{resource}", daemon=True)
+        self._thread = supervised(self._run, name=f"kube-watch-{resource}", stop=self._stop)
         self.synced = False  # at least one list succeeded
         self.lists = 0
         self.watches = 0
@@ -500,6 +501,7 @@ class KubernetesMetadata:
         on_change: Callable[[], None] = lambda: None,
         *,
         kubeconfig: str = "",
+        allow_exec: bool = False,
         timeouts: WatchTimeouts | None = None,
         api_factory: Callable[[], Any] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -510,7 +512,7 @@ class KubernetesMetadata:
         self._on_change = on_change
         self._kubeconfig = kubeconfig
         self._timeouts = timeouts or WatchTimeouts()
-        self._api_factory = api_factory or (lambda: build_lists(kubeconfig))
+        self._api_factory = api_factory or (lambda: build_lists(kubeconfig, allow_exec=allow_exec))
         self._monotonic = monotonic
         self._wall_clock = wall_clock
         self._state = ApiState()

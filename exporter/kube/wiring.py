@@ -40,6 +40,7 @@ from exporter.kube.series import LabeledDevice, attribution_families, workload_l
 from exporter.logs import get_logger
 from exporter.metrics.render import RenderContext
 from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity, Snapshot
+from exporter.supervisor import supervised
 
 LOG = get_logger("kube.wiring")
 
@@ -102,7 +103,7 @@ class _ProcessFeed:
 
     def start(self) -> None:
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="kube-processes", daemon=True)
+        self._thread = supervised(self._run, name="kube-processes", stop=self._stop)
         self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:

@@ -19,8 +19,8 @@ import difflib
 import io
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 
+from exporter.inputfile import InputFileError, read_text
 from exporter.metrics.catalog import CATALOG, Catalog, FieldSpec
 
 PROMETHEUS_TYPES = ("gauge", "counter", "histogram", "summary", "label")
@@ -75,11 +75,12 @@ def load_counters(path: str | None, catalog: Catalog = CATALOG) -> CounterSet:
     if not path:
         return parse_counters(default_counters_text(), BUILTIN_NAME, catalog)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CounterFileError(path, 0, "collectors", f"cannot read counters file: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise CounterFileError(path, 0, "collectors", "not a UTF-8 text file") from None
+        text = read_text(path)
+    except InputFileError as exc:
+        reason = str(exc)
+        reason = reason.replace("cannot read", "cannot read counters file", 1) if reason.startswith("cannot read") \
+            else f"counters file {reason}"
+        raise CounterFileError(path, 0, "collectors", reason) from None
     return parse_counters(text, path, catalog)
 
 
@@ -88,15 +89,20 @@ def parse_counters(text: str, source: str, catalog: Catalog = CATALOG) -> Counte
     labels: list[CounterRow] = []
     warnings: list[str] = []
     seen: dict[str, int] = {}
+    duplicates: dict[str, list[int]] = {}
 
-    for line_number, raw_line in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" (or "\r\n") only: str.splitlines() would also split inside a field at U+2028,
+    # U+0085 or a form feed, and the error would then name a line that does not exist in an editor.
+    lines = text.removeprefix("\ufeff").split("\n")
+    for line_number, line in enumerate(lines, start=1):
+        raw_line = line.removesuffix("\r")
         stripped = raw_line.strip()
         if not stripped or stripped.startswith("#"):
             continue
         record = _parse_record(raw_line, source, line_number)
         if len(record) != 3:
             raise CounterFileError(
-                source, line_number, record[0] if record else "row",
+                source, line_number, _short(record[0]) if record else "row",
                 f"expected 3 columns (DCGM field, Prometheus type, help), found {len(record)}"
                 + (" — quote help text that contains commas" if len(record) > 3 else ""))
         name, prom_type, help_text = record
@@ -105,8 +111,8 @@ def parse_counters(text: str, source: str, catalog: Catalog = CATALOG) -> Counte
         prom_type = prom_type.lower()
         if prom_type not in PROMETHEUS_TYPES:
             expected = ", ".join(PROMETHEUS_TYPES)
-            raise CounterFileError(source, line_number, name,
-                                   f"unknown Prometheus type {record[1]!r} (expected one of {expected})")
+            raise CounterFileError(source, line_number, _short(name),
+                                   f"unknown Prometheus type {_short(record[1])!r} (expected one of {expected})")
         spec = catalog.lookup(name)
         if spec is None:
             if catalog.is_known_dcgm_name(name):
@@ -114,7 +120,7 @@ def parse_counters(text: str, source: str, catalog: Catalog = CATALOG) -> Counte
                                 "by this exporter; the row is skipped")
                 continue
             hint = difflib.get_close_matches(name, catalog.all_names(), n=1)
-            raise CounterFileError(source, line_number, name, "unknown DCGM field name"
+            raise CounterFileError(source, line_number, _short(name), "unknown DCGM field name"
                                    + (f" (did you mean {hint[0]}?)" if hint else ""))
         if not spec.served:
             warnings.append(f"{source}:{line_number}: {name}: not served by this exporter ({spec.nvml_source}); "
@@ -125,13 +131,28 @@ def parse_counters(text: str, source: str, catalog: Catalog = CATALOG) -> Counte
             raise CounterFileError(source, line_number, name, f"type {prom_type!r} does not fit this field: "
                                    f"expected {expected}")
         if name in seen:
-            warnings.append(f"{source}:{line_number}: {name}: duplicate of line {seen[name]}; the row is skipped")
+            duplicates.setdefault(name, []).append(line_number)
             continue
         seen[name] = line_number
         row = CounterRow(name=name, prom_type=prom_type, help=help_text or spec.help, spec=spec, line=line_number)
         (labels if prom_type == "label" else metrics).append(row)
 
+    for name, repeated in duplicates.items():  # one warning per group, however many copies
+        first, more = repeated[0], repeated[1:]
+        also = ""
+        if more:
+            also = f" (also at lines {', '.join(str(line) for line in more[:5])}" + \
+                (f" and {len(more) - 5} more" if len(more) > 5 else "") + ")"
+        warnings.append(f"{source}:{first}: {name}: duplicate of line {seen[name]}{also}; "
+                        f"the row{'s are' if more else ' is'} skipped")
+    if not metrics:
+        warnings.append(f"{source}: selects no DCGM field to export (the file is empty, all comments, or every row "
+                        "was skipped): only the exporter's own metrics will be served")
     return CounterSet(source=source, metrics=tuple(metrics), labels=tuple(labels), warnings=tuple(warnings))
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _parse_record(raw_line: str, source: str, line_number: int) -> list[str]:

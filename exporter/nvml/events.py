@@ -54,6 +54,7 @@ from exporter.logs import StateLog, get_logger
 from exporter.nvml.client import ErrorClass, NvmlClient, classify, describe, mig_instance_id
 from exporter.nvml.inventory import Device, Inventory
 from exporter.snapshot import DeviceIdentity
+from exporter.supervisor import supervised
 
 log = get_logger("events")
 
@@ -178,7 +179,7 @@ class EventWatcher:
 
     def start(self) -> None:
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
+        self._thread = supervised(self._run, name="nvml-events", stop=self._stop)
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> bool:
@@ -226,10 +227,8 @@ class EventWatcher:
                     if self._current is None:
                         continue
                 self._wait_once(self._current)
-        except Exception:  # pragma: no cover - a bug; the exporter keeps serving without events
-            log.exception("event watcher failed; Xid events are no longer received")
         finally:
-            self._drop()
+            self._drop()  # a bug raised out of the loop: free the set; the supervisor starts the loop again
 
     def _replace(self, inventory: Inventory | None) -> None:
         """Follow a new inventory: drop the old set (its handles are stale) and register anew."""

@@ -46,6 +46,7 @@ from exporter.nvml.inventory import Device, Inventory, discover
 from exporter.nvml.mig import MIG_CHECK_INTERVAL_S, InstancePlan, MigTracker, instance_values, is_gone
 from exporter.nvml.queries import IDENTITY_QUERIES, QUERIES, QueryState, decode_field_value
 from exporter.snapshot import DeviceReading, GpuProcess, InFlight, MigIdentity, MigReading, SamplerStatus, Snapshot
+from exporter.supervisor import supervised
 
 log = get_logger("sampler")
 
@@ -196,7 +197,7 @@ class Sampler:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
+        self._thread = supervised(self._run, name="nvml-sampler", stop=self._stop)
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:

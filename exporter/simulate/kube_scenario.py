@@ -54,10 +54,13 @@ from typing import Any
 
 import yaml
 
+from exporter import safeyaml
 from exporter.config import ConfigError
+from exporter.inputfile import InputFileError, read_text
 from exporter.simulate.fakeapiserver import FakeApiServer, stable_uid
 from exporter.simulate.fakekubelet import FakeContainer, FakeKubelet, FakePod
 from exporter.simulate.kube_faults import KubernetesFaults, apply_api_faults, apply_kubelet_faults, parse_faults
+from exporter.simulate.scenario import MAX_SCENARIO_BYTES
 from exporter.snapshot import DeviceIdentity, MigIdentity
 
 SECTION = "kubernetes"
@@ -340,14 +343,12 @@ def parse_kubernetes_section(section: object, source: str = "<scenario>") -> Kub
 
 def load_kubernetes_section(path: str | Path) -> KubernetesScenario | None:
     """Read a scenario file and validate its top-level ``kubernetes:`` key (None when absent)."""
-    text = Path(path).read_text(encoding="utf-8")
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or exc
-        raise ConfigError(f"{path}{line}", "yaml", f"not valid YAML: {problem}") from None
+        root = safeyaml.compose(read_text(path, MAX_SCENARIO_BYTES), allow_aliases=True)
+    except InputFileError as exc:
+        raise ConfigError(str(path), "scenario", str(exc)) from None
+    except safeyaml.YamlInputError as exc:
+        raise ConfigError(f"{path}:{exc.line}" if exc.line else str(path), "yaml", exc.message) from None
     if not isinstance(root, yaml.MappingNode):
         return None
     for key_node, value_node in root.value:

@@ -24,9 +24,10 @@ from typing import Any, TypeVar
 
 import pynvml
 import yaml
-from yaml.constructor import SafeConstructor
 
+from exporter import safeyaml
 from exporter.config import ConfigError
+from exporter.inputfile import InputFileError, read_text
 from exporter.simulate import patterns
 from exporter.simulate.latency_file import load_latency_file
 from exporter.simulate.models import DEFAULT_MODEL, MIG_PROFILES, PRESETS, Features, GpuModel, check_mig_layout
@@ -49,6 +50,7 @@ from exporter.simulate.patterns import (
 _T = TypeVar("_T")
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+MAX_SCENARIO_BYTES = 4 * 1024 * 1024
 
 SCHEMA = """\
 description: str                      # optional; what the scenario shows
@@ -403,7 +405,12 @@ _RATE_UNIT = _Unit(_parse_plain, 0.0, 1e9, "events per second")
 # ---------------------------------------------------------------------------------------------
 # Reading YAML nodes with their line numbers.
 
-_constructor = SafeConstructor()
+def _construct(node: yaml.Node, source: str, path: str) -> Any:
+    """A node's Python value; anything the constructor raises becomes a ScenarioError (file, line, key)."""
+    try:
+        return safeyaml.construct(node)
+    except safeyaml.YamlInputError as exc:
+        raise ScenarioError(source, exc.line, path or "scenario", exc.message) from None
 
 
 class YamlValue:
@@ -431,7 +438,7 @@ class YamlValue:
         return YamlValue(node, f"{self.path}.{key}" if self.path else key, self.source)
 
     def value(self) -> Any:
-        return _constructor.construct_object(self.node, deep=True)
+        return _construct(self.node, self.source, self.path)
 
     def is_mapping(self) -> bool:
         return isinstance(self.node, yaml.MappingNode)
@@ -456,7 +463,7 @@ class YamlValue:
                 continue
             if not isinstance(key_node, yaml.ScalarNode):
                 raise self.error("mapping keys must be plain values", line=key_line)
-            key = _constructor.construct_object(key_node)
+            key = _construct(key_node, self.source, self.path)
             if key in seen:
                 raise self.error(f"duplicate key {key!r}", path=self._child(str(key), key_node).path,
                                  line=key_line)
@@ -560,7 +567,8 @@ def _describe(node: yaml.Node) -> str:
         return "a mapping"
     if isinstance(node, yaml.SequenceNode):
         return "a list"
-    return repr(_constructor.construct_object(node))
+    value = repr(_construct(node, "scenario", ""))
+    return value if len(value) <= 40 else value[:37] + "..."
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1382,12 +1390,11 @@ def _cuda_version(value: YamlValue) -> int:
 def parse_scenario(text: str, source: str, name: str) -> Scenario:
     """Build a Scenario from YAML text; ``source`` is the file name used in error messages."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError(source, mark.line + 1 if mark is not None else None, "yaml",
-                            f"not valid YAML: {problem}") from None
+        # Aliases and merge keys are part of the format (the shipped scenarios use them); their
+        # expansion is bounded, as are nesting and numbers.
+        root = safeyaml.compose(text, allow_aliases=True)
+    except safeyaml.YamlInputError as exc:
+        raise ScenarioError(source, exc.line, "yaml", exc.message) from None
     if root is None:
         raise ScenarioError(source, 1, "scenario", "the file is empty")
     top = YamlValue(root, "", source)
@@ -1446,7 +1453,7 @@ def load_scenario(name_or_path: str) -> Scenario:
                             f"unknown built-in scenario (known: {', '.join(builtin_scenarios())}); "
                             "give a path to load a file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(str(path), None, "scenario", f"cannot read: {exc.strerror or exc}") from None
+        text = read_text(path, MAX_SCENARIO_BYTES)
+    except InputFileError as exc:
+        raise ScenarioError(str(path), None, "scenario", str(exc)) from None
     return parse_scenario(text, str(path), path.stem)

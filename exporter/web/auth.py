@@ -90,6 +90,17 @@ class BasicAuth:
         return found
 
     def check(self, user: str, password: str) -> bool:
+        """Verify now, in this thread (bcrypt may run): True when the credentials are right."""
+        job = self.prepare(user, password)
+        return job if isinstance(job, bool) else job()
+
+    def prepare(self, user: str, password: str) -> bool | Callable[[], bool]:
+        """The answer when it needs no bcrypt (cached, or refused outright), else the job that finds it.
+
+        The listener calls this on its event loop and runs a returned job in its small bcrypt pool,
+        so a flood of bad passwords queues there while credentials verified before are answered
+        at once.
+        """
         secret = password.encode("utf-8")
         if len(secret) > MAX_PASSWORD_BYTES:
             return False  # refused for every user alike, before any lookup
@@ -99,21 +110,33 @@ class BasicAuth:
         with self._cache_lock:
             if stored is not None and token in self._verified:
                 return True
-        with self._slots:
-            matches = self._verify(secret, hashed)
-        if stored is None or not matches:
-            return False
-        with self._cache_lock:
-            if len(self._verified) >= CACHE_SIZE:
-                self._verified.clear()
-            self._verified.add(token)
-        return True
 
-    def __call__(self, headers: Any) -> str | None:
+        def verify() -> bool:
+            with self._slots:
+                matches = self._verify(secret, hashed)
+            if stored is None or not matches:
+                return False
+            with self._cache_lock:
+                if len(self._verified) >= CACHE_SIZE:
+                    self._verified.clear()
+                self._verified.add(token)
+            return True
+
+        return verify
+
+    def decide(self, headers: Any) -> str | Callable[[], str | None] | None:
+        """None to allow, the realm to refuse, or a job (bcrypt) whose result is one of those."""
         credentials = parse_basic_authorization(headers.get("Authorization", ""))
         if credentials is None:
             return self.realm
-        return None if self.check(*credentials) else self.realm
+        job = self.prepare(*credentials)
+        if isinstance(job, bool):
+            return None if job else self.realm
+        return lambda: None if job() else self.realm
+
+    def __call__(self, headers: Any) -> str | None:
+        decision = self.decide(headers)
+        return decision() if callable(decision) else decision
 
 
 def parse_basic_authorization(value: str) -> tuple[str, str] | None:

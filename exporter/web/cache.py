@@ -27,6 +27,7 @@ from exporter.metrics.exposition import (
     encode_text,
     gzip_bytes,
 )
+from exporter.supervisor import supervised
 
 log = get_logger("exposition")
 
@@ -102,7 +103,7 @@ class ExpositionCache:
 
     def start(self) -> None:
         self.refresh()
-        self._thread = threading.Thread(target=self._run, name="renderer", daemon=True)
+        self._thread = supervised(self._run, name="renderer", stop=self._stop)
         self._thread.start()
 
     def stop(self) -> None:

@@ -1,15 +1,18 @@
 """The web config file as the listener's ``WebSecurity``, kept current while the exporter runs.
 
 exporter-toolkit re-reads its web config on every request so that a renewed certificate is used
-without a restart. Here the same effect costs less: on a new connection, at most once per
-second, the exporter stats the config file and the files it names (certificate, key, client CA).
+without a restart. Here the same effect costs less: a background thread (``web-config-reload``,
+supervised) stats the config file and the files it names (certificate, key, client CA) once per
+second.
 Only when one of them changed (device, inode, mtime or size: a Kubernetes Secret update swaps a
 symlink, so the inode changes) is the config parsed and a new ``SSLContext`` built; everything
 between checks uses the prepared context and authenticator, so a handshake does no file I/O.
 
-A change that does not load (a half-written key, a certificate that does not match its key, a
-typo in the YAML) is rejected as a whole: the exporter keeps serving with the previous settings
-and logs the reason once for that state of the files; the next change is tried again. Whether
+A change that does not load, for any reason (a half-written key, a certificate that does not
+match its key, a typo in the YAML, a YAML bomb, a header value HTTP cannot carry, even a bug) is
+rejected as a whole: the exporter keeps serving with the previous settings and logs the reason
+once for that state of the files; the next change is tried again. The event loop never reads a
+file: it only picks up the prepared settings. Whether
 TLS is on cannot change without a restart (a client would not know which scheme to use).
 """
 
@@ -24,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from exporter.logs import get_logger
+from exporter.supervisor import supervised
 from exporter.web.auth import BasicAuth
 from exporter.web.ratelimit import TokenBucket
-from exporter.web.server import WebSecurity
+from exporter.web.server import Decision, WebSecurity
 from exporter.web.tls import build_server_context, curve_note, peer_san_allowed
 from exporter.web.webconfig import WebConfig, WebConfigError, load_web_config
 
@@ -100,6 +104,8 @@ class FileWebSecurity(WebSecurity):
         self._reload_lock = threading.Lock()
         self._rejected: Fingerprint | None = None
         self.reloads = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         self._announce(self._active.config, "web config loaded")
 
     @property
@@ -141,6 +147,22 @@ class FileWebSecurity(WebSecurity):
         for note in notes(config):
             log.warning(note)
 
+    def start(self) -> None:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = supervised(self._watch, name="web-config-reload", stop=self._stop)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self._check_interval_s):
+            self.maybe_reload()
+
     def maybe_reload(self) -> None:
         """Reload if a watched file changed; checks at most once per ``check_interval_s``."""
         now = self._clock()
@@ -156,10 +178,12 @@ class FileWebSecurity(WebSecurity):
                 return
             try:
                 prepared = self._prepare(active)
-            except WebConfigError as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure: keep serving with what worked
                 self._rejected = current
+                reason = str(exc) if isinstance(exc, WebConfigError) else \
+                    f"{self.path}: cannot load the changed web config ({type(exc).__name__})"
                 log.error("web config change not applied; still serving with the previous settings",  # noqa: TRY400
-                          extra={"fields": {"error": str(exc)}})  # the message says it all; no traceback
+                          extra={"fields": {"error": reason}})  # one line, no traceback, no file content
                 return
             self._active = prepared
             self._rejected = None
@@ -171,10 +195,11 @@ class FileWebSecurity(WebSecurity):
     # -- WebSecurity -------------------------------------------------------------------------------
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        self.maybe_reload()
+        if self._thread is None:
+            self.maybe_reload()  # not started (tests, tools): check on use, at most once per interval
         return self._active.context
 
-    def peer_allowed(self, connection: ssl.SSLSocket) -> bool:
+    def peer_allowed(self, connection: ssl.SSLObject | ssl.SSLSocket) -> bool:
         tls = self._active.config.tls
         if tls is None or not tls.client_allowed_sans:
             return True
@@ -187,6 +212,10 @@ class FileWebSecurity(WebSecurity):
     def authenticate(self, headers: Any) -> str | None:
         auth = self._active.auth
         return None if auth is None else auth(headers)
+
+    def decide(self, headers: Any) -> Decision:
+        auth = self._active.auth
+        return None if auth is None else auth.decide(headers)
 
     def headers(self) -> Mapping[str, str]:
         return self._active.config.headers

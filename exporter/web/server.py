@@ -1,25 +1,45 @@
 """The HTTP listener: /metrics from the exposition cache, /health, and a landing page.
 
-Built on the standard library's ``http.server`` with two changes that matter under load:
+No client can make another wait. Every connection lives on one asyncio event loop (standard
+library, one thread), so an idle, slow or malicious connection costs a file descriptor and a few
+KiB, never a worker that others queue behind (the thread-pool server this replaced stopped every
+scrape with 32 idle sockets). What bounds each connection:
 
-* bounded concurrency — at most ``max_requests`` requests are served at once by a fixed pool of
-  worker threads; when all are busy the accept loop waits, so further connections queue in the
-  kernel's listen backlog (1024) instead of spawning unbounded threads or being refused;
-* the TLS handshake (when a web config enables TLS) runs in the worker, never in the accept loop,
-  so one slow or plain-HTTP client cannot block others.
+* **deadlines**: the TLS handshake and the whole request head must each finish within
+  ``HANDSHAKE_TIMEOUT_S`` / ``HEAD_TIMEOUT_S`` (a slowloris client sending a byte every few seconds
+  is cut, however steadily it sends), and writing the response within ``WRITE_TIMEOUT_S``;
+* **memory**: the head is read up to ``MAX_HEAD_BYTES``; a response is written in chunks only as
+  fast as the client reads (flow control), so a slow reader holds a reference to the cached
+  exposition plus one chunk, not a copy of it;
+* **a cap on open connections** (``--web-max-connections``): at the cap, the connection that has
+  waited longest without sending a complete request is closed to make room; when every open
+  connection is being answered, new ones wait in the kernel's listen backlog;
+* **bcrypt off the loop**: credentials verified before are answered from the cache at once; new
+  ones are verified in a one-thread pool (bcrypt is slow on purpose) behind a bounded queue, and
+  past it the request gets 429 without any bcrypt work, so a flood of wrong passwords never delays
+  a scrape whose credentials are known good.
 
 A scrape does no I/O besides the socket: it picks the cached bytes for the negotiated format
 (OpenMetrics or text 0.0.4, gzip or not; ``exporter.metrics.exposition.wants_openmetrics`` keeps
 dcgm-exporter's counters typed ``counter``) and writes them. Connections close after each response
-(HTTP/1.0 semantics): Prometheus reconnects cheaply, and idle keep-alive connections cannot pin
-the bounded worker pool.
+(HTTP/1.0 semantics): Prometheus reconnects cheaply, and nothing sits in keep-alive.
+Connection-level trouble (handshakes that fail, heads that never finish, evictions) is logged at
+most once per kind per minute with a count, so no client can flood the log.
+
+Why asyncio streams of the standard library and not aiohttp: measured with ``python -m bench.servers``
+(docs/benchmarks.md, "Serving under attack"), aiohttp costs more memory per process and more CPU
+per scrape for the same bytes, and has no deadline for the request head.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import email.utils
 import html
-import http.server
+import http
+import logging
+import resource
 import socket
 import ssl
 import threading
@@ -28,28 +48,42 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from exporter import __version__
-from exporter.logs import get_logger
+from exporter.logs import RateLimitedLog, get_logger
 from exporter.metrics.exposition import wants_openmetrics
 from exporter.web.cache import ExpositionCache
 from exporter.web.health import HealthReport
+from exporter.web.request import HEAD_END, MAX_HEAD_BYTES, HeadError, RequestHead, parse_head
 
 log = get_logger("web")
 
-REQUEST_TIMEOUT_S = 10.0
+HEAD_TIMEOUT_S = 5.0
+HANDSHAKE_TIMEOUT_S = 5.0
+WRITE_TIMEOUT_S = 30.0
+DEFAULT_MAX_CONNECTIONS = 1024
+# File descriptors the process needs besides client connections (kubelet, API server, files, NVML).
+RESERVED_FDS = 128
+AUTH_WORKERS = 1  # bcrypt one at a time, as exporter-toolkit's mutex: it cannot take every core
+AUTH_QUEUE = 32  # verifications waiting for the pool; beyond that: 429 without bcrypt
+CHUNK_BYTES = 64 * 1024
+WRITE_HIGH_WATER = 256 * 1024
+NOISE_INTERVAL_S = 60.0
+LISTEN_BACKLOG = 1024
+
+Decision = str | None | Callable[[], str | None]
 
 
 class WebSecurity:
     """What the listener asks about each connection and request; this base is plain HTTP, open to all.
 
     ``exporter.web.security.FileWebSecurity`` implements it from the exporter-toolkit web config.
-    Every method runs in a worker thread, never in the accept loop.
+    Every method except ``decide``'s returned job runs on the event loop: none may block.
     """
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        """Per connection: the context to wrap it in (may reload changed certificates); None = HTTP."""
+        """Per connection: the context to wrap it in (the current one after a reload); None = HTTP."""
         return None
 
-    def peer_allowed(self, connection: ssl.SSLSocket) -> bool:
+    def peer_allowed(self, connection: ssl.SSLObject | ssl.SSLSocket) -> bool:
         """After the TLS handshake: may this client (its verified certificate) talk to us?"""
         return True
 
@@ -58,12 +92,22 @@ class WebSecurity:
         return True
 
     def authenticate(self, headers: Any) -> str | None:
-        """None to allow, else the realm for a 401 (``headers``: case-insensitive http.client.HTTPMessage)."""
+        """None to allow, else the realm for a 401 (``headers``: case-insensitive ``get``)."""
         return None
+
+    def decide(self, headers: Any) -> Decision:
+        """Like ``authenticate``, or a job to run off the loop (bcrypt) that returns what it would."""
+        return self.authenticate(headers)
 
     def headers(self) -> Mapping[str, str]:
         """Extra headers for every response (http_server_config.headers)."""
         return {}
+
+    def start(self) -> None:
+        """Begin watching the configuration for changes (a background thread), if there is one."""
+
+    def stop(self) -> None:
+        """Stop what ``start`` began."""
 
 
 _PLAIN_HTTP_BODY = b"Client sent an HTTP request to an HTTPS server; use https://.\n"
@@ -99,208 +143,520 @@ LANDING_PAGE = """<!DOCTYPE html>
 </body></html>
 """
 
+_SERVER_HEADER = f"gpu-pod-exporter/{__version__}"
+_TEXT = "text/plain; charset=utf-8"
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: _BoundedHTTPServer
-    protocol_version = "HTTP/1.0"
-    # TCP_NODELAY: the body written after the head leaves at once instead of waiting for the
-    # client's (possibly delayed) ACK of the head.
-    disable_nagle_algorithm = True
-    server_version = f"gpu-pod-exporter/{__version__}"
-    sys_version = ""
-    timeout = REQUEST_TIMEOUT_S
 
-    def do_GET(self) -> None:
-        self._respond(head=False)
+def raise_file_limit(wanted: int) -> int:
+    """Raise the soft RLIMIT_NOFILE towards ``wanted`` (within the hard limit); the soft limit after.
 
-    def do_HEAD(self) -> None:
-        self._respond(head=True)
+    Many distributions start processes with a soft limit of 1024 file descriptors; a listener that
+    keeps up to ``--web-max-connections`` sockets open needs more. Raising the soft limit up to the
+    hard one needs no privilege.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return wanted if soft == resource.RLIM_INFINITY else soft
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        return target
+    return soft
 
-    def _method_not_allowed(self) -> None:
-        self._send(405, "text/plain; charset=utf-8", b"method not allowed\n", head=False, extra={"Allow": "GET, HEAD"})
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _method_not_allowed
+class _Connection(asyncio.Protocol):
+    """One client connection: handshake (TLS) -> head -> busy (auth) -> writing -> closed.
 
-    def _respond(self, head: bool) -> None:
-        owner = self.server.owner
-        if not owner.security.allow_request():
-            self._send(429, "text/plain; charset=utf-8", b"Too Many Requests\n", head)
+    TLS runs here on memory BIOs (``SSLContext.wrap_bio``) rather than in asyncio's SSL transport,
+    whose 256 KiB read buffer per connection would make a thousand open TLS connections cost
+    256 MiB; here a connection holds only what is in flight. It also lets the first byte decide:
+    a TLS handshake record, or a plain-HTTP request on the TLS port (answered with a readable 400).
+    """
+
+    def __init__(self, server: ExporterHTTPServer, peer: str, context: ssl.SSLContext | None) -> None:
+        self.server = server
+        self.peer = peer
+        self.state = "opening"
+        self.transport: asyncio.Transport | None = None
+        self.plain_on_tls_port = False
+        self._context = context
+        self._tls: ssl.SSLObject | None = None
+        self._incoming: ssl.MemoryBIO | None = None
+        self._outgoing: ssl.MemoryBIO | None = None
+        self._buffer = bytearray()
+        self._timer: asyncio.TimerHandle | None = None
+        self._body = memoryview(b"")
+        self._offset = 0
+        self._paused = False
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        if self.state == "closed":  # evicted while opening
+            transport.abort()
             return
-        realm = owner.security.authenticate(self.headers)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        if self._context is not None:
+            self.state = "handshake"
+            self.arm(HANDSHAKE_TIMEOUT_S, "handshake-timeout", "a client did not complete the TLS handshake in time")
+        else:
+            self._reading_head()
+
+    def data_received(self, data: bytes) -> None:
+        if self.state == "handshake":
+            self._tls_data(data)
+        elif self.state == "head":
+            if self._tls is not None:
+                self._tls_data(data)
+            else:
+                self._head_data(data)
+        # anything after the head (a body, pipelined requests) is not read: we close after answering
+
+    def eof_received(self) -> bool:
+        # A client may shut down its sending side right after the request (HTTP/1.0 style, `nc -N`):
+        # keep the connection open to answer it. Before a complete head, the connection just closes.
+        return self.state in ("busy", "writing")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.state = "closed"
+        self._disarm()
+        self._body = memoryview(b"")
+        self._tls = self._incoming = self._outgoing = None
+        self.server.forget(self)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._pump()
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def _reading_head(self) -> None:
+        self.state = "head"
+        self.arm(HEAD_TIMEOUT_S, "head-timeout", "a client did not send a complete request head in time")
+
+    def _head_data(self, data: bytes) -> None:
+        self._buffer += data
+        end = self._buffer.find(HEAD_END)
+        if end < 0:
+            if len(self._buffer) > MAX_HEAD_BYTES:
+                self.server.handle(self, bytes(self._buffer[:MAX_HEAD_BYTES + 1]))
+            return
+        raw = bytes(self._buffer[:end + len(HEAD_END)])
+        self._buffer = bytearray()
+        self.server.handle(self, raw)
+
+    def _tls_data(self, data: bytes) -> None:
+        if self._tls is None:
+            assert self._context is not None
+            if data[0] != TLS_HANDSHAKE_RECORD:
+                if data[:1].isalpha():
+                    self.plain_on_tls_port = True
+                    self._reading_head()
+                    self._head_data(data)
+                else:
+                    self.server.noise("not-tls", "a client sent something other than TLS to the TLS port",
+                                      client=self.peer)
+                    self.close_now()
+                return
+            self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+            self._tls = self._context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        assert self._incoming is not None
+        self._incoming.write(data)
+        try:
+            if self.state == "handshake":
+                try:
+                    self._tls.do_handshake()
+                except ssl.SSLWantReadError:
+                    return
+                finally:
+                    self._flush_tls()
+                if not self.server.security.peer_allowed(self._tls):
+                    self.server.noise("peer-not-allowed", "client certificate not allowed (client_allowed_sans)",
+                                      client=self.peer)
+                    self.close_now()
+                    return
+                self._reading_head()
+            while self.state == "head" and self._tls is not None:
+                try:
+                    chunk = self._tls.read(16384)
+                except ssl.SSLWantReadError:
+                    break
+                if not chunk:
+                    break
+                self._head_data(chunk)
+            self._flush_tls()
+        except (ssl.SSLError, OSError) as exc:  # a failed handshake, a bad record, a close_notify
+            if not isinstance(exc, ssl.SSLZeroReturnError):
+                kind = "handshake-failed" if self.state == "handshake" else "tls-error"
+                self.server.noise(kind, "TLS failed", client=self.peer, error=_short(exc))
+            self._flush_tls()
+            self.close_now(graceful=True)
+
+    def _flush_tls(self) -> None:
+        if self._outgoing is not None and self._outgoing.pending and self.transport is not None:
+            self.transport.write(self._outgoing.read())
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    def busy(self) -> None:
+        """The head is complete: no longer idle, no head deadline."""
+        self.state = "busy"
+        self._disarm()
+        self.server.not_idle(self)
+
+    def send(self, head: bytes, body: bytes) -> None:
+        """Write the response and close; at most ``WRITE_TIMEOUT_S`` for all of it."""
+        transport = self.transport
+        if self.state == "closed" or transport is None or transport.is_closing():
+            return
+        self.state = "writing"
+        self.arm(WRITE_TIMEOUT_S, "write-timeout", "a client did not read its response in time")
+        if len(body) <= CHUNK_BYTES:
+            self._write(head + body)
+            self._finish()
+            return
+        self._write(head)
+        self._body = memoryview(body)
+        self._offset = 0
+        self._pump()
+
+    def _write(self, data: bytes | memoryview) -> None:
+        assert self.transport is not None
+        if self._tls is None:
+            self.transport.write(data)
+            return
+        self._tls.write(data)
+        self._flush_tls()
+
+    def _pump(self) -> None:
+        if self.state != "writing" or self.transport is None:
+            return
+        while self._offset < len(self._body) and not self._paused:
+            self._write(self._body[self._offset:self._offset + CHUNK_BYTES])
+            self._offset += CHUNK_BYTES
+        if self._offset >= len(self._body):
+            self._body = memoryview(b"")
+            self._finish()
+
+    def _finish(self) -> None:
+        if self._tls is not None:
+            with contextlib.suppress(ssl.SSLError, OSError):
+                self._tls.unwrap()  # queue our close_notify; the client's reply is not waited for
+            self._flush_tls()
+        if self.transport is not None:
+            self.transport.close()  # flushes what is buffered, then connection_lost
+
+    def close_now(self, *, graceful: bool = False) -> None:
+        """Close at once (evicted, timed out, refused, shutting down); ``graceful`` lets a TLS alert out."""
+        self.state = "closed"
+        self._disarm()
+        if self.transport is not None:
+            if graceful:
+                self.transport.close()
+            else:
+                self.transport.abort()
+        self.server.forget(self)
+
+    def arm(self, seconds: float, kind: str, message: str) -> None:
+        self._disarm()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(seconds, self._expired, kind, message)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expired(self, kind: str, message: str) -> None:
+        self._timer = None
+        if self.state != "closed":
+            self.server.noise(kind, message, client=self.peer)
+            self.close_now()
+
+
+class ExporterHTTPServer:
+    """Owns the listening socket, the event loop thread and the bcrypt pool."""
+
+    def __init__(self, address: str, cache: ExpositionCache, health: Callable[[], HealthReport],
+                 security: WebSecurity | None = None, *,
+                 listener: socket.socket | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+        self.cache = cache
+        self.health = health
+        self.security = security or WebSecurity()
+        limit = raise_file_limit(max_connections + RESERVED_FDS)
+        self.max_connections = max(1, min(max_connections, limit - RESERVED_FDS))
+        if self.max_connections < max_connections:
+            log.warning("the open-file limit allows fewer client connections than asked for",
+                        extra={"fields": {"max_connections": self.max_connections, "asked": max_connections,
+                                          "nofile_limit": limit}})
+        # ``listener``: already bound and listening (--web-systemd-socket: exporter.web.socket_activation).
+        self._listener = _listen(address) if listener is None else listener
+        self._listener.setblocking(False)
+        self._loop = asyncio.new_event_loop()
+        self._loop.set_exception_handler(self._loop_exception)
+        self._auth_pool = ThreadPoolExecutor(max_workers=AUTH_WORKERS, thread_name_prefix="http-auth")
+        self._auth_waiting = 0
+        self._open: dict[_Connection, None] = {}  # insertion order: oldest first
+        self._idle: dict[_Connection, None] = {}  # opening or reading the head, oldest first
+        self._room: asyncio.Event | None = None
+        self._accepting: asyncio.Task[None] | None = None
+        self._thread: threading.Thread | None = None
+        self._noise = RateLimitedLog(log, NOISE_INTERVAL_S)
+        self._date = ("", -1)
+        self.evicted = 0
+
+    @property
+    def port(self) -> int:
+        return int(self._listener.getsockname()[1])
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._open)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.security.start()
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._serve, args=(started,), name="http-server", daemon=True)
+        self._thread.start()
+        started.wait(10)
+
+    def _serve(self, started: threading.Event) -> None:
+        loop = self._loop
+        asyncio.set_event_loop(loop)
+        self._room = asyncio.Event()
+        self._accepting = loop.create_task(self._accept_forever())
+        loop.call_soon(started.set)
+        try:
+            loop.run_forever()
+        finally:
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(asyncio.sleep(0))
+            loop.close()
+
+    def stop(self) -> None:
+        self.security.stop()
+        if self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._shutdown)
+            self._thread.join(5)
+        self._listener.close()
+        self._auth_pool.shutdown(wait=False, cancel_futures=True)
+
+    def _shutdown(self) -> None:
+        if self._accepting is not None:
+            self._accepting.cancel()
+        for connection in list(self._open):
+            connection.close_now()
+        self._loop.stop()
+
+    # -- accepting ----------------------------------------------------------------------------------
+
+    async def _accept_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._room is not None
+        while True:
+            if len(self._open) >= self.max_connections and not self._idle:
+                self._room.clear()
+                await self._room.wait()  # every slot is answering someone: let the backlog hold the rest
+                continue
+            try:
+                sock, peer = await loop.sock_accept(self._listener)
+            except OSError as exc:  # EMFILE/ENFILE/ENOBUFS: the kernel is out of something; let it recover
+                self.noise("accept-failed", "accepting a connection failed", error=exc.strerror or str(exc))
+                await asyncio.sleep(0.1)
+                continue
+            if len(self._open) >= self.max_connections:
+                self._evict_oldest_idle()
+            connection = _Connection(self, str(peer[0]) if isinstance(peer, tuple) and peer else "",
+                                     self.security.ssl_context())
+            self._open[connection] = None
+            self._idle[connection] = None
+            try:
+                await loop.connect_accepted_socket(lambda: connection, sock)  # noqa: B023 - used at once
+            except OSError as exc:
+                self.noise("accept-failed", "setting up a connection failed", error=exc.strerror or str(exc))
+                sock.close()
+                self.forget(connection)
+
+    def _evict_oldest_idle(self) -> bool:
+        for oldest in self._idle:
+            self.evicted += 1
+            self.noise("evicted", "connection cap reached: closed the oldest connection that had not sent a "
+                       "request", client=oldest.peer, max_connections=self.max_connections)
+            oldest.close_now()
+            return True
+        return False
+
+    def not_idle(self, connection: _Connection) -> None:
+        self._idle.pop(connection, None)
+
+    def forget(self, connection: _Connection) -> None:
+        self._idle.pop(connection, None)
+        if self._open.pop(connection, 0) is None and self._room is not None:
+            self._room.set()
+
+    # -- requests -----------------------------------------------------------------------------------
+
+    def handle(self, connection: _Connection, raw: bytes) -> None:
+        """A complete request head arrived (or too many bytes without one)."""
+        connection.busy()
+        if connection.plain_on_tls_port:
+            self.noise("plain-http-on-tls", "plain HTTP request on the TLS port refused", client=connection.peer)
+            connection.send(PLAIN_HTTP_TO_TLS_PORT, b"")
+            return
+        try:
+            head = parse_head(raw)
+        except HeadError as exc:
+            self.noise("bad-request", "malformed request refused", client=connection.peer, error=exc.message)
+            self._send(connection, exc.status, _TEXT, f"{http.HTTPStatus(exc.status).phrase}\n".encode())
+            return
+        try:
+            self._authorize(connection, head)
+        except Exception:  # noqa: BLE001 - a bug: answer 500 and say so, at most once a minute
+            self.noise("internal-error", "answering a request failed", exc_info=True)
+            self._send(connection, 500, _TEXT, b"Internal Server Error\n")
+
+    def _authorize(self, connection: _Connection, head: RequestHead) -> None:
+        head_only = head.method == "HEAD"
+        if head.method not in ("GET", "HEAD"):
+            self._send(connection, 405, _TEXT, b"method not allowed\n", extra={"Allow": "GET, HEAD"})
+            return
+        if not self.security.allow_request():
+            self._send(connection, 429, _TEXT, b"Too Many Requests\n", head_only=head_only)
+            return
+        decision = self.security.decide(head.headers)
+        if not callable(decision):
+            self._answer(connection, head, decision)
+            return
+        if self._auth_waiting >= AUTH_QUEUE:
+            self.noise("auth-queue-full", "too many password checks waiting; answered 429 without checking",
+                       client=connection.peer)
+            self._send(connection, 429, _TEXT, b"Too Many Requests\n", head_only=head_only,
+                       extra={"Retry-After": "1"})
+            return
+        self._auth_waiting += 1
+        job = decision
+
+        def verify() -> str | None:
+            if connection.state == "closed":
+                return "gone"  # the client left while waiting: skip the bcrypt work
+            return job()
+
+        future = self._loop.run_in_executor(self._auth_pool, verify)
+        future.add_done_callback(lambda done: self._verified(connection, head, done))
+
+    def _verified(self, connection: _Connection, head: RequestHead, done: asyncio.Future[str | None]) -> None:
+        self._auth_waiting -= 1
+        if connection.state == "closed" or done.cancelled():
+            return
+        error = done.exception()
+        if error is not None:
+            self.noise("internal-error", "password check failed", error=_short(error))
+            self._send(connection, 500, _TEXT, b"Internal Server Error\n")
+            return
+        self._answer(connection, head, done.result())
+
+    def _answer(self, connection: _Connection, head: RequestHead, realm: str | None) -> None:
+        head_only = head.method == "HEAD"
         if realm is not None:
-            self._send(401, "text/plain; charset=utf-8", b"Unauthorized\n", head,
+            self._send(connection, 401, _TEXT, b"Unauthorized\n", head_only=head_only,
                        extra={"WWW-Authenticate": f'Basic realm="{realm}", charset="UTF-8"'})
             return
-        path = self.path.split("?", 1)[0]
+        path = head.path
         if path == "/metrics":
-            exposition = owner.cache.current
-            openmetrics = wants_openmetrics(self.headers.get("Accept", ""),
+            exposition = self.cache.current
+            openmetrics = wants_openmetrics(head.headers.get("Accept", ""),
                                             counters_need_text=exposition.counters_need_text)
-            compressed = accepts_gzip(self.headers.get("Accept-Encoding", ""))
+            compressed = accepts_gzip(head.headers.get("Accept-Encoding", ""))
             body = exposition.body(openmetrics, compressed)
             extra = {"Vary": "Accept, Accept-Encoding"}
             if compressed:
                 extra["Content-Encoding"] = "gzip"
-            self._send(200, exposition.content_type(openmetrics), body, head, extra)
+            self._send(connection, 200, exposition.content_type(openmetrics), body, head_only=head_only, extra=extra)
         elif path in {"/health", "/healthz"}:
-            report = owner.health()
-            self._send(200 if report.healthy else 503, "text/plain; charset=utf-8",
-                       (report.reason + "\n").encode("utf-8"), head)
+            report = self.health()
+            self._send(connection, 200 if report.healthy else 503, _TEXT, (report.reason + "\n").encode("utf-8"),
+                       head_only=head_only)
         elif path == "/":
-            report = owner.health()
+            report = self.health()
             page = LANDING_PAGE.format(version=html.escape(__version__), health=html.escape(report.reason))
-            self._send(200, "text/html; charset=utf-8", page.encode("utf-8"), head)
+            self._send(connection, 200, "text/html; charset=utf-8", page.encode("utf-8"), head_only=head_only)
         else:
-            self._send(404, "text/plain; charset=utf-8", b"not found; try /metrics or /health\n", head)
+            self._send(connection, 404, _TEXT, b"not found; try /metrics or /health\n", head_only=head_only)
 
-    def _send(self, code: int, content_type: str, body: bytes, head: bool,
-              extra: Mapping[str, str] | None = None) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for key, value in {**self.server.owner.security.headers(), **(extra or {})}.items():
-            self.send_header(key, value)
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
+    def _send(self, connection: _Connection, status: int, content_type: str, body: bytes, *,
+              head_only: bool = False, extra: Mapping[str, str] | None = None) -> None:
+        lines = [f"HTTP/1.0 {status} {http.HTTPStatus(status).phrase}", f"Server: {_SERVER_HEADER}",
+                 f"Date: {self._http_date()}", f"Content-Type: {content_type}", f"Content-Length: {len(body)}"]
+        for name, value in {**self.security.headers(), **(extra or {})}.items():
+            lines.append(f"{name}: {value}")
+        lines.append("Connection: close")
+        text = "\r\n".join(lines) + "\r\n\r\n"
+        try:
+            head = text.encode("latin-1")
+        except UnicodeEncodeError:  # the web config validates header values; never serve a broken head
+            self.noise("header-encoding", "a response header is not Latin-1; sent without the configured headers")
+            head = text.encode("latin-1", "replace")
+        connection.send(head, b"" if head_only else body)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("request " + format, *args)
+    def _http_date(self) -> str:
+        now = int(self._loop.time())
+        if self._date[1] != now:
+            self._date = (email.utils.formatdate(usegmt=True), now)
+        return self._date[0]
 
+    # -- logging ------------------------------------------------------------------------------------
 
-class _BoundedHTTPServer(http.server.HTTPServer):
-    """HTTPServer whose requests run on a fixed worker pool; the accept loop waits when all are busy."""
-
-    request_queue_size = 1024
-    allow_reuse_address = True
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, owner: ExporterHTTPServer,
-                 workers: int, listener: socket.socket | None = None) -> None:
-        self.address_family = family
-        self.owner = owner
-        self._slots = threading.BoundedSemaphore(workers)
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="http")
-        self._closing = threading.Event()
-        super().__init__(address, _Handler, bind_and_activate=False)
-        if listener is not None:  # already bound and listening (systemd socket activation)
-            self.socket.close()
-            self.socket = listener
-            self.server_address = listener.getsockname()
+    def noise(self, kind: str, message: str, *, exc_info: bool = False, **fields: Any) -> None:
+        """Connection-level trouble: one line per kind per minute, with the count."""
+        if exc_info:
+            if self._noise.event(kind, logging.ERROR, message, **fields):
+                log.debug("details of the last %s", kind, exc_info=True)
             return
+        self._noise.event(kind, logging.WARNING, message, **fields)
+
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        error = context.get("exception")
+        self.noise("loop-error", str(context.get("message", "event loop error")),
+                   error=_short(error) if error is not None else "")
+
+
+def _short(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _listen(address: str) -> socket.socket:
+    host, port = parse_address(address)
+    family = socket.AF_INET6 if (":" in host or host == "") and socket.has_ipv6 else socket.AF_INET
+    bind_host = host if host else ("::" if family == socket.AF_INET6 else "0.0.0.0")  # noqa: S104 - ":9400" means all
+    try:
+        return _bound(family, bind_host, port)
+    except OSError:
+        if host or family != socket.AF_INET6:
+            raise
+        return _bound(socket.AF_INET, "0.0.0.0", port)  # noqa: S104 - no IPv6 on this host
+
+
+def _bound(family: socket.AddressFamily, host: str, port: int) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
             with contextlib.suppress(OSError):  # a platform without dual-stack sockets keeps IPv6 only
-                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        try:
-            self.server_bind()
-            self.server_activate()
-        except BaseException:
-            self.server_close()
-            raise
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        while not self._slots.acquire(timeout=0.5):
-            if self._closing.is_set():
-                self.shutdown_request(request)
-                return
-        self._pool.submit(self._serve, request, client_address)
-
-    def _serve(self, request: socket.socket, client_address: Any) -> None:
-        try:
-            security = self.owner.security
-            context = security.ssl_context()
-            if context is not None:
-                request.settimeout(REQUEST_TIMEOUT_S)
-                if _sent_plain_http(request):
-                    _refuse_plain_http(request)
-                    return
-                request = context.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
-                try:
-                    request.do_handshake()
-                except (ssl.SSLError, OSError) as exc:
-                    log.debug("TLS handshake failed", extra={"fields": {"client": client_address[0],
-                                                                        "error": str(exc)}})
-                    return
-                if not security.peer_allowed(request):
-                    log.debug("client certificate not allowed (client_allowed_sans)",
-                              extra={"fields": {"client": client_address[0]}})
-                    return
-            self.finish_request(request, client_address)
-        except (ConnectionError, TimeoutError):
-            pass  # the client went away; nothing to answer
-        except Exception:
-            log.exception("request failed")
-        finally:
-            self.shutdown_request(request)
-            self._slots.release()
-
-    def server_close(self) -> None:
-        self._closing.set()
-        super().server_close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _sent_plain_http(connection: socket.socket) -> bool:
-    """Peek at the first byte: a TLS client starts with a handshake record, an HTTP client with a letter."""
-    try:
-        first = connection.recv(1, socket.MSG_PEEK)
-    except OSError:
-        return False  # let the handshake report it
-    return bool(first) and first[0] != TLS_HANDSHAKE_RECORD and first.isalpha()
-
-
-def _refuse_plain_http(connection: socket.socket) -> None:
-    """Answer a plain-HTTP request on the TLS port with a readable 400, as Go's servers do.
-
-    The request head is read first: closing a socket with unread data makes the kernel send a
-    reset, and the client would see "connection reset" instead of the explanation.
-    """
-    received = b""
-    connection.settimeout(1.0)
-    with contextlib.suppress(OSError):
-        while b"\r\n\r\n" not in received and len(received) < 16384:
-            chunk = connection.recv(4096)
-            if not chunk:
-                break
-            received += chunk
-        connection.sendall(PLAIN_HTTP_TO_TLS_PORT)
-    log.debug("plain HTTP request on the TLS port refused")
-
-
-class ExporterHTTPServer:
-    """Owns the listening socket and the serving thread."""
-
-    def __init__(self, address: str, cache: ExpositionCache, health: Callable[[], HealthReport],
-                 max_requests: int = 32, security: WebSecurity | None = None, *,
-                 listener: socket.socket | None = None) -> None:
-        self.cache = cache
-        self.health = health
-        self.security = security or WebSecurity()
-        self._thread: threading.Thread | None = None
-        if listener is not None:  # --web-systemd-socket: exporter.web.socket_activation
-            self._server = _BoundedHTTPServer(("", 0), listener.family, self, max_requests, listener)
-            return
-        host, port = parse_address(address)
-        family = socket.AF_INET6 if (":" in host or host == "") and socket.has_ipv6 else socket.AF_INET
-        bind_host = host if host else ("::" if family == socket.AF_INET6 else "0.0.0.0")  # noqa: S104 - ":9400" means all
-        try:
-            self._server = _BoundedHTTPServer((bind_host, port), family, self, max_requests)
-        except OSError:
-            if host or family != socket.AF_INET6:
-                raise
-            self._server = _BoundedHTTPServer(("0.0.0.0", port), socket.AF_INET, self, max_requests)  # noqa: S104
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
-                                        name="http-accept", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind((host, port))
+        sock.listen(LISTEN_BACKLOG)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -24,9 +24,9 @@ import os
 import ssl
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
+from exporter.inputfile import InputFileError, read_bytes
 from exporter.web.tlsnames import check_cipher_suite, check_curve
 from exporter.web.webconfig import TlsServerConfig, WebConfig
 
@@ -37,6 +37,8 @@ _VERIFY_MODES = {
     "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
     "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
 }
+
+MAX_PEM_BYTES = 1024 * 1024  # a certificate chain or CA bundle is a few KiB; 1 MiB is generous
 
 # The SAN kinds Go's toolkit matches (DNS, IP, e-mail, URI), as ssl.getpeercert() names them.
 _SAN_KINDS = {"DNS", "IP Address", "email", "URI"}
@@ -84,9 +86,9 @@ def _apply_ciphers(context: ssl.SSLContext, tls: TlsServerConfig, config: WebCon
 
 def _read(path: str, config: WebConfig, key: str) -> bytes:
     try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise config.error(key, f"cannot read {path}: {exc.strerror or exc}") from None
+        return read_bytes(path, MAX_PEM_BYTES)  # a regular file of bounded size (not /dev/zero, not a FIFO)
+    except InputFileError as exc:
+        raise config.error(key, f"cannot read {path}: {str(exc).removeprefix('cannot read: ')}") from None
 
 
 @contextmanager

@@ -43,7 +43,9 @@ from types import MappingProxyType
 
 import yaml
 
+from exporter import safeyaml
 from exporter.config import ConfigError
+from exporter.inputfile import InputFileError, read_text
 from exporter.web.tlsnames import check_cipher_suite, check_curve
 
 CLIENT_AUTH_TYPES = (
@@ -204,7 +206,10 @@ class _Node:
     def scalar(self) -> object:
         if not isinstance(self.node, yaml.ScalarNode):
             raise self.error("expected a single value")
-        return yaml.safe_load(yaml.serialize(self.node))
+        try:
+            return safeyaml.construct(self.node)
+        except safeyaml.YamlInputError as exc:
+            raise self.error(exc.message) from None
 
     def string(self) -> str:
         value = self.scalar()
@@ -244,22 +249,17 @@ class _Node:
 def load_web_config(path: str) -> WebConfig:
     """Read and validate the file; raises ``WebConfigError`` (one line: file, line, key)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise WebConfigError(path, "web-config-file", f"cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise WebConfigError(path, "web-config-file", "not UTF-8 text") from None
+        text = read_text(path)
+    except InputFileError as exc:
+        raise WebConfigError(path, "web-config-file", str(exc)) from None
     return parse_web_config(text, path)
 
 
 def parse_web_config(text: str, path: str) -> WebConfig:
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else path
-        problem = getattr(exc, "problem", None) or "syntax error"
-        raise WebConfigError(where, "yaml", f"not valid YAML: {problem}") from None
+        root = safeyaml.compose(text)  # no aliases, bounded nesting, standard tags; errors quote nothing
+    except safeyaml.YamlInputError as exc:
+        raise WebConfigError(f"{path}:{exc.line}" if exc.line else path, "yaml", exc.message) from None
     lines: dict[str, int] = {}
     if root is None:
         return WebConfig(path=path)  # an empty file: plain HTTP, no authentication (as the toolkit)
@@ -370,6 +370,10 @@ def _http(node: _Node) -> tuple[bool, dict[str, str]]:
             value = value_node.string().strip()
             if any(ch in value for ch in "\r\n\0"):
                 raise value_node.error("a header value must be a single line")
+            odd = next((ch for ch in value if not (" " <= ch <= "~" or ch == "\t")), None)
+            if odd is not None:  # what HTTP/1.1 can carry everywhere (RFC 9110 5.5: visible ASCII, space, tab)
+                raise value_node.error(f"a header value may hold only printable ASCII characters, not U+{ord(odd):04X} "
+                                       "(typographic quotes or dashes pasted from a document?)")
             allowed_values = ALLOWED_HEADERS[proper]
             if value and allowed_values is not None and value.lower() not in allowed_values:
                 raise value_node.error(f"invalid value {value!r}: expected one of {', '.join(allowed_values)}")

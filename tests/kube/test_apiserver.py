@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import ssl
 import subprocess
 import sys
@@ -236,10 +237,24 @@ def test_a_credential_plugin_goes_through_the_kubernetes_package(tmp_path: Path)
                          "args": [str(plugin)], "interactiveMode": "Never"}}
         config = write_kubeconfig(tmp_path / "config", {"server": server.url}, user)
         assert kubeconfig_endpoint(config) is None
-        lists = build_lists(str(config))
+        with pytest.raises(ApiConfigError, match=r"user 'exporter' \(exec: python[0-9.]*\) gets credentials by "
+                                                 r"running a program; .* --kubeconfig-allow-exec"):
+            build_lists(str(config))  # no opt-in: nothing runs
+        assert server.authorizations == []
+        lists = build_lists(str(config), allow_exec=True)
         assert not isinstance(lists, HttpLists)
         assert pod_names(lists) == ["trainer-0"]
         assert server.authorizations[-1] == "Bearer from-plugin"
+
+
+def test_an_auth_provider_or_an_exec_user_in_a_kubeconfig_list_is_refused_without_the_opt_in(tmp_path: Path) -> None:
+    plain = write_kubeconfig(tmp_path / "plain", {"server": "https://127.0.0.1:1"}, {"token": "t"})
+    provider = write_kubeconfig(tmp_path / "provider", {"server": "https://127.0.0.1:1"},
+                                {"auth-provider": {"name": "gcp", "config": {"cmd-path": "/usr/bin/gcloud"}}})
+    with pytest.raises(ApiConfigError, match=r"provider: user 'exporter' \(auth-provider: gcp\)"):
+        build_lists(str(provider))
+    with pytest.raises(ApiConfigError, match=r"provider: user 'exporter' \(auth-provider: gcp\)"):
+        build_lists(f"{plain}{os.pathsep}{provider}")
 
 
 def test_the_usual_path_never_imports_the_kubernetes_package(tmp_path: Path) -> None:

@@ -180,8 +180,12 @@ def test_basic_auth_right_wrong_unknown_and_missing_credentials(exporter_with: S
     exporter = exporter_with(TLS + f"basic_auth_users:\n  prometheus: {HASH}\n")
     context = client_context(pki)
     wait_https(exporter, context, basic("prometheus", PASSWORD))
-    ok = https_get(exporter.port, "/metrics", context, basic("prometheus", PASSWORD))
-    assert ok.status == 200 and "DCGM_FI_DEV_GPU_TEMP{" in ok.body
+    # /health turns 200 with the first sample; the renderer publishes its exposition a moment later.
+    def sampled() -> Reply | None:
+        reply = https_get(exporter.port, "/metrics", context, basic("prometheus", PASSWORD))
+        return reply if reply.status == 200 and "DCGM_FI_DEV_GPU_TEMP{" in reply.body else None
+
+    wait_for(sampled, 10, "the first sample's metrics")
     for headers in (basic("prometheus", WRONG), basic("mallory", PASSWORD), {}):
         refused = https_get(exporter.port, "/metrics", context, headers)
         assert refused.status == 401

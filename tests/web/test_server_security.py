@@ -41,7 +41,7 @@ def served() -> Iterator[tuple[ExporterHTTPServer, Recording]]:
     cache = ExpositionCache(render)
     cache.refresh()
     security = Recording()
-    server = ExporterHTTPServer("127.0.0.1:0", cache, lambda: HealthReport(True, "OK"), 4, security)
+    server = ExporterHTTPServer("127.0.0.1:0", cache, lambda: HealthReport(True, "OK"), security)
     server.start()
     yield server, security
     server.stop()

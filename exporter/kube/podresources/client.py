@@ -42,6 +42,7 @@ import grpc
 from exporter.kube.podresources import api_pb2, api_pb2_grpc
 from exporter.kube.podresources.listing import PodResourcesListing, listing_from_response
 from exporter.logs import get_logger
+from exporter.supervisor import supervised
 
 LOG = get_logger("kube.kubelet")  # under the exporter's handler and format
 
@@ -127,7 +128,7 @@ class PodResourcesClient:
         if self._thread is not None:
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="kubelet-podresources", daemon=True)
+        self._thread = supervised(self._run, name="kubelet-podresources", stop=self._stop)
         self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:

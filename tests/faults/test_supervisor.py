@@ -1,0 +1,156 @@
+"""Every long-lived thread, killed by an injected exception: restarted, counted, /health 503 meanwhile.
+
+The exporter runs in this process (``--simulate`` with the default scenario's Kubernetes node and a
+web config, so every kind of thread exists), and each thread in turn gets a bug injected at a
+point its loop passes every cycle: the next three passes raise ``RuntimeError``. What an operator
+sees is checked over HTTP: ``/health`` answers 503 naming the thread while it is down, then 200
+again, and ``gpu_pod_exporter_thread_restarts_total{thread=...}`` counts the three restarts.
+"""
+
+from __future__ import annotations
+
+import gc
+import http.client
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter import supervisor as supervisor_module
+from exporter.app import App
+from exporter.cli import build_app
+from exporter.config import load_config
+from exporter.kube import metadata
+from exporter.kube.podresources.client import PodResourcesClient
+from exporter.metrics.counters import load_counters
+from exporter.nvml.events import EventWatcher
+from exporter.web.security import FileWebSecurity, load_web_security
+from tests.e2e.exporter_process import parse_samples, wait_for
+from tests.faults.support import exit_of
+
+FAILURES = 3
+
+
+class Bug:
+    """Stands in for ``getattr(owner, name)``: raises on the next ``times`` calls, then delegates."""
+
+    def __init__(self, owner: Any, name: str, times: int = FAILURES) -> None:
+        self.owner = owner
+        self.name = name
+        self.original = getattr(owner, name)
+        self.left = times
+        self.lock = threading.Lock()
+        setattr(owner, name, self)
+
+    def fail_now(self) -> None:
+        with self.lock:
+            fail = self.left > 0
+            self.left -= fail
+        if fail:
+            raise RuntimeError(f"injected bug in {self.name}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.fail_now()
+        return self.original(*args, **kwargs)
+
+    def __getattr__(self, attr: str) -> Any:  # an Event stand-in: set(), clear(), wait() pass through
+        return getattr(self.original, attr)
+
+
+class EventBug(Bug):
+    """For a ``threading.Event`` the loop asks ``is_set()`` every pass."""
+
+    def is_set(self) -> bool:
+        self.fail_now()
+        return bool(self.original.is_set())
+
+
+def instances(kind: type) -> list[Any]:
+    return [obj for obj in gc.get_objects() if isinstance(obj, kind)]
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()
+
+
+def restarts(port: int) -> dict[str, float]:
+    _, text = get(port, "/metrics")
+    return {labels["thread"]: value for name, labels, value in parse_samples(text)
+            if name == "gpu_pod_exporter_thread_restarts_total"}
+
+
+@pytest.fixture
+def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
+    monkeypatch.setattr(supervisor_module.SUPERVISOR, "backoff_initial_s", 0.3)
+    (tmp_path / "web.yml").write_text("http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n")
+    config = load_config(["--simulate", "--address", "127.0.0.1:0", "-c", "200",
+                          "--web-config-file", str(tmp_path / "web.yml")], environ={})
+    application = build_app(config, load_counters(config.collectors), load_web_security(config.web_config_file))
+    application.start()
+    try:
+        wait_for(lambda: get(application.server.port, "/health")[0] == 200 or None, 30, "/health 200")
+        yield application
+    finally:
+        application.stop()
+
+
+def seams(app: App) -> dict[str, Callable[[], Bug]]:
+    """Per thread, how to put a bug in its loop (a call it makes on every pass)."""
+    [watcher] = instances(EventWatcher)
+    [client] = instances(PodResourcesClient)
+    watches = {watch.resource: watch for watch in instances(metadata._ListWatch)}
+    security = app.server.security
+    assert isinstance(security, FileWebSecurity)
+    return {
+        "nvml-sampler": lambda: Bug(app.sampler, "run_cycle"),
+        "nvml-events": lambda: Bug(watcher, "_inventory"),
+        "renderer": lambda: Bug(app.cache, "refresh"),
+        "web-config-reload": lambda: Bug(security, "maybe_reload"),
+        "kubelet-podresources": lambda: Bug(client, "poll_once"),
+        "kube-watch-pods": lambda: cut_stream(watches["pods"], EventBug(watches["pods"], "_relist")),
+        "kube-watch-namespaces": lambda: cut_stream(watches["namespaces"], EventBug(watches["namespaces"], "_relist")),
+    }
+
+
+def cut_stream(watch: Any, bug: Bug) -> Bug:
+    """A watch loop sits in a long-poll stream; cut it (as an API server restart does) so the loop goes round."""
+    response = watch._response
+    if response is not None:
+        metadata._abort_response(response)
+    return bug
+
+
+def test_each_thread_killed_by_a_bug_is_restarted_counted_and_reported_by_health(app: App) -> None:
+    port = app.server.port
+    before = restarts(port)
+    for thread, inject in seams(app).items():
+        assert thread in before, f"{thread} is not supervised: {sorted(before)}"
+        inject()
+        down: list[str] = []
+
+        def reported(name: str = thread, seen: list[str] = down) -> bool:
+            status, body = get(port, "/health")
+            if status == 503 and f"thread {name} is down" in body:
+                seen.append(body)
+            return bool(seen) and restarts(port).get(name, 0) >= before[name] + FAILURES
+
+        wait_for(reported, 30, f"{thread}: /health 503 naming it, then {FAILURES} restarts counted", interval_s=0.02)
+        assert "injected bug" in down[0]
+        wait_for(lambda: get(port, "/health")[0] == 200 or None, 30, f"/health 200 again after {thread}")
+        assert restarts(port)[thread] == before[thread] + FAILURES
+    assert get(port, "/metrics")[0] == 200
+
+
+@pytest.mark.parametrize("flag", ["-c", "--pod-resources-interval", "--process-interval", "-x"])
+def test_an_interval_too_large_to_wait_for_is_refused_at_start(flag: str) -> None:
+    code, output = exit_of(["--simulate", flag, "99999999999999999999"])
+    assert code == 2
+    assert output.count("\n") == 1 and "at most 86400000" in output and "Traceback" not in output
