@@ -166,3 +166,32 @@ def test_the_dummy_hash_is_a_real_bcrypt_hash_that_matches_nothing() -> None:
     assert len(hashed) == 60 and hashed.startswith(b"$2b$%02d$" % COST)
     assert bcrypt.checkpw(b"", hashed) is False  # runs bcrypt's full work, then does not match
     assert dummy_hash(COST) != hashed  # fresh salt each time
+
+
+def test_a_stored_hash_bcrypt_cannot_read_lets_nobody_in() -> None:
+    """The parser accepts the shape ``$2b$03$...``; bcrypt refuses cost 3: that user must not get in."""
+    auth = BasicAuth({**USERS, "broken": "$2b$03$" + "a" * 53})
+    assert auth(header("broken", "anything")) == REALM
+    assert auth(header("prometheus", "scrape-pass")) is None
+
+
+@pytest.mark.parametrize("value", [
+    "Bearer " + base64.b64encode(b"prometheus:scrape-pass").decode(),  # right credentials, wrong scheme
+    "Basic " + base64.b64encode(b"prometheus:scrape-pass").decode() + "!!",  # junk after the token
+    "Basic " + base64.b64encode(b"prometheus:scrape-pass").decode()[:4] + "*" + base64.b64encode(
+        b"prometheus:scrape-pass").decode()[4:],  # a character outside base64 inside it
+])
+def test_credentials_in_the_wrong_scheme_or_with_junk_are_refused(value: str) -> None:
+    assert BasicAuth(USERS)({"Authorization": value}) == REALM
+
+
+def test_spaces_between_the_scheme_and_the_token_are_allowed() -> None:
+    token = base64.b64encode(b"prometheus:scrape-pass").decode()
+    assert BasicAuth(USERS)({"Authorization": f"Basic   {token}  "}) is None
+
+
+def test_a_password_of_exactly_bcrypts_72_bytes_works() -> None:
+    password = "p" * 72
+    auth = BasicAuth({"long": bcrypt.hashpw(password.encode(), bcrypt.gensalt(COST)).decode()})
+    assert auth(header("long", password)) is None
+    assert auth(header("long", password + "p")) == REALM
