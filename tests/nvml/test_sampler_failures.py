@@ -802,3 +802,28 @@ def test_a_failing_mig_layout_check_is_logged_as_that_reading() -> None:
         assert "DCGM_FI_DEV_GPU_TEMP" in sampler.run_cycle().devices[0].values  # the GPU is still read
     assert [fields for _level, message, fields in events(logs, logging.WARNING)] == [
         {"gpu": 0, "reading": "MIG layout", "error": "NVMLError_Timeout: Timeout"}]
+
+
+def test_only_the_profiling_rows_whose_metric_a_gpu_lacks_are_listed_unsupported() -> None:
+    scenario = "gpu_defaults: {model: H100-SXM5-80GB, features: {nvlink_links: 0}}\n"  # Hopper without NVLink
+    csv = GR_ENGINE + "DCGM_FI_PROF_NVLINK_TX_BYTES, gauge, n\n"
+    with rig(scenario, csv) as (sampler, _fake, clock, _logs):
+        assert sampler.initialise()
+        for _ in range(3):
+            clock.now += 1.0
+            snapshot = sampler.run_cycle()
+    assert snapshot.status.unsupported_fields == ((0, "DCGM_FI_PROF_NVLINK_TX_BYTES"),)
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in snapshot.devices[0].values
+
+
+def test_mig_instances_of_a_gpu_without_gpm_are_not_sampled() -> None:
+    scenario = "gpu_defaults: {model: A100-SXM4-80GB, mig: [3g.40gb, 4g.40gb]}\n"
+    with rig(scenario, GR_ENGINE) as (sampler, fake, clock, logs):
+        assert sampler.initialise()
+        for _ in range(3):
+            clock.now += 1.0
+            sampler.run_cycle()
+        assert fake.calls["nvmlGpmMigSampleGet"] == 0
+    assert [message for _level, message, _fields in events(logs, logging.WARNING)] == [
+        "profiling metrics need NVML GPM (Hopper or newer), which this GPU does not support; their rows are "
+        "omitted for it"]
