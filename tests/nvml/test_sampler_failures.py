@@ -827,3 +827,18 @@ def test_mig_instances_of_a_gpu_without_gpm_are_not_sampled() -> None:
     assert [message for _level, message, _fields in events(logs, logging.WARNING)] == [
         "profiling metrics need NVML GPM (Hopper or newer), which this GPU does not support; their rows are "
         "omitted for it"]
+
+
+def test_a_gpu_without_a_graphics_list_still_reports_its_compute_processes() -> None:
+    with rig(PROCESSES, TEMPERATURE, process_interval_s=5.0) as (sampler, fake, clock, logs):
+        fake.inject_error("nvmlDeviceGetGraphicsRunningProcesses_v3", "NotSupported", gpu=0)
+        assert sampler.initialise()
+        for _ in range(2):
+            processes = sampler.run_cycle().devices[0].processes
+            clock.now += 5.0
+        asked = fake.calls["nvmlDeviceGetGraphicsRunningProcesses_v3"]
+    assert processes is not None and [p.pid for p in processes] == [500, 501, 502]
+    assert asked == 1  # refused once, not asked again
+    assert events(logs, logging.INFO)[1:] == [
+        ("INFO", "reading not supported on this GPU; it is omitted and not asked again",
+         {"gpu": 0, "reading": "graphics_processes", "error": "NVMLError_NotSupported: Not Supported"})]
