@@ -62,7 +62,7 @@ TARGETS: dict[str, Target] = {
         "a failure handled wrongly stops every GPU's metrics or hides a lost GPU"),
     "health": Target(
         ("exporter/health/xid.py", "exporter/health/verdict.py", "exporter/nvml/events.py"),
-        ("tests/health", "tests/nvml/test_events.py"),
+        ("tests/health", "tests/nvml/test_events.py", "tests/nvml/test_events_failures.py"),
         "a miscounted Xid or a wrong verdict silences the alerts that save jobs"),
     "exposition": Target(
         ("exporter/metrics/exposition.py",),

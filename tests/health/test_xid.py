@@ -121,3 +121,9 @@ def test_arrivals_within_ten_milliseconds_leave_the_window_together() -> None:
     assert ledger.view().tallies[GPU0].in_window[13] == 1  # the first two left together
     clock.t = 10.02
     assert ledger.view().tallies[GPU0].in_window[13] == 0
+    clock.t = 100.0  # and later in the run, the same holds
+    ledger.record(GPU1, 31)
+    clock.t = 100.005
+    ledger.record(GPU1, 31)
+    clock.t = 110.0
+    assert ledger.view().tallies[GPU1].in_window[31] == 0
