@@ -25,7 +25,7 @@ from exporter.simulate.scenario import parse_scenario
 from exporter.snapshot import Snapshot
 from tests.e2e.exporter_process import wait_for
 
-from .fake_sampling import Records, captured_logs
+from .fake_sampling import Clock, Records, captured_logs
 
 Event = tuple[str, str, dict[str, Any]]
 DRIVER_NOT_LOADED = "NVMLError_DriverNotLoaded: Driver Not Loaded"
@@ -33,19 +33,12 @@ TEMPERATURE = "DCGM_FI_DEV_GPU_TEMP, gauge, t\n"  # one plain reading: no profil
 GPU_IS_LOST = "NVMLError_GpuIsLost: GPU is lost"
 
 
-class Clock:
-    def __init__(self, start: float = 100.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @contextmanager
 def rig(scenario: str = "default", csv: str | None = None, *, start: float = 100.0,
         process_interval_s: float | None = None) -> Iterator[tuple[Sampler, FakeNvmlLibrary, Clock, Records]]:
     """A sampler on the fake library and a clock the test moves, with the sampler's log captured."""
-    clock = Clock(start)
+    clock = Clock()
+    clock.t = start
     counters = parse_counters(csv, "test.csv") if csv else load_counters(None)
     loaded = parse_scenario(scenario, "test.yaml", "test") if "\n" in scenario else scenario
     with installed(loaded, clock) as fake, captured_logs("gpu_pod_exporter.sampler") as logs:
@@ -71,10 +64,10 @@ def test_nvml_down_and_up_are_logged_once_per_change_with_the_reason() -> None:
         down = sampler.snapshot.status
         assert sampler.initialise()
         up = sampler.snapshot
-        clock.now += 1.0
+        clock.t += 1.0
         sampler.run_cycle()
         fake.drop_driver()
-        clock.now += 1.0
+        clock.t += 1.0
         gone = sampler.run_cycle()
         assert not sampler.initialise()  # still gone, for the same reason: not said twice
         fake.restore_driver()
@@ -103,7 +96,7 @@ def test_the_status_counts_cycles_and_every_nvml_call() -> None:
     with rig() as (sampler, fake, clock, _logs):
         assert sampler.initialise()
         for _ in range(3):
-            clock.now += 1.0
+            clock.t += 1.0
             status = sampler.run_cycle().status
     assert status.cycles == 3 and status.nvml_up and status.nvml_error == ""
     assert status.nvml_calls_total == sampler.nvml.total_calls == fake.total_calls()
@@ -115,12 +108,12 @@ def test_when_nvml_goes_away_mig_devices_go_with_the_readings() -> None:
         assert sampler.initialise()
         assert sampler.run_cycle().migs
         fake.drop_driver()
-        clock.now += 1.0
+        clock.t += 1.0
         gone = sampler.run_cycle()
     assert (gone.devices, gone.migs) == ((), ())
 
 
-def test_a_snapshot_consumer_that_fails_is_logged_and_sampling_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_snapshot_consumer_that_fails_is_logged_and_sampling_goes_on() -> None:
     published: list[Snapshot] = []
 
     def consumer(snapshot: Snapshot) -> None:
@@ -145,23 +138,23 @@ def test_a_lost_gpu_is_logged_when_lost_and_when_back_and_keeps_its_reason_while
         sampler.run_cycle()
         uuid = sampler.snapshot.devices[3].identity.uuid
         fake.lose_gpu(3)
-        clock.now = lost_at = 101.0
+        clock.t = lost_at = 101.0
         assert not sampler.run_cycle().devices[3].up
-        clock.now = lost_at + 1.0
+        clock.t = lost_at + 1.0
         still = sampler.run_cycle().devices[3]
         assert (still.up, still.error) == (False, GPU_IS_LOST)  # the reason stays on the reading
         probes = fake.calls["nvmlDeviceGetUUID"]
-        clock.now = lost_at + LOST_REPROBE_S  # exactly one re-probe interval later: asked again
+        clock.t = lost_at + LOST_REPROBE_S  # exactly one re-probe interval later: asked again
         assert sampler.run_cycle().devices[3].error == GPU_IS_LOST
         assert fake.calls["nvmlDeviceGetUUID"] == probes + 1
         fake.restore_gpu(3)
-        clock.now = lost_at + 2 * LOST_REPROBE_S - 0.5  # not yet: the last probe was less than 30 s ago
+        clock.t = lost_at + 2 * LOST_REPROBE_S - 0.5  # not yet: the last probe was less than 30 s ago
         assert not sampler.run_cycle().devices[3].up
-        clock.now = lost_at + 2 * LOST_REPROBE_S
+        clock.t = lost_at + 2 * LOST_REPROBE_S
         back = sampler.run_cycle().devices[3]
         assert (back.up, back.error) == (True, "") and back.values
         fake.lose_gpu(3)  # and lost again: said again
-        clock.now += 1.0
+        clock.t += 1.0
         sampler.run_cycle()
     lost = ("ERROR", "GPU lost: its readings are dropped until it answers again; other GPUs continue",
             {"gpu": 3, "uuid": uuid, "error": GPU_IS_LOST})
@@ -173,11 +166,11 @@ def test_a_hung_reprobe_is_reported_on_the_gpu_it_probes() -> None:
     with rig() as (sampler, fake, clock, _logs):
         assert sampler.initialise()
         fake.lose_gpu(3)
-        clock.now += 1.0
+        clock.t += 1.0
         sampler.run_cycle()
         fake.restore_gpu(3)
         fake.hang("nvmlDeviceGetUUID", 60.0, gpu=3)
-        clock.now += LOST_REPROBE_S
+        clock.t += LOST_REPROBE_S
         worker = threading.Thread(target=sampler.run_cycle, daemon=True)
         worker.start()
         try:
@@ -200,11 +193,11 @@ def test_a_failing_reading_is_logged_once_per_gpu_and_error_and_read_again_next_
         fake.inject_error("nvmlDeviceGetTemperatureV", "Timeout", gpu=0)
         fake.inject_error("nvmlDeviceGetTemperatureV", "Timeout", gpu=1)
         for _ in range(3):
-            clock.now += 1.0
+            clock.t += 1.0
             snapshot = sampler.run_cycle()
         assert "DCGM_FI_DEV_GPU_TEMP" not in snapshot.devices[0].values
         fake.clear_errors()
-        clock.now += 1.0
+        clock.t += 1.0
         snapshot = sampler.run_cycle()
     assert "DCGM_FI_DEV_GPU_TEMP" in snapshot.devices[0].values  # a transient failure is asked again
     assert snapshot.status.unsupported_fields == ()
@@ -219,7 +212,7 @@ def test_an_unsupported_reading_is_logged_once_with_what_and_why() -> None:
         assert sampler.initialise()
         fake.inject_error("nvmlDeviceGetTemperatureV", "NotSupported", gpu=2)
         for _ in range(2):
-            clock.now += 1.0
+            clock.t += 1.0
             sampler.run_cycle()
     assert events(logs, logging.INFO)[1:] == [
         ("INFO", "reading not supported on this GPU; it is omitted and not asked again",
@@ -231,7 +224,7 @@ def test_a_failing_field_is_named_by_its_field_id() -> None:
         assert sampler.initialise()
         field = pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
         fake.inject_error("nvmlDeviceGetFieldValues", "Timeout", gpu=0, field=field)
-        clock.now += 1.0
+        clock.t += 1.0
         values = sampler.run_cycle().devices[0].values
     assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" not in values and "DCGM_FI_DEV_POWER_USAGE" in values
     assert events(logs, logging.WARNING) == [
@@ -244,10 +237,10 @@ def test_a_driver_without_field_values_loses_those_rows_only() -> None:
         assert sampler.initialise()
         fake.inject_error("nvmlDeviceGetFieldValues", "FunctionNotFound", gpu=0)
         for _ in range(2):
-            clock.now += 1.0
+            clock.t += 1.0
             snapshot = sampler.run_cycle()
         asked = fake.calls["nvmlDeviceGetFieldValues"]
-        clock.now += 1.0
+        clock.t += 1.0
         sampler.run_cycle()
         assert fake.calls["nvmlDeviceGetFieldValues"] == asked + 7  # GPU 0 is not asked again
     values = snapshot.devices[0].values
@@ -296,7 +289,7 @@ def test_once_nvml_works_sampling_runs_at_the_collect_interval() -> None:
         waits = RecordedWaits(4)
 
         def pause(timeout: float | None = None) -> bool:
-            clock.now += timeout or 0.0
+            clock.t += timeout or 0.0
             return RecordedWaits.wait(waits, timeout)
 
         waits.wait = pause  # type: ignore[method-assign]
@@ -372,7 +365,7 @@ def test_a_gpu_without_gpm_names_the_rows_it_omits_and_those_served_from_field_v
     with rig("gpu_defaults: {model: A100-SXM4-80GB}\n", GR_ENGINE + PCIE_PROF) as (sampler, fake, clock, logs):
         assert sampler.initialise()
         for _ in range(3):
-            clock.now += 1.0
+            clock.t += 1.0
             snapshot = sampler.run_cycle()
         assert fake.calls["nvmlGpmQueryDeviceSupport"] == 1  # asked once
     uuid = snapshot.devices[0].identity.uuid
@@ -387,7 +380,7 @@ def test_a_gpu_without_gpm_names_the_rows_it_omits_and_those_served_from_field_v
 def test_without_a_field_fallback_the_warning_says_none() -> None:
     with rig("gpu_defaults: {model: A100-SXM4-80GB}\n", GR_ENGINE) as (sampler, _fake, clock, logs):
         assert sampler.initialise()
-        clock.now += 1.0
+        clock.t += 1.0
         sampler.run_cycle()
     [(_level, _message, fields)] = events(logs, logging.WARNING)
     assert fields["from_field_values"] == "-"
@@ -398,7 +391,7 @@ def test_a_refused_gpm_probe_is_not_asked_again_and_omits_the_rows() -> None:
         fake.inject_error("nvmlGpmQueryDeviceSupport", "NotSupported")
         assert sampler.initialise()
         for _ in range(3):
-            clock.now += 1.0
+            clock.t += 1.0
             snapshot = sampler.run_cycle()
         assert fake.calls["nvmlGpmQueryDeviceSupport"] == 1 and fake.calls["nvmlGpmSampleGet"] == 0
     assert snapshot.status.unsupported_fields == ((0, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),)
@@ -411,10 +404,10 @@ def test_a_gpm_probe_that_fails_for_a_passing_reason_is_logged_as_a_reading_and_
     with rig("gpu_defaults: {model: H100-SXM5-80GB}\n", GR_ENGINE) as (sampler, fake, clock, logs):
         fake.inject_error("nvmlGpmQueryDeviceSupport", "Timeout", until_s=101.5)
         assert sampler.initialise()
-        clock.now = 101.0
+        clock.t = 101.0
         sampler.run_cycle()
         for second in (102.0, 103.0, 104.0):
-            clock.now = second
+            clock.t = second
             snapshot = sampler.run_cycle()
     assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in snapshot.devices[0].values
     assert events(logs, logging.WARNING) == [
@@ -426,7 +419,7 @@ def test_gpm_is_not_probed_when_no_profiling_row_is_configured() -> None:
     with rig(MIG_GPU, TEMPERATURE) as (sampler, fake, clock, _logs):
         assert sampler.initialise()
         for _ in range(2):
-            clock.now += 1.0
+            clock.t += 1.0
             sampler.run_cycle()
         assert fake.calls["nvmlGpmQueryDeviceSupport"] == 0
 
@@ -435,7 +428,7 @@ def test_a_mig_gpu_with_only_per_instance_profiling_rows_reads_them_per_instance
     with rig(MIG_GPU, GR_ENGINE) as (sampler, _fake, clock, _logs):
         assert sampler.initialise()
         for _ in range(3):
-            clock.now += 1.0
+            clock.t += 1.0
             snapshot = sampler.run_cycle()
     [instance] = snapshot.devices[1].mig
     assert instance.values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == pytest.approx(0.2)
@@ -447,7 +440,7 @@ def test_a_failed_whole_gpu_sample_is_logged_once_with_its_target_and_restarts_t
         fake.inject_error("nvmlGpmSampleGet", "InvalidArgument", gpu=0, from_s=101.5, until_s=103.5)
         present = []
         for second in (101.0, 102.0, 103.0, 104.0, 105.0):
-            clock.now = second
+            clock.t = second
             present.append("DCGM_FI_PROF_GR_ENGINE_ACTIVE" in sampler.run_cycle().devices[0].values)
     assert present == [False, False, False, False, True]  # two samples after the failures: a value again
     assert events(logs, logging.WARNING) == [
@@ -458,16 +451,16 @@ def test_a_failed_whole_gpu_sample_is_logged_once_with_its_target_and_restarts_t
 def test_a_failed_instance_sample_restarts_that_instances_chain_only() -> None:
     with rig(MIG_GPU, GR_ENGINE) as (sampler, fake, clock, logs):
         assert sampler.initialise()
-        clock.now = 101.0
+        clock.t = 101.0
         sampler.run_cycle()
-        clock.now = 102.0
+        clock.t = 102.0
         whole_before = sampler.run_cycle().devices[0].values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"]
         fake.inject_error("nvmlGpmMigSampleGet", "Timeout", gpu=1, from_s=102.5, until_s=103.5)
-        clock.now = 103.0
+        clock.t = 103.0
         failed = sampler.run_cycle()
-        clock.now = 104.0
+        clock.t = 104.0
         restarted = sampler.run_cycle()
-        clock.now = 105.0
+        clock.t = 105.0
         back = sampler.run_cycle()
     gi = back.devices[1].mig[0].identity.gpu_instance_id
     assert [("DCGM_FI_PROF_GR_ENGINE_ACTIVE" in snapshot.devices[1].mig[0].values)
@@ -484,7 +477,7 @@ def test_refused_gpm_samples_are_logged_once_per_gpu_and_listed_for_the_rows_the
         fake.inject_error("nvmlGpmMetricsGet", "NotSupported")
         assert sampler.initialise()
         for _ in range(3):
-            clock.now += 1.0
+            clock.t += 1.0
             snapshot = sampler.run_cycle()
     uuids = [reading.identity.uuid for reading in snapshot.devices]
     assert events(logs, logging.WARNING) == [
@@ -499,10 +492,10 @@ def test_refused_gpm_samples_are_logged_once_per_gpu_and_listed_for_the_rows_the
 def test_a_gpu_lost_during_a_gpm_sample_is_a_lost_gpu() -> None:
     with rig("gpu_count: 2\ngpu_defaults: {model: H100-SXM5-80GB}\n", GR_ENGINE) as (sampler, fake, clock, logs):
         assert sampler.initialise()
-        clock.now += 1.0
+        clock.t += 1.0
         sampler.run_cycle()
         fake.inject_error("nvmlGpmSampleGet", "GpuIsLost", gpu=1)
-        clock.now += 1.0
+        clock.t += 1.0
         snapshot = sampler.run_cycle()
     assert [reading.up for reading in snapshot.devices] == [True, False]
     assert [message for _level, message, _fields in events(logs, logging.WARNING)] == [
@@ -539,20 +532,25 @@ def test_a_process_in_both_lists_is_kept_once_with_the_larger_known_memory(monke
         (500, 2 * GIB, None), (501, 3 * GIB, None), (502, 4 * GIB, None), (503, GIB, None)]
 
 
-def test_a_gpu_without_a_compute_list_still_reports_its_graphics_processes() -> None:
-    scenario = PROCESSES.replace("used_memory: 1GiB}", "used_memory: 1GiB, type: graphics}")
+@pytest.mark.parametrize(("refused", "listed", "scenario"), [
+    ("compute", [500], PROCESSES.replace("used_memory: 1GiB}", "used_memory: 1GiB, type: graphics}")),
+    ("graphics", [500, 501, 502], PROCESSES),
+])
+def test_a_gpu_without_one_process_list_still_reports_the_other(refused: str, listed: list[int],
+                                                                 scenario: str) -> None:
+    symbol = f"nvmlDeviceGet{refused.capitalize()}RunningProcesses_v3"
     with rig(scenario, TEMPERATURE, process_interval_s=5.0) as (sampler, fake, clock, logs):
-        fake.inject_error("nvmlDeviceGetComputeRunningProcesses_v3", "NotSupported", gpu=0)
+        fake.inject_error(symbol, "NotSupported", gpu=0)
         assert sampler.initialise()
         for _ in range(2):
             processes = sampler.run_cycle().devices[0].processes
-            clock.now += 5.0
-        asked = fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"]
-    assert processes is not None and [p.pid for p in processes] == [500]
-    assert asked == 1  # not asked again
+            clock.t += 5.0
+        asked = fake.calls[symbol]
+    assert processes is not None and [p.pid for p in processes] == listed
+    assert asked == 1  # refused once, not asked again
     assert events(logs, logging.INFO)[1:] == [
         ("INFO", "reading not supported on this GPU; it is omitted and not asked again",
-         {"gpu": 0, "reading": "compute_processes", "error": "NVMLError_NotSupported: Not Supported"})]
+         {"gpu": 0, "reading": f"{refused}_processes", "error": "NVMLError_NotSupported: Not Supported"})]
 
 
 def test_a_failing_compute_list_does_not_hide_the_graphics_list() -> None:
@@ -570,10 +568,10 @@ def test_process_lists_are_read_again_exactly_when_their_interval_has_passed() -
         assert sampler.initialise()
         sampler.run_cycle()
         asked = fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"]
-        clock.now += 4.5
+        clock.t += 4.5
         sampler.run_cycle()
         assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == asked
-        clock.now += 0.5
+        clock.t += 0.5
         sampler.run_cycle()
         assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] > asked
 
@@ -595,7 +593,7 @@ def test_mig_layouts_are_logged_once_per_gpu_with_every_instance() -> None:
     with rig("mig-h100", TEMPERATURE) as (sampler, _fake, clock, logs):
         assert sampler.initialise()
         for _ in range(2):
-            clock.now += 1.0
+            clock.t += 1.0
             snapshot = sampler.run_cycle()
     layouts = [(fields["gpu"], fields["uuid"], fields["enabled"], fields["devices"])
                for _level, message, fields in events(logs, logging.INFO) if message == "MIG layout"]
@@ -610,7 +608,7 @@ def test_mig_layouts_are_logged_once_per_gpu_with_every_instance() -> None:
 def test_a_mig_gpu_without_instances_says_so() -> None:
     with rig("gpu_defaults: {model: H100-SXM5-80GB, mig: []}\n", TEMPERATURE) as (sampler, _fake, clock, logs):
         assert sampler.initialise()
-        clock.now += 1.0
+        clock.t += 1.0
         sampler.run_cycle()
     assert [fields["devices"] for _level, message, fields in events(logs, logging.INFO)
             if message == "MIG layout"] == ["-"]
@@ -622,7 +620,7 @@ def test_new_counters_take_effect_at_the_next_cycle() -> None:
         assert set(sampler.run_cycle().devices[0].values) == {"DCGM_FI_DEV_GPU_TEMP"}
         new = parse_counters("DCGM_FI_DEV_POWER_USAGE, gauge, p\nDCGM_FI_DEV_SLOWDOWN_TEMP, gauge, s\n", "new.csv")
         sampler.set_specs(new.field_specs(), load_counters(None).field_specs()[:0])
-        clock.now += 1.0
+        clock.t += 1.0
         values = sampler.run_cycle().devices[0].values
     assert set(values) == {"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SLOWDOWN_TEMP"}  # static ones read afresh
 
@@ -654,9 +652,9 @@ def test_a_rate_is_the_counter_difference_over_the_drivers_time_between_samples(
     _stamped(monkeypatch, stamp)
     with rig(A100_PCIE, PCIE_PROF) as (sampler, _fake, clock, _logs):
         assert sampler.initialise()
-        clock.now = 101.0
+        clock.t = 101.0
         sampler.run_cycle()
-        clock.now, stamp[0] = 102.0, 103_000_000  # the driver sampled the counter 2 s later
+        clock.t, stamp[0] = 102.0, 103_000_000  # the driver sampled the counter 2 s later
         values = sampler.run_cycle().devices[0].values
     assert values[PCIE_TX] == pytest.approx(100 * MIB / 2, rel=1e-3)  # 100 MiB in 2 s of driver time
 
@@ -665,9 +663,9 @@ def test_without_a_driver_time_stamp_the_rate_uses_the_exporters_clock(monkeypat
     _stamped(monkeypatch, [0])
     with rig(A100_PCIE, PCIE_PROF) as (sampler, _fake, clock, _logs):
         assert sampler.initialise()
-        clock.now = 101.0
+        clock.t = 101.0
         sampler.run_cycle()
-        clock.now = 103.0  # two seconds: a rate is per second, whatever the interval
+        clock.t = 103.0  # two seconds: a rate is per second, whatever the interval
         values = sampler.run_cycle().devices[0].values
     assert values[PCIE_TX] == pytest.approx(100 * MIB, rel=1e-3)
     assert values["DCGM_FI_PROF_PCIE_RX_BYTES"] == pytest.approx(300 * MIB, rel=1e-3)
@@ -695,7 +693,7 @@ def test_static_readings_are_read_once_per_gpu() -> None:
     with rig(csv="DCGM_FI_DEV_SLOWDOWN_TEMP, gauge, s\n" + TEMPERATURE) as (sampler, fake, clock, _logs):
         assert sampler.initialise()
         for _ in range(3):
-            clock.now += 1.0
+            clock.t += 1.0
             values = sampler.run_cycle().devices[0].values
         assert fake.calls["nvmlDeviceGetTemperatureThreshold"] == 8
     assert "DCGM_FI_DEV_SLOWDOWN_TEMP" in values
@@ -708,7 +706,7 @@ def test_a_mig_gpu_reads_its_framebuffer_per_instance_only_and_its_other_reading
         assert sampler.initialise()
         sampler.run_cycle()
         asked = fake.calls["nvmlDeviceGetMemoryInfo_v2"]
-        clock.now += 1.0
+        clock.t += 1.0
         reading = sampler.run_cycle().devices[0]
         assert fake.calls["nvmlDeviceGetMemoryInfo_v2"] - asked == 3  # one per instance, none for the parent
     assert set(reading.values) == {"DCGM_FI_DEV_GPU_TEMP"}
@@ -721,7 +719,7 @@ def test_a_gpu_with_gpm_does_not_read_the_counters_behind_the_fallback() -> None
         fake.inject_error("nvmlDeviceGetFieldValues", "Timeout", field=pcie_tx_bytes)
         assert sampler.initialise()
         for _ in range(3):
-            clock.now += 1.0
+            clock.t += 1.0
             values = sampler.run_cycle().devices[0].values
     assert PCIE_TX in values and events(logs, logging.WARNING) == []  # never asked, so never failed
 
@@ -766,14 +764,14 @@ def test_a_failed_reprobe_of_a_lost_gpu_costs_one_call() -> None:
         assert sampler.initialise()
         sampler.run_cycle()
         fake.lose_gpu(3)
-        clock.now += 1.0
+        clock.t += 1.0
         sampler.run_cycle()
         before = fake.total_calls()
-        clock.now += 1.0
+        clock.t += 1.0
         sampler.run_cycle()
         quiet = fake.total_calls() - before  # the seven other GPUs
         before = fake.total_calls()
-        clock.now += LOST_REPROBE_S
+        clock.t += LOST_REPROBE_S
         assert not sampler.run_cycle().devices[3].up
         assert fake.total_calls() - before == quiet + 1  # nvmlDeviceGetUUID, nothing else
 
@@ -785,7 +783,7 @@ def test_mig_devices_that_lack_a_reading_are_logged_once_per_gpu() -> None:
             fake.inject_error(symbol, "NotSupported")
         assert sampler.initialise()
         for _ in range(2):
-            clock.now += 1.0
+            clock.t += 1.0
             sampler.run_cycle()
     lines = [(level, message, fields) for level, message, fields in events(logs, logging.INFO)
              if "MIG devices" in message]
@@ -798,7 +796,7 @@ def test_a_failing_mig_layout_check_is_logged_as_that_reading() -> None:
     with rig(scenario, TEMPERATURE) as (sampler, fake, clock, logs):
         fake.inject_error("nvmlDeviceGetMigMode", "Timeout", gpu=0)
         assert sampler.initialise()
-        clock.now += 1.0
+        clock.t += 1.0
         assert "DCGM_FI_DEV_GPU_TEMP" in sampler.run_cycle().devices[0].values  # the GPU is still read
     assert [fields for _level, message, fields in events(logs, logging.WARNING)] == [
         {"gpu": 0, "reading": "MIG layout", "error": "NVMLError_Timeout: Timeout"}]
@@ -810,7 +808,7 @@ def test_only_the_profiling_rows_whose_metric_a_gpu_lacks_are_listed_unsupported
     with rig(scenario, csv) as (sampler, _fake, clock, _logs):
         assert sampler.initialise()
         for _ in range(3):
-            clock.now += 1.0
+            clock.t += 1.0
             snapshot = sampler.run_cycle()
     assert snapshot.status.unsupported_fields == ((0, "DCGM_FI_PROF_NVLINK_TX_BYTES"),)
     assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in snapshot.devices[0].values
@@ -821,24 +819,9 @@ def test_mig_instances_of_a_gpu_without_gpm_are_not_sampled() -> None:
     with rig(scenario, GR_ENGINE) as (sampler, fake, clock, logs):
         assert sampler.initialise()
         for _ in range(3):
-            clock.now += 1.0
+            clock.t += 1.0
             sampler.run_cycle()
         assert fake.calls["nvmlGpmMigSampleGet"] == 0
     assert [message for _level, message, _fields in events(logs, logging.WARNING)] == [
         "profiling metrics need NVML GPM (Hopper or newer), which this GPU does not support; their rows are "
         "omitted for it"]
-
-
-def test_a_gpu_without_a_graphics_list_still_reports_its_compute_processes() -> None:
-    with rig(PROCESSES, TEMPERATURE, process_interval_s=5.0) as (sampler, fake, clock, logs):
-        fake.inject_error("nvmlDeviceGetGraphicsRunningProcesses_v3", "NotSupported", gpu=0)
-        assert sampler.initialise()
-        for _ in range(2):
-            processes = sampler.run_cycle().devices[0].processes
-            clock.now += 5.0
-        asked = fake.calls["nvmlDeviceGetGraphicsRunningProcesses_v3"]
-    assert processes is not None and [p.pid for p in processes] == [500, 501, 502]
-    assert asked == 1  # refused once, not asked again
-    assert events(logs, logging.INFO)[1:] == [
-        ("INFO", "reading not supported on this GPU; it is omitted and not asked again",
-         {"gpu": 0, "reading": "graphics_processes", "error": "NVMLError_NotSupported: Not Supported"})]
