@@ -260,7 +260,9 @@ class Sampler:
                         for device in inventory.devices]
         self._log.change("nvml", ("up", len(inventory.devices)), logging.INFO, "NVML initialised",
                          driver_version=inventory.system.driver_version, gpus=len(inventory.devices))
-        if not inventory.devices:
+        if inventory.devices:
+            self._log.forget("devices")  # said again should the GPUs go away later
+        else:
             self._log.change("devices", "none", logging.WARNING, "NVML found no GPU")
         self._publish_status(nvml_up=True)
         return True

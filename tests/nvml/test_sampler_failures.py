@@ -750,12 +750,16 @@ def test_gpus_that_appear_after_a_start_without_any_are_announced(monkeypatch: p
     monkeypatch.setattr(sampler_module, "discover", later)
     with rig(csv=TEMPERATURE) as (sampler, _fake, _clock, logs):
         assert sampler.initialise()
+        assert sampler.initialise()  # still none: nothing new to say
         empty[0] = False  # the driver install finished
         assert sampler.initialise()
+        empty[0] = True  # and the GPUs went away again (a driver reload that finds none)
+        assert sampler.initialise()
+    none = ("NVML found no GPU", {})
     assert [(message, fields) for _level, message, fields in events(logs, logging.INFO)] == [
-        ("NVML initialised", {"driver_version": "550.90.07", "gpus": 0}),
-        ("NVML found no GPU", {}),
+        ("NVML initialised", {"driver_version": "550.90.07", "gpus": 0}), none,
         ("NVML initialised", {"driver_version": "550.90.07", "gpus": 8}),
+        ("NVML initialised", {"driver_version": "550.90.07", "gpus": 0}), none,
     ]
 
 
