@@ -5,6 +5,7 @@
     python -m bench run --quick --gpus 8 --pods 0 --exporters ours   # a subset
     python -m bench report [RESULTS.json]       # docs/benchmarks.md results section + docs/*.png
     python -m bench profile --gpus 8 --pods 110 # py-spy under load: where the Python time goes
+    python -m bench process-utilization --report   # what per-process utilization adds per cycle
 """
 
 from __future__ import annotations
@@ -48,7 +49,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     prof.add_argument("--pods", type=int, default=0)
     prof.add_argument("--seconds", type=float, default=10.0)
     prof.add_argument("--concurrency", type=int, default=16)
+    shared = commands.add_parser("process-utilization", help="cost of per-process utilization (with / without)")
+    shared.add_argument("--gpus", type=int, default=8)
+    shared.add_argument("--pods", type=int, default=24)
+    shared.add_argument("--repetitions", type=int, default=3)
+    shared.add_argument("--idle-s", type=float, default=30.0)
+    shared.add_argument("--no-pin", action="store_true")
+    shared.add_argument("--out", type=Path, default=runner.REPO_ROOT / "docs" / "benchmarks-process-utilization.json")
+    shared.add_argument("--report", action="store_true", help="also rewrite docs/benchmarks.md's section")
+    shared.add_argument("--report-only", type=Path, metavar="RESULTS", help="only rewrite the section from RESULTS")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+
+    if args.command == "process-utilization":
+        from bench import process_utilization  # noqa: PLC0415
+
+        if args.report_only is None:
+            process_utilization.run(args.out, gpus=args.gpus, pods=args.pods, repetitions=args.repetitions,
+                                    idle_s=args.idle_s, pin=not args.no_pin)
+            print(f"results: {args.out}")
+        if args.report or args.report_only is not None:
+            print(f"wrote {process_utilization.write_report(args.report_only or args.out, runner.REPO_ROOT / 'docs')}")
+        return 0
 
     if args.command == "profile":
         from bench import profile as profile_module  # noqa: PLC0415

@@ -262,14 +262,15 @@ OPTIONS: tuple[Option, ...] = (
            "Where the team label comes from, first match wins: pod:<key> or namespace:<key>."),
     Option("process_attribution", ("--kubernetes-process-attribution",), "GPU_POD_EXPORTER_PROCESS_ATTRIBUTION",
            _parse_bool, False,
-           "Attribute GPU memory per container from NVML's process list and /proc/<pid>/cgroup "
-           "(needs hostPID).", is_switch=True),
+           "Attribute GPU memory and utilization per container from NVML's process list, its per-process "
+           "utilization samples and /proc/<pid>/cgroup (needs hostPID).", is_switch=True),
     Option("process_metrics", ("--kubernetes-process-metrics",), "GPU_POD_EXPORTER_PROCESS_METRICS",
            _parse_bool, False, "Also export one series per GPU process (pid label); opt-in, high cardinality.",
            is_switch=True),
     Option("process_interval_ms", ("--process-interval",), "GPU_POD_EXPORTER_PROCESS_INTERVAL",
            _positive_int(1000, "milliseconds"), 5000,
-           "How often to read NVML's process lists (milliseconds); they cost ~4.5 ms per GPU on a real driver."),
+           "How often to read NVML's process lists and per-process utilization (milliseconds); the lists "
+           "cost ~4.5 ms per GPU on a real driver."),
     Option("proc_root", ("--proc-root",), "GPU_POD_EXPORTER_PROC_ROOT", _parse_str, "/proc",
            "Where the host's /proc is mounted (for PID -> cgroup -> pod)."),
     Option("xid_count_window_ms", ("-x", "--xid-count-window-size"), "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE",

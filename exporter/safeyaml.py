@@ -83,6 +83,8 @@ def compose(text: str, *, allow_aliases: bool = False) -> yaml.Node | None:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         raise YamlInputError(*describe_error(exc)) from None
+    except (ValueError, OverflowError):  # PyYAML's scanner calls chr() on a "\\U..." escape as written
+        raise YamlInputError(_escape_line(text), "a \\x, \\u or \\U escape names no character") from None
     except RecursionError:  # pragma: no cover - MAX_DEPTH keeps the composer far from the limit
         raise YamlInputError(None, f"nested deeper than {MAX_DEPTH} levels") from None
     if root is not None and allow_aliases:
@@ -134,6 +136,15 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.MappingNode):
         return [item for pair in node.value for item in pair]
     return []
+
+
+def _escape_line(text: str) -> int | None:
+    """The first line with a \\U escape beyond Unicode (what makes the scanner's chr() fail), if any."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        for match in re.finditer(r"\\U([0-9A-Fa-f]{8})", line):
+            if int(match.group(1), 16) > 0x10FFFF:
+                return number
+    return None
 
 
 def construct(node: yaml.Node) -> Any:

@@ -63,6 +63,35 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class ProcessUtilizationSample:
+    """One process's utilization of a whole GPU over the last process interval, in percent.
+
+    ``sm``: share of time its kernels ran on the SMs; ``memory``: share of time it read or wrote
+    device memory (frame-buffer bandwidth); ``encoder``/``decoder``: its video engine use. NVML's
+    per-process samples, averaged by the driver over the samples since the previous read.
+    """
+
+    pid: int
+    sm: float
+    memory: float
+    encoder: float
+    decoder: float
+
+
+@dataclass(frozen=True)
+class ProcessUtilization:
+    """The per-process utilization of one GPU over one process interval.
+
+    Only processes with non-zero utilization have a sample (NVML lists no others): a process
+    that is absent used 0 %. ``window_s`` is the span the samples cover (from the previous read's
+    newest sample, or one process interval before the first read, to this read).
+    """
+
+    samples: tuple[ProcessUtilizationSample, ...] = ()
+    window_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class DeviceReading:
     """One GPU's readings from one sampling cycle.
 
@@ -77,6 +106,8 @@ class DeviceReading:
     values: Mapping[str, float] = field(default_factory=dict)
     mig: tuple[MigReading, ...] = ()
     processes: tuple[GpuProcess, ...] | None = None  # None: not read (process attribution off)
+    # None: not read (process attribution off), or this GPU/driver has no per-process utilization.
+    process_utilization: ProcessUtilization | None = None
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ Three sources run on their own clocks and never on the scrape path:
 
 * the kubelet PodResources client (``podresources.client``): which container holds which device;
 * the API watches (``metadata``): pod UIDs, labels, container IDs, namespace labels;
-* process lists pushed in by the sampler (``update_processes``), resolved through cgroups
-  (``processes``): whose processes use how much framebuffer memory.
+* process lists and per-process utilization samples pushed in by the sampler
+  (``update_processes``), resolved through cgroups (``processes``): whose processes use how much
+  framebuffer memory, and how much of each GPU's SM, memory bandwidth and video engines.
 
 ``KubernetesAttribution.snapshot(devices, migs)`` joins them into an immutable
 ``AttributionSnapshot``. It does no I/O: the join is memoised on the identities of the three
@@ -37,9 +38,14 @@ from exporter.kube.labels import PodLabelPolicy, TeamResolver
 from exporter.kube.metadata import KubernetesMetadata, MetadataView, WatchTimeouts
 from exporter.kube.podresources.client import DEFAULT_STALE_AFTER_S, PodResourcesClient
 from exporter.kube.podresources.listing import PodResourcesListing, gpu_resource_filter
-from exporter.kube.processes import CgroupIdentity, ProcessCgroupResolver, attribute_processes
+from exporter.kube.processes import (
+    CgroupIdentity,
+    ProcessCgroupResolver,
+    attribute_processes,
+    attribute_utilization,
+)
 from exporter.logs import get_logger
-from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity
+from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity, ProcessUtilization
 
 LOG = get_logger("kube.attribution")  # under the exporter's handler and format
 
@@ -93,6 +99,37 @@ class ContainerMemory:
 
 
 @dataclass(frozen=True)
+class Utilization:
+    """Percent of one GPU's SM time, memory bandwidth time, encoder and decoder time."""
+
+    sm: float = 0.0
+    memory: float = 0.0
+    encoder: float = 0.0
+    decoder: float = 0.0
+
+    def __add__(self, other: Utilization) -> Utilization:
+        return Utilization(self.sm + other.sm, self.memory + other.memory, self.encoder + other.encoder,
+                           self.decoder + other.decoder)
+
+
+NO_UTILIZATION = Utilization()
+
+
+@dataclass(frozen=True)
+class ContainerUtilization:
+    """How much of one whole GPU one container's processes used over the last process interval.
+
+    Holders of the GPU without a sample used 0; a container that is not a holder appears when it
+    has a process listed on the GPU or a sample. MIG-enabled GPUs have none (NVML does not sample
+    processes there).
+    """
+
+    uuid: str
+    workload: Workload
+    utilization: Utilization
+
+
+@dataclass(frozen=True)
 class ProcessMemory:
     """One GPU process; ``workload`` None when it belongs to no pod the API knows."""
 
@@ -131,6 +168,11 @@ class AttributionSnapshot:
     processes: tuple[ProcessMemory, ...] = ()
     unattributed_bytes: Mapping[GpuKey, int] = field(default_factory=lambda: MappingProxyType({}))
     process_gpus: frozenset[str] = frozenset()
+    # Per-process utilization joined the same way: per container, and what no known pod used, for
+    # the GPUs (UUIDs) whose samples were read.
+    container_utilization: tuple[ContainerUtilization, ...] = ()
+    unattributed_utilization: Mapping[str, Utilization] = field(default_factory=lambda: MappingProxyType({}))
+    utilization_gpus: frozenset[str] = frozenset()
 
     def allocation(self, uuid: str, gpu_instance_id: int | None = None) -> DeviceAllocation | None:
         return self.allocations.get(GpuKey(uuid, gpu_instance_id))
@@ -138,6 +180,9 @@ class AttributionSnapshot:
     def memory(self, uuid: str, gpu_instance_id: int | None = None) -> tuple[ContainerMemory, ...]:
         return tuple(item for item in self.container_memory
                      if item.uuid == uuid and item.gpu_instance_id == gpu_instance_id)
+
+    def utilization(self, uuid: str) -> tuple[ContainerUtilization, ...]:
+        return tuple(item for item in self.container_utilization if item.uuid == uuid)
 
 
 EMPTY_SNAPSHOT = AttributionSnapshot()
@@ -153,12 +198,16 @@ class _Parts:
     processes: tuple[ProcessMemory, ...]
     unattributed_bytes: Mapping[GpuKey, int]
     process_gpus: frozenset[str]
+    container_utilization: tuple[ContainerUtilization, ...] = ()
+    unattributed_utilization: Mapping[str, Utilization] = field(default_factory=lambda: MappingProxyType({}))
+    utilization_gpus: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
 class _ProcessInput:
     processes: Mapping[str, tuple[GpuProcess, ...]]
     identities: Mapping[int, CgroupIdentity | None]
+    utilization: Mapping[str, ProcessUtilization] = field(default_factory=lambda: MappingProxyType({}))
 
 
 class WorkloadFactory:
@@ -232,9 +281,48 @@ def join_attribution(index: AllocationIndex, allocation_known: bool, process_inp
         container_memory = tuple(
             ContainerMemory(key.uuid, key.gpu_instance_id, workload(*_ref_parts(ref)), used)
             for (key, ref), used in ordered)
+        used_by, used_by_nobody = _join_utilization(index, process_input, memory, view)
+        return _Parts(allocation_known=allocation_known, allocations=MappingProxyType(allocations),
+                      container_memory=container_memory, processes=processes,
+                      unattributed_bytes=MappingProxyType(unattributed), process_gpus=process_gpus,
+                      container_utilization=tuple(
+                          ContainerUtilization(uuid, workload(*_ref_parts(ref)), used)
+                          for (uuid, ref), used in sorted(used_by.items())),
+                      unattributed_utilization=MappingProxyType(used_by_nobody),
+                      utilization_gpus=frozenset(process_input.utilization))
     return _Parts(allocation_known=allocation_known, allocations=MappingProxyType(allocations),
                   container_memory=container_memory, processes=processes,
                   unattributed_bytes=MappingProxyType(unattributed), process_gpus=process_gpus)
+
+
+def _join_utilization(index: AllocationIndex, process_input: _ProcessInput,
+                      memory: Mapping[tuple[GpuKey, ContainerRef], int], view: MetadataView,
+                      ) -> tuple[dict[tuple[str, ContainerRef], Utilization], dict[str, Utilization]]:
+    """Per (GPU UUID, container) and per GPU for no known pod: the sum of their processes' samples.
+
+    Every holder of a sampled GPU, and every container with a process listed on it, gets a value
+    (0 without a sample: NVML lists only processes that used the GPU), so an idle holder shows as
+    idle rather than missing. Owners come from ``attribute_utilization``: the memory's join.
+    """
+    sampled = process_input.utilization
+    per_container: dict[tuple[str, ContainerRef], Utilization] = {}
+    for key, allocation in index.by_key.items():
+        if key.gpu_instance_id is None and key.uuid in sampled:
+            for holder in allocation.holders:
+                per_container.setdefault((key.uuid, holder.container), NO_UTILIZATION)
+    for key, ref in memory:
+        if key.gpu_instance_id is None and key.uuid in sampled:
+            per_container.setdefault((key.uuid, ref), NO_UTILIZATION)
+    unattributed = dict.fromkeys(sampled, NO_UTILIZATION)
+    for record in attribute_utilization(sampled, process_input.identities, view):
+        sample = record.sample
+        used = Utilization(sample.sm, sample.memory, sample.encoder, sample.decoder)
+        if record.owner is None:
+            unattributed[record.uuid] += used
+        else:
+            ref = ContainerRef(record.owner.namespace, record.owner.pod, record.owner.container)
+            per_container[(record.uuid, ref)] = per_container.get((record.uuid, ref), NO_UTILIZATION) + used
+    return per_container, unattributed
 
 
 class KubernetesAttribution:
@@ -308,8 +396,10 @@ class KubernetesAttribution:
 
     # -- process lists ------------------------------------------------------------------------
 
-    def update_processes(self, processes: Mapping[str, Sequence[GpuProcess]]) -> None:
-        """New NVML process lists, keyed by GPU UUID (MIG processes carry their GPU-instance id).
+    def update_processes(self, processes: Mapping[str, Sequence[GpuProcess]],
+                         utilization: Mapping[str, ProcessUtilization] | None = None) -> None:
+        """New NVML process lists, keyed by GPU UUID (MIG processes carry their GPU-instance id),
+        and the per-process utilization samples of the GPUs that have them.
 
         Reads ``/proc/<pid>/stat`` (and ``cgroup`` for PIDs not seen before) in the caller's
         thread, so call it from the sampler, never from a scrape. Fires ``on_change`` when the
@@ -319,13 +409,17 @@ class KubernetesAttribution:
             return
         with self._process_lock:
             frozen = {uuid: tuple(listed) for uuid, listed in processes.items()}
+            sampled = dict(utilization or {})
             pids = {process.pid for listed in frozen.values() for process in listed}
+            pids |= {sample.pid for reading in sampled.values() for sample in reading.samples}
             identities = {pid: self._resolver.resolve(pid) for pid in pids}
             self._resolver.retain(pids)
             previous = self._process_input
-            if previous is not None and previous.processes == frozen and previous.identities == identities:
+            if (previous is not None and previous.processes == frozen and previous.identities == identities
+                    and previous.utilization == sampled):
                 return
-            self._process_input = _ProcessInput(MappingProxyType(frozen), MappingProxyType(identities))
+            self._process_input = _ProcessInput(MappingProxyType(frozen), MappingProxyType(identities),
+                                                MappingProxyType(sampled))
         self._notify()
 
     # -- the published value --------------------------------------------------------------------
@@ -346,7 +440,10 @@ class KubernetesAttribution:
         return AttributionSnapshot(status=status, allocation_known=parts.allocation_known,
                                    allocations=parts.allocations, container_memory=parts.container_memory,
                                    processes=parts.processes, unattributed_bytes=parts.unattributed_bytes,
-                                   process_gpus=parts.process_gpus)
+                                   process_gpus=parts.process_gpus,
+                                   container_utilization=parts.container_utilization,
+                                   unattributed_utilization=parts.unattributed_utilization,
+                                   utilization_gpus=parts.utilization_gpus)
 
     def _parts(self, listing: PodResourcesListing | None, view: MetadataView,
                devices: tuple[DeviceIdentity, ...], migs: tuple[MigIdentity, ...]) -> _Parts:

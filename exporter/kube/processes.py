@@ -20,6 +20,11 @@ Cgroup paths seen in practice (the pod UID uses ``_`` instead of ``-`` under sys
 Reading is cached per PID and keyed on the process start time (field 22 of ``/proc/<pid>/stat``)
 so that a recycled PID is read again; entries for PIDs that left the GPU lists are evicted on
 every update, so the cache never outgrows the GPU process table. Nothing is shelled out.
+
+The same join attributes per-process utilization samples (``attribute_utilization``). A sample
+can name a process that has exited since (it ran during the interval): while its PID is still
+in the cache (it was on a GPU list at the previous update) its container is the cached one;
+otherwise nobody can tell whose it was and it counts as unattributed.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from pathlib import Path
 
 from exporter.kube.deviceids import GpuKey
 from exporter.kube.metadata import MetadataView
-from exporter.snapshot import GpuProcess
+from exporter.snapshot import GpuProcess, ProcessUtilization, ProcessUtilizationSample
 
 _UUID_WITH_SEPARATORS = r"[0-9a-fA-F]{8}(?:[-_][0-9a-fA-F]{4}){3}[-_][0-9a-fA-F]{12}"
 # Static (mirror) pods have a 32-hex-digit UID (an MD5 of the manifest) instead of a UUID.
@@ -128,7 +133,9 @@ class ProcessCgroupResolver:
     def resolve(self, pid: int) -> CgroupIdentity | None:
         start_time = read_start_time(self.proc_root, pid)
         cached = self._cache.get(pid)
-        if cached is not None and cached.start_time == start_time and start_time is not None:
+        if cached is not None and (cached.start_time == start_time or start_time is None):
+            # Unchanged, or gone since it was read: what it ran in then is still what its last
+            # samples belong to. (A PID reused since has a different start time: read again.)
             return cached.identity
         identity: CgroupIdentity | None = None
         try:
@@ -193,6 +200,24 @@ def owner_of(identity: CgroupIdentity | None, view: MetadataView) -> ProcessOwne
             return None
         container_name = next(iter(names))
     return ProcessOwner(namespace=pod.namespace, pod=pod.name, container=container_name, pod_uid=pod.uid)
+
+
+@dataclass(frozen=True)
+class UtilizationRecord:
+    """One process's utilization sample on a whole GPU, with its owner (None: no known pod)."""
+
+    uuid: str
+    sample: ProcessUtilizationSample
+    owner: ProcessOwner | None
+
+
+def attribute_utilization(utilization: Mapping[str, ProcessUtilization],
+                          identities: Mapping[int, CgroupIdentity | None],
+                          view: MetadataView) -> tuple[UtilizationRecord, ...]:
+    """Every per-process utilization sample with its owner, by the same join as the memory
+    (``owner_of``), sorted by GPU and PID. Pure."""
+    return tuple(UtilizationRecord(uuid, sample, owner_of(identities.get(sample.pid), view))
+                 for uuid, reading in sorted(utilization.items()) for sample in reading.samples)
 
 
 def gpu_key_of(uuid: str, process: GpuProcess) -> GpuKey:

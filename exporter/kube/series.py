@@ -30,6 +30,12 @@ as a ``LabeledDevice``. From the ``AttributionSnapshot`` this module derives:
 * ``DCGM_EXP_UNATTRIBUTED_FB_USED`` (MiB, base labels): memory held by GPU processes that
   belong to no known pod, the "pod is gone but its memory is not" signal (only with process
   attribution);
+* ``DCGM_EXP_CONTAINER_{SM,MEM,ENC,DEC}_UTIL`` (%, base + workload labels): how much of the
+  whole GPU each container's processes used over the last process interval, from NVML's
+  per-process utilization samples; every holder of the GPU has a series (0 when idle), so "who
+  is busy on a shared GPU" is one query. ``DCGM_EXP_UNATTRIBUTED_{SM,MEM,ENC,DEC}_UTIL`` (%, base
+  labels): what processes of no known pod used. Only for GPUs whose samples were read (not
+  MIG-enabled GPUs, not drivers without the calls);
 * self-metrics ``gpu_pod_exporter_kubelet_up``, ``gpu_pod_exporter_kube_api_up``, their
   ``..._last_success_timestamp_seconds``, and ``gpu_pod_exporter_kubernetes_pods``.
 
@@ -61,7 +67,7 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 
 from exporter.config import Config
-from exporter.kube.attribution import AttributionSnapshot, Workload
+from exporter.kube.attribution import NO_UTILIZATION, AttributionSnapshot, Workload
 from exporter.kube.deviceids import GpuKey
 from exporter.metrics.render import owned_family
 
@@ -136,6 +142,8 @@ def attribution_families(attribution: AttributionSnapshot, devices: Sequence[Lab
         families += _allocation_families(attribution, devices, config)
     if attribution.process_gpus:
         families += _memory_families(attribution, devices, config)
+    if attribution.utilization_gpus:
+        families += _utilization_families(attribution, devices, config)
     families += _self_metrics(attribution)
     return families
 
@@ -181,6 +189,27 @@ def _memory_families(attribution: AttributionSnapshot, devices: Sequence[Labeled
             process_fb.add_sample(process_fb.name, labels, process.used_bytes / MIB)
     families = [container_fb, unattributed]
     return [*families, process_fb] if config.process_metrics else families
+
+
+_ENGINES = (("SM", "sm"), ("MEM", "memory"), ("ENC", "encoder"), ("DEC", "decoder"))
+
+
+def _utilization_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
+                          config: Config) -> list[Metric]:
+    """Per-container and unattributed utilization of every whole GPU whose samples were read."""
+    containers = [(owned_family(f"DCGM_EXP_CONTAINER_{engine}_UTIL"), part) for engine, part in _ENGINES]
+    nobody = [(owned_family(f"DCGM_EXP_UNATTRIBUTED_{engine}_UTIL"), part) for engine, part in _ENGINES]
+    for device in devices:
+        if device.gpu_instance_id is not None or device.uuid not in attribution.utilization_gpus:
+            continue
+        for item in attribution.utilization(device.uuid):
+            labels = {**device.labels, **workload_labels(item.workload, config, device.labels)}
+            for family, part in containers:
+                family.add_sample(family.name, labels, getattr(item.utilization, part))
+        unattributed = attribution.unattributed_utilization.get(device.uuid, NO_UTILIZATION)
+        for family, part in nobody:
+            family.add_sample(family.name, dict(device.labels), getattr(unattributed, part))
+    return [family for family, _ in (*containers, *nobody)]
 
 
 def _self_metrics(attribution: AttributionSnapshot) -> list[Metric]:

@@ -12,11 +12,11 @@ learns about Kubernetes:
   I/O and is memoised), and the result goes into ``RenderContext.extras`` and into a workload
   labeler bound to it. The payload series (``DCGM_FI_*``) and the attribution's own families
   (``families``) therefore see the same value, computed once.
-* processes (``on_snapshot``): the sampler reads NVML's process lists every
-  ``--process-interval``; the lists are handed to a small worker thread that resolves PIDs
-  through ``/proc/<pid>/cgroup``, so the sampling thread never waits on ``/proc`` (a host with
-  hostPID and a busy ``/proc`` must not delay NVML readings). Only lists the sampler actually
-  re-read are handed over; the worker coalesces them, keeping only the newest.
+* processes (``on_snapshot``): the sampler reads NVML's process lists and per-process
+  utilization samples every ``--process-interval``; they are handed to a small worker thread that
+  resolves PIDs through ``/proc/<pid>/cgroup``, so the sampling thread never waits on ``/proc`` (a
+  host with hostPID and a busy ``/proc`` must not delay NVML readings). Only readings the sampler
+  actually re-read are handed over; the worker coalesces them, keeping only the newest.
 
 MIG: the MIG devices come from ``Snapshot.migs`` (every compute instance the sampler tracks, which
 is what the kubelet's ``MIG-<uuid>`` IDs name) and the readings' ``DeviceReading.mig``. A
@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 
@@ -39,7 +40,7 @@ from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution
 from exporter.kube.series import LabeledDevice, attribution_families, workload_label_sets
 from exporter.logs import get_logger
 from exporter.metrics.render import RenderContext
-from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity, Snapshot
+from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity, ProcessUtilization, Snapshot
 from exporter.supervisor import supervised
 
 LOG = get_logger("kube.wiring")
@@ -47,6 +48,14 @@ LOG = get_logger("kube.wiring")
 EXTRAS_KEY = "kubernetes.attribution"  # RenderContext.extras key of this render's AttributionSnapshot
 
 ProcessLists = Mapping[str, tuple[GpuProcess, ...]]
+
+
+@dataclass(frozen=True)
+class ProcessReadings:
+    """What one process read of the sampler gives attribution: lists and utilization, by GPU UUID."""
+
+    lists: ProcessLists
+    utilization: Mapping[str, ProcessUtilization]
 
 
 def mig_identities(snapshot: Snapshot) -> tuple[MigIdentity, ...]:
@@ -86,17 +95,17 @@ def labeled_devices(ctx: RenderContext) -> list[LabeledDevice]:
 
 
 class _ProcessFeed:
-    """Hands process lists from the sampling thread to one worker; only the newest list is kept."""
+    """Hands process readings from the sampling thread to one worker; only the newest is kept."""
 
-    def __init__(self, consume: Callable[[ProcessLists], None]) -> None:
+    def __init__(self, consume: Callable[[ProcessReadings], None]) -> None:
         self._consume = consume
         self._lock = threading.Lock()
-        self._pending: ProcessLists | None = None
+        self._pending: ProcessReadings | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def offer(self, processes: ProcessLists) -> None:
+    def offer(self, processes: ProcessReadings) -> None:
         with self._lock:
             self._pending = processes
         self._wake.set()
@@ -139,8 +148,11 @@ class KubernetesWiring:
         self.config = config
         self._invalidate: Callable[[], None] = lambda: None
         self.attribution = attribution or KubernetesAttribution(config, on_change=self._changed)
-        self._feed = _ProcessFeed(self.attribution.update_processes) if config.process_attribution else None
-        self._offered: ProcessLists | None = None
+        self._feed = _ProcessFeed(self._update_processes) if config.process_attribution else None
+        self._offered: ProcessReadings | None = None
+
+    def _update_processes(self, readings: ProcessReadings) -> None:
+        self.attribution.update_processes(readings.lists, readings.utilization)
 
     def _changed(self) -> None:
         self._invalidate()
@@ -178,17 +190,21 @@ class KubernetesWiring:
     # -- sampler -----------------------------------------------------------------------------------
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        """Sampling thread: pass on process lists the sampler re-read (it keeps the same tuple between reads)."""
+        """Sampling thread: pass on process readings the sampler re-read (it keeps the same objects
+        between reads)."""
         if self._feed is None:
             return
-        lists = {reading.identity.uuid: reading.processes for reading in snapshot.devices
-                 if reading.processes is not None}
-        previous = self._offered  # held, so an unchanged tuple can be recognised by identity
-        if previous is not None and previous.keys() == lists.keys() and all(
-                lists[uuid] is previous[uuid] for uuid in lists):
+        readings = ProcessReadings(
+            lists={reading.identity.uuid: reading.processes for reading in snapshot.devices
+                   if reading.processes is not None},
+            utilization={reading.identity.uuid: reading.process_utilization for reading in snapshot.devices
+                         if reading.process_utilization is not None})
+        previous = self._offered  # held, so unchanged readings can be recognised by identity
+        if previous is not None and _same_objects(previous.lists, readings.lists) and _same_objects(
+                previous.utilization, readings.utilization):
             return
-        self._offered = lists
-        self._feed.offer(lists)
+        self._offered = readings
+        self._feed.offer(readings)
 
     # -- rendering ---------------------------------------------------------------------------------
 
@@ -212,6 +228,10 @@ class KubernetesWiring:
         if not isinstance(attribution, AttributionSnapshot):
             return []
         return attribution_families(attribution, labeled_devices(ctx), self.config)
+
+
+def _same_objects(old: Mapping[str, object], new: Mapping[str, object]) -> bool:
+    return old.keys() == new.keys() and all(new[key] is old[key] for key in new)
 
 
 def kubernetes_extensions(config: Config, extensions: Extensions) -> KubernetesWiring | None:

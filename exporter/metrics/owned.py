@@ -83,7 +83,25 @@ KUBERNETES_PAYLOAD_METRICS: tuple[OwnedMetric, ...] = (
     OwnedMetric("DCGM_EXP_PROCESS_FB_USED", "gauge", "MiB", ("pid", *_WORKLOAD),
                 "Framebuffer memory used by one GPU process (in MiB).",
                 "NVML running-process lists (--kubernetes-process-metrics; one series per process)", "kubernetes"),
+    *(OwnedMetric(f"DCGM_EXP_CONTAINER_{engine}_UTIL", "gauge", "%", _WORKLOAD,
+                  f"{what} of this GPU used by the container's processes, averaged over the last process interval "
+                  f"(in %).",
+                  "NVML per-process utilization samples since the previous read, PID -> /proc/<pid>/cgroup -> "
+                  "container (--kubernetes-process-attribution; not on MIG-enabled GPUs)", "kubernetes")
+      for engine, what in (("SM", "SM time (kernels running)"), ("MEM", "Memory bandwidth time (reads and writes)"),
+                           ("ENC", "Video encoder time"), ("DEC", "Video decoder time"))),
+    *(OwnedMetric(f"DCGM_EXP_UNATTRIBUTED_{engine}_UTIL", "gauge", "%", (),
+                  f"{what} of this GPU used by processes that belong to no known pod, averaged over the last "
+                  f"process interval (in %).",
+                  "NVML per-process utilization samples of PIDs in no known pod's cgroup "
+                  "(--kubernetes-process-attribution)", "kubernetes")
+      for engine, what in (("SM", "SM time"), ("MEM", "Memory bandwidth time"), ("ENC", "Video encoder time"),
+                           ("DEC", "Video decoder time"))),
 )
+# The families per-process utilization feeds; a GPU without it lists them as unsupported fields.
+PROCESS_UTILIZATION_FAMILIES: tuple[str, ...] = tuple(
+    f"DCGM_EXP_{owner}_{engine}_UTIL" for owner in ("CONTAINER", "UNATTRIBUTED")
+    for engine in ("SM", "MEM", "ENC", "DEC"))
 KUBERNETES_SELF_METRICS: tuple[OwnedMetric, ...] = (
     OwnedMetric("gpu_pod_exporter_kubelet_up", "gauge", "0/1", (),
                 "1 if the last kubelet PodResources List succeeded, else 0.", "kubelet client", "kubernetes"),

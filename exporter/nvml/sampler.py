@@ -40,12 +40,23 @@ from exporter.metrics.catalog import (
     Scope,
     dcgm_number,
 )
+from exporter.metrics.owned import PROCESS_UTILIZATION_FAMILIES
 from exporter.nvml.client import ErrorClass, NvmlClient, classify, describe, mig_instance_id
 from exporter.nvml.gpm import GpmReader, gpm_unsupported
 from exporter.nvml.inventory import Device, Inventory, discover
 from exporter.nvml.mig import MIG_CHECK_INTERVAL_S, InstancePlan, MigTracker, instance_values, is_gone
+from exporter.nvml.process_utilization import ProcessUtilizationReader, SizeRaceError
 from exporter.nvml.queries import IDENTITY_QUERIES, QUERIES, QueryState, decode_field_value
-from exporter.snapshot import DeviceReading, GpuProcess, InFlight, MigIdentity, MigReading, SamplerStatus, Snapshot
+from exporter.snapshot import (
+    DeviceReading,
+    GpuProcess,
+    InFlight,
+    MigIdentity,
+    MigReading,
+    ProcessUtilization,
+    SamplerStatus,
+    Snapshot,
+)
 from exporter.supervisor import supervised
 
 log = get_logger("sampler")
@@ -156,6 +167,8 @@ class _DeviceState:
     lost_checked_at: float = 0.0
     processes: tuple[GpuProcess, ...] | None = None
     processes_read_at: float = float("-inf")
+    utilization: ProcessUtilizationReader = field(default_factory=ProcessUtilizationReader)
+    process_utilization: ProcessUtilization | None = None  # the last read's, kept until the next one
     mig: MigTracker = field(default_factory=MigTracker)
     mig_query_state: QueryState = field(default_factory=QueryState)
     mig_unsupported_queries: set[str] = field(default_factory=set)  # not asked again until the layout changes
@@ -326,13 +339,16 @@ class Sampler:
             state.lost_checked_at = now
             state.gpm.reset(self.nvml)  # the sample chain restarts when the GPU answers again
             state.mig.mark_stale()
+            state.utilization.reset()  # so does the per-process sample cursor
+            state.process_utilization = None
             self._log.change(("lost", identity.uuid), True, logging.ERROR,
                              "GPU lost: its readings are dropped until it answers again; other GPUs continue",
                              gpu=identity.index, uuid=identity.uuid, error=exc.reason)
             return DeviceReading(identity=identity, up=False, error=exc.reason)
         finally:
             self.nvml.gpu = None
-        return DeviceReading(identity=identity, values=values, processes=processes, mig=mig)
+        return DeviceReading(identity=identity, values=values, processes=processes, mig=mig,
+                             process_utilization=state.process_utilization if processes is not None else None)
 
     def _reprobe(self, state: _DeviceState, now: float) -> bool:
         state.lost_checked_at = now
@@ -492,8 +508,37 @@ class Sampler:
                                                  gpu_instance_id=mig_instance_id(process.gpuInstanceId),
                                                  compute_instance_id=mig_instance_id(process.computeInstanceId))
         state.processes = tuple(sorted(by_pid.values(), key=lambda process: process.pid))
+        state.process_utilization = self._read_process_utilization(state, self.process_interval_s)
         state.processes_read_at = now
         return state.processes
+
+    def _read_process_utilization(self, state: _DeviceState, interval_s: float) -> ProcessUtilization | None:
+        """Per-process utilization since the previous read (exporter/nvml/process_utilization.py).
+
+        Read with the process lists, on the process interval only. A GPU or driver without it is
+        logged once and listed in the unsupported self-metric under the families it omits; a
+        transient failure keeps the previous value (the next read covers this interval too).
+        """
+        reader = state.utilization
+        if reader.unsupported:
+            return None
+        identity = state.device.identity
+        try:
+            result = reader.read(self.nvml, state.device.handle, self._wall(), interval_s)
+        except SizeRaceError as exc:
+            self._log.once(("transient", identity.uuid, "process utilization", "size"), logging.WARNING,
+                           "reading failed; skipped this cycle", gpu=identity.index,
+                           reading="process utilization", error=str(exc))
+            return state.process_utilization
+        except Exception as exc:  # noqa: BLE001 - classified: lost GPU / NVML down propagate
+            self._handle_error(state, exc, what="process utilization")
+            return state.process_utilization
+        if result is None:
+            self._log.once(("unsupported", identity.uuid, "process utilization"), logging.INFO,
+                           "per-process utilization is not supported on this GPU or driver; its per-container "
+                           "utilization families are omitted", gpu=identity.index, uuid=identity.uuid,
+                           error=reader.unsupported)
+        return result
 
     # -- MIG and GPM (exporter/nvml/mig.py, exporter/nvml/gpm.py) -------------------------------
 
@@ -522,6 +567,8 @@ class Sampler:
             state.unsupported_fields.clear()
             state.static_results = None
             state.gpm.reset(self.nvml)
+            state.utilization.reset()
+            state.process_utilization = None
         for target in state.gpm.targets():
             if target is not None:  # GPU-instance ids may be reused by a different instance
                 state.gpm.forget(self.nvml, target)
@@ -669,6 +716,8 @@ class Sampler:
                     missing = False
                 if missing:
                     result.append((state.device.identity.index, spec.name))
+            if self.process_interval_s is not None and state.utilization.unsupported:
+                result.extend((state.device.identity.index, name) for name in PROCESS_UTILIZATION_FAMILIES)
         return tuple(result)
 
     def _status(self, *, nvml_up: bool, **overrides: Any) -> SamplerStatus:

@@ -29,6 +29,7 @@ from exporter.report.sources import (
     HOLDER_FRACTION,
     HOLDER_UTILIZATION,
     MEASURED,
+    MEASURED_USE_SHARE,
     MEMORY,
     SOURCES,
     UTILIZATION_INPUTS,
@@ -101,7 +102,7 @@ class Queries:
 
 def presence(client: PrometheusClient, queries: Queries, window: Window) -> Presence:
     """Which clusters have each series the report reads, or that those series are computed from."""
-    names = sorted({*(s.series for s in SOURCES), *ALLOCATION_INPUTS, *UTILIZATION_INPUTS,
+    names = sorted({*(s.series for s in SOURCES), *ALLOCATION_INPUTS, *UTILIZATION_INPUTS, MEASURED_USE_SHARE,
                     *(name for s in SOURCES for name in s.inputs)})
     present = set(client.label_values("__name__", [queries.select(name) for name in names],
                                       window.start, window.end))

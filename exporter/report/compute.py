@@ -43,11 +43,11 @@ from exporter.report.sources import (
     HOLDER_UTILIZATION,
     MEASURED,
     MEMORY,
-    SPLITS,
     Presence,
     Source,
     cluster_name,
     missing_notes,
+    splits,
 )
 from exporter.report.timespec import format_day, format_time
 
@@ -333,7 +333,7 @@ def build_report(fetched: Fetched, settings: Settings, prices: PriceSheet, top_p
         reclaim=tuple(reclaim),
         idle_pods=tuple(builder.idle_pods()),
         daily=tuple(builder.daily()),
-        splits=dict(SPLITS),
+        splits=splits(fetched.presence),
         notes=tuple(notes),
         warnings=fetched.warnings,
     )

@@ -7,10 +7,12 @@ series, the rule group that produces it, the exporter series that rule reads, an
 feeds, so that a missing piece is reported as "cluster west lacks X (rule group Y, computed from
 Z): column C is not available there" rather than as a silent zero.
 
-How shared GPUs are split is a property of the source, written down in ``SPLITS``: today the
-busy share of a shared GPU follows the allocation share (1/N per holder). A measured
-per-container source (NVML per-process utilisation, issue #22) or DRA allocations (#17) add a
-``Source`` here with its own split and are preferred where a cluster has them.
+How shared GPUs are split is a property of the source, written down in ``SPLITS``. The busy
+share of a shared GPU follows each holder's measured use where the exporters read per-container
+utilisation (NVML per-process samples, ``--kubernetes-process-attribution``; the recorded
+``gpu_container:gpu_measured_use_share:ratio``) and the allocation share (1/N per holder)
+elsewhere; the rules choose per GPU, ``splits`` says per cluster which one this report's data
+used. DRA allocations (#17) would add a ``Source`` here with their own split.
 """
 
 from __future__ import annotations
@@ -58,15 +60,42 @@ CAPACITY = Source("capacity", "cluster:gpu_physical:count", ("DCGM_EXP_GPU_ALLOC
 SOURCES: tuple[Source, ...] = (FRACTION, BUSY, MEASURED, MEMORY, ENERGY, HOLDER_FRACTION, HOLDER_UTILIZATION,
                                CAPACITY)
 
+# Recorded where a shared GPU's per-container use is measured (optional: its absence is no gap).
+MEASURED_USE_SHARE = "gpu_container:gpu_measured_use_share:ratio"
+MEASURED_INPUTS = ("DCGM_EXP_CONTAINER_SM_UTIL",)
+
+BUSY_BY_ALLOCATION = ("by allocation share: each of the N holders of a shared GPU is given 1/N of the device's "
+                      "utilisation")
+BUSY_MEASURED = ("by measured use: a shared GPU's busy time goes to its holders in proportion to their "
+                 "processes' measured SM utilisation (DCGM_EXP_CONTAINER_SM_UTIL); what non-holders and "
+                 "processes of no pod used is billed to nobody. GPUs without per-process samples (MIG, "
+                 "drivers without them) and intervals in which nothing was measured fall back to the "
+                 "allocation share")
 SPLITS = {
     "allocation": "a GPU shared by N holders (time-slicing, MPS or other replicas) counts 1/N for each; "
                   "a MIG instance counts its compute slices out of the GPU's (n/7, n/4 on A30)",
-    "busy": "by allocation share: each of the N holders of a shared GPU is given 1/N of the device's "
-            "utilisation (the exporter has no per-container utilisation yet)",
+    "busy": BUSY_BY_ALLOCATION + " (no per-container utilisation in this window: it needs the exporter's "
+                                 "--kubernetes-process-attribution)",
     "memory": "a shared GPU's used memory is split by allocation share; a MIG instance reports its own",
     "energy": "a GPU's energy is split by the whole-GPU fraction each holder has; unallocated GPUs and "
               "MIG slices stay unattributed",
 }
+
+
+def splits(presence: Presence) -> dict[str, str]:
+    """``SPLITS`` with the busy split this window's data used, per cluster where they differ."""
+    result = dict(SPLITS)
+    clusters = presence.known_clusters()
+    measured = presence.clusters(MEASURED_USE_SHARE) & clusters
+    if not measured:
+        return result
+    if measured == clusters:
+        result["busy"] = BUSY_MEASURED
+        return result
+    names = ", ".join(cluster_name(cluster) for cluster in sorted(measured))
+    others = ", ".join(cluster_name(cluster) for cluster in sorted(clusters - measured))
+    result["busy"] = f"{BUSY_MEASURED} (in {names}); {BUSY_BY_ALLOCATION} (in {others}, which measure none)"
+    return result
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,15 @@ GPU:
   retired_pages: {single_bit: COUNTER, double_bit: COUNTER, pending: FLAG}
   remapped_rows: {correctable: COUNTER, uncorrectable: COUNTER, pending: FLAG, failure: FLAG}
   processes: [{pid: int, used_memory: SIZE | unavailable, type: compute | graphics | both,
-               from: DURATION, until: DURATION}]
+               from: DURATION, until: DURATION | for: DURATION, every: DURATION,
+               load, memory_util, encoder_util, decoder_util: PATTERN of percent}]
+                                      # a process's own activity (what NVML's per-process utilization
+                                      # samples report); when any process of a GPU has some, the GPU's
+                                      # load/memory_util/encoder_util/decoder_util follow its processes
+                                      # (see sharing); otherwise its processes share the GPU's equally
+  sharing: time-slicing | mps         # default time-slicing: processes take turns, so the GPU is busy
+                                      # the sum of their times (at most 100 %); mps: their kernels run
+                                      # at once, busy 1 - prod(1 - each), less than the sum
   mig: [MIG_INSTANCE, ...]            # MIG enabled with these GPU instances ([]: enabled, none created);
                                       # on a MIG GPU the parent's load/memory follow its instances
   profiling: {workload: training | inference | hpc | graphics,   # GPM counters (features.gpm)
@@ -175,6 +183,10 @@ REALISTIC_LATENCY_S: Mapping[str, float] = MappingProxyType({
     "nvmlDeviceGetRemappedRows": 30e-6,  # estimate
     "nvmlDeviceGetComputeRunningProcesses_v3": 4.491e-3,  # measured (graphics list, same path)
     "nvmlDeviceGetGraphicsRunningProcesses_v3": 4.491e-3,  # measured
+    # Per-process utilization samples: no published figure. Estimate: a quarter of the process-list
+    # query (it reads RM's per-process sample buffer), per C call; pynvml makes two per read.
+    "nvmlDeviceGetProcessUtilization": 1.0e-3,  # estimate
+    "nvmlDeviceGetProcessesUtilizationInfo": 1.0e-3,  # estimate
     "nvmlDeviceGetPcieThroughput": 0.0,  # its 20 ms sampling window is always simulated
     "nvmlDeviceGetMaxMigDeviceCount": 2e-6,  # estimate
     "nvmlDeviceGetMigMode": 5e-6,  # estimate
@@ -205,6 +217,9 @@ NVML_SYMBOLS: frozenset[str] = frozenset(REALISTIC_LATENCY_S)
 
 LATENCY_PROFILES = ("none", "realistic")
 PROCESS_TYPES = ("compute", "graphics", "both")
+SHARING_MODES = ("time-slicing", "mps")
+# GPU channels that follow the processes' own activity when any process of the GPU has some.
+DERIVED_FROM_PROCESSES = ("load", "memory_util", "encoder_util", "decoder_util")
 PATTERN_KINDS = ("constant", "noise", "ramp", "sine", "square", "steps")
 
 # Clock event reasons a scenario can schedule, with the bits NVML reports while they are active.
@@ -612,14 +627,41 @@ class ClockEvent:
     window: Window
 
 
+PROCESS_ACTIVITY_CHANNELS = ("load", "memory_util", "encoder_util", "decoder_util")
+
+
+@dataclass(frozen=True)
+class ProcessActivity:
+    """A process's own activity, percent of the whole GPU per channel (None: not given).
+
+    ``load`` is its SM utilization, ``memory_util`` its share of the frame-buffer bandwidth,
+    ``encoder_util``/``decoder_util`` its video engine use: what NVML's per-process utilization
+    samples report for it (``fakenvml/processutil.py``).
+    """
+
+    load: Pattern | None = None
+    memory_util: Pattern | None = None
+    encoder_util: Pattern | None = None
+    decoder_util: Pattern | None = None
+
+    @property
+    def given(self) -> bool:
+        return any(getattr(self, name) is not None for name in PROCESS_ACTIVITY_CHANNELS)
+
+
+NO_ACTIVITY = ProcessActivity()
+
+
 @dataclass(frozen=True)
 class ProcessSpec:
-    """A process on a GPU: host PID, framebuffer bytes (None: NVML reports "not available")."""
+    """A process on a GPU: host PID, framebuffer bytes (None: NVML reports "not available"), and
+    optionally its own activity (see ``GpuSpec.sharing`` for how a GPU's utilization follows it)."""
 
     pid: int
     used_memory: int | None
     kind: str  # "compute", "graphics" or "both"
     window: Window = ALWAYS
+    activity: ProcessActivity = NO_ACTIVITY
 
     @property
     def compute(self) -> bool:
@@ -699,6 +741,14 @@ class GpuSpec:
     processes: tuple[ProcessSpec, ...] = ()
     mig: tuple[MigInstanceSpec, ...] | None = None  # None: MIG disabled; () enabled without instances
     profiling: ProfilingSpec = field(default_factory=lambda: DEFAULT_PROFILING)
+    # How processes share the GPU: "time-slicing" (their kernels take turns, so the GPU's busy time
+    # is the sum of theirs) or "mps" (their kernels run at the same time, so it is less).
+    sharing: str = "time-slicing"
+
+    @property
+    def activity_from_processes(self) -> bool:
+        """Whether the GPU's utilization is derived from its processes' own activity."""
+        return self.mig is None and any(process.activity.given for process in self.processes)
 
     @property
     def pci_bus_id(self) -> str:
@@ -817,7 +867,7 @@ _TOP_KEYS = ("description", "seed", "driver", "gpu_count", "gpu_defaults", "gpus
 _GPU_KEYS = ("model", "name", "uuid", "serial", "vbios", "pci_bus_id", "minor", "power_limit", "features", "mig",
              "profiling",
              "clock_events", "pcie_replays", "ecc_errors", "retired_pages", "remapped_rows", "processes",
-             *CHANNELS)
+             "sharing", *CHANNELS)
 _UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _PCI = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<device>[0-9a-fA-F]{1,2})"
                   r"(?:\.(?P<function>[0-7]))?$")
@@ -978,8 +1028,10 @@ def _features(value: YamlValue, base: Features) -> Features:
 def _processes(value: YamlValue, model: GpuModel) -> tuple[ProcessSpec, ...]:
     result: list[ProcessSpec] = []
     size = _size_parser(model.memory_total)
+    units = _channel_units(model)
+    seen: dict[int, YamlValue] = {}
     for item in value.sequence():
-        window, keys = _window(item, ("pid", "used_memory", "type"))
+        window, keys = _window(item, ("pid", "used_memory", "type", *PROCESS_ACTIVITY_CHANNELS))
         if "pid" not in keys:
             raise item.error("a process needs 'pid'")
         used: int | None = None
@@ -990,7 +1042,15 @@ def _processes(value: YamlValue, model: GpuModel) -> tuple[ProcessSpec, ...]:
                 if not 0 <= used <= model.memory_total:
                     raise keys["used_memory"].error(f"must be between 0 and {model.memory_total} bytes")
         kind = _get(keys, "type", lambda v: v.choice(PROCESS_TYPES, "process type"), "compute")
-        result.append(ProcessSpec(keys["pid"].integer(1, 2**31 - 1), used, kind, window))
+        activity = ProcessActivity(**{name: _pattern(keys[name], units[name])
+                                      for name in PROCESS_ACTIVITY_CHANNELS if name in keys})
+        pid = keys["pid"].integer(1, 2**31 - 1)
+        if activity.given and pid in seen:
+            raise keys["pid"].error(f"PID {pid} is listed twice on this GPU with its own activity; give its "
+                                    "activity once (a process has one utilization per GPU)")
+        if activity.given:
+            seen[pid] = keys["pid"]
+        result.append(ProcessSpec(pid, used, kind, window, activity))
     return tuple(result)
 
 
@@ -1139,6 +1199,8 @@ def _gpu_settings(settings: Mapping[str, YamlValue], model: GpuModel) -> dict[st
             parsed["mig"] = _mig_layout(item, model)
         elif name == "profiling":
             parsed["profiling"] = _profiling(item)
+        elif name == "sharing":
+            parsed["sharing"] = item.choice(SHARING_MODES, "sharing mode")
     return parsed
 
 
@@ -1153,7 +1215,10 @@ def _default_serial(seed: int, index: int) -> str:
     return "1654" + f"{patterns.channel_key(seed, index, 'serial') % 10**9:09d}"
 
 
-def _build_gpu(index: int, settings: Mapping[str, YamlValue], features: Features, seed: int) -> GpuSpec:
+def _build_gpu(index: int, settings: Mapping[str, YamlValue], features: Features, seed: int,
+               own: Mapping[str, YamlValue] | None = None) -> GpuSpec:
+    """``settings``: gpu_defaults merged with the GPU's own keys; ``own``: only the latter."""
+    own = settings if own is None else own
     model = _model(settings)
     parsed = _gpu_settings({k: v for k, v in settings.items() if k not in ("model", "features")}, model)
     # Beyond the usual slots of one board, further GPUs go to further PCI domains (segments).
@@ -1161,6 +1226,15 @@ def _build_gpu(index: int, settings: Mapping[str, YamlValue], features: Features
     domain, bus, device = parsed.pop("pci", (index // len(slots), slots[index % len(slots)], 0))
     if parsed.get("mig") is not None and not features.mig:
         raise settings["mig"].error(f"MIG is not supported on this GPU ({model.key} with features.mig false)")
+    if any(process.activity.given for process in parsed.get("processes", ())) and parsed.get("mig") is None:
+        # The GPU's utilization is derived from its processes: a GPU-level pattern for a derived
+        # channel would contradict them (a default from gpu_defaults simply gives way).
+        for channel in DERIVED_FROM_PROCESSES:
+            if channel in own:
+                raise own[channel].error(f"'{channel}' of this GPU follows its processes' own activity "
+                                         f"(their load, memory_util, encoder_util, decoder_util); remove "
+                                         f"one of the two")
+            parsed.pop(channel, None)
     return GpuSpec(
         index=index,
         model=model,
@@ -1199,7 +1273,7 @@ def _gpus(root: YamlValue, top: Mapping[str, YamlValue], seed: int) -> tuple[Gpu
         for settings in (defaults, own):
             if "features" in settings:
                 features = _features(settings["features"], features)
-        gpu = _build_gpu(index, merged, features, seed)
+        gpu = _build_gpu(index, merged, features, seed, own)
         for what, key in (("uuid", gpu.uuid), ("pci_bus_id", gpu.pci_bus_id), ("minor", gpu.minor)):
             if (what, key) in first_seen:
                 where = merged.get(what) or overrides.get(index) or root

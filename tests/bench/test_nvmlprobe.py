@@ -53,8 +53,8 @@ def test_symbols_the_fake_lacks_are_counted_as_attempts(probed: tuple[FakeNvmlLi
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     for _ in range(2):
         with pytest.raises(pynvml.NVMLError_FunctionNotFound):
-            pynvml.nvmlDeviceGetProcessUtilization(handle, 0)
-    assert stats.snapshot()["missing_calls"] == {"nvmlDeviceGetProcessUtilization": 2}
+            pynvml.nvmlDeviceGetJpgUtilization(handle)
+    assert stats.snapshot()["missing_calls"] == {"nvmlDeviceGetJpgUtilization": 2}
 
 
 def test_driver_latency_is_calls_times_per_call_latency_plus_field_entries():

@@ -29,6 +29,7 @@ HOSTILE_YAML = (
     "a: 1\na: 2\n",
     "\ufeffa: 1\n",
     "a: \"\\x\"\n",
+    "a: \"\\U99999999\"\n",  # PyYAML's scanner raises OverflowError on an escape beyond Unicode
     "? [a, b]\n: c\n",
     "a: 2024-13-45\n",
     "a: !!binary not-base64!\n",

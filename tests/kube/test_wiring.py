@@ -114,7 +114,8 @@ def test_mig_instances_are_attributed_per_gpu_instance(
         snapshot = _mig_snapshot(processes=(GpuProcess(4242, 3 << 30, gpu_instance_id=3, compute_instance_id=0),))
         families = poll(lambda: (f := _render(wiring, snapshot)) and len(_samples(
             f, "DCGM_EXP_GPU_ALLOCATION_INFO")) == 2 and all(
-            "team" in labels for labels, _ in _samples(f, "DCGM_EXP_GPU_ALLOCATION_INFO")) and f)
+            "team" in labels for labels, _ in _samples(f, "DCGM_EXP_GPU_ALLOCATION_INFO")) and any(
+            value for _, value in _samples(f, "DCGM_EXP_CONTAINER_FB_USED")) and f)  # the pod known too
     finally:
         attribution.stop()
 
@@ -152,7 +153,8 @@ class StubAttribution:
         self.snapshot_calls.append((tuple(devices), tuple(migs)))
         return self.value
 
-    def update_processes(self, processes: Mapping[str, Sequence[GpuProcess]]) -> None:
+    def update_processes(self, processes: Mapping[str, Sequence[GpuProcess]],
+                         utilization: Mapping[str, object] | None = None) -> None:
         if self.fail_next_update:
             self.fail_next_update = False
             raise RuntimeError("a bug")

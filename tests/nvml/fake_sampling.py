@@ -12,7 +12,7 @@ from prometheus_client.core import Metric
 from exporter.metrics.counters import CounterSet, default_counters_text, parse_counters
 from exporter.metrics.render import RenderContext, RenderOptions, render
 from exporter.nvml.sampler import Sampler
-from exporter.simulate.fakenvml import FakeNvmlLibrary
+from exporter.simulate.fakenvml import FIXED_WALL_EPOCH, FakeNvmlLibrary
 from exporter.simulate.scenario import load_scenario, parse_scenario
 from exporter.snapshot import Snapshot
 
@@ -49,18 +49,22 @@ def samples(families: Sequence[Metric], name: str) -> list[tuple[dict[str, str],
 
 
 @contextmanager
-def sampling(scenario: str, extra_rows: str = "", *, mig_check_interval_s: float = 60.0) -> Iterator[Rig]:
+def sampling(scenario: str, extra_rows: str = "", *, mig_check_interval_s: float = 60.0,
+             process_interval_s: float | None = None) -> Iterator[Rig]:
     """Install a fake for ``scenario`` (built-in name or YAML text) and initialise a Sampler on it.
 
-    The counters are the built-in default CSV plus ``extra_rows`` (CSV text).
+    The counters are the built-in default CSV plus ``extra_rows`` (CSV text). With
+    ``process_interval_s`` the sampler reads process lists and per-process utilization, and its wall
+    clock moves with the scenario clock (NVML's per-process samples carry wall-clock timestamps).
     """
     loaded = parse_scenario(scenario, "test.yaml", "test") if "\n" in scenario else load_scenario(scenario)
     clock = Clock()
     fake = FakeNvmlLibrary(loaded, clock)
     fake.install()
     counters = parse_counters(default_counters_text() + extra_rows, "test.csv")
-    sampler = Sampler(counters.field_specs(), 1.0, clock=clock, wall_clock=lambda: 1_700_000_000.0,
-                      mig_check_interval_s=mig_check_interval_s)
+    wall = (lambda: FIXED_WALL_EPOCH + clock.t) if process_interval_s is not None else (lambda: FIXED_WALL_EPOCH)
+    sampler = Sampler(counters.field_specs(), 1.0, clock=clock, wall_clock=wall,
+                      mig_check_interval_s=mig_check_interval_s, process_interval_s=process_interval_s)
     try:
         assert sampler.initialise()
         yield Rig(fake, sampler, clock, counters)

@@ -42,7 +42,9 @@ def raw_by(prometheus: PrometheusHarness, expr: str, first: float, last: float, 
 
 @pytest.mark.e2e
 def test_the_report_on_the_simulator_matches_the_exporter_s_series() -> None:
-    with running_exporter(["--simulate"]) as exporter, \
+    # Without per-process utilization every shared GPU is split by allocation share, which is what the
+    # raw queries below compute; the measured split is tested in test_measured_split.py.
+    with running_exporter(["--simulate", "--kubernetes-process-attribution=false"]) as exporter, \
             PrometheusHarness([f"127.0.0.1:{exporter.port}"], rule_files=[RECORDING_RULES]) as prometheus:
         exporter.wait_healthy()
         prometheus.wait_for_targets_up(deadline_s=60)

@@ -66,7 +66,7 @@ def github_anchors(markdown: str) -> set[str]:
 
 
 def test_the_expected_alerts_exist() -> None:
-    assert len(ALERTS) == 24
+    assert len(ALERTS) == 25
     assert {"GpuAllocatedButIdle", "GpuXidFatal", "GpuEccUncorrectableError", "GpuFallenOffBus",
             "GpuPodExporterDown", "GpuMemoryHeldWithoutAllocation"} <= set(ALERTS)
 

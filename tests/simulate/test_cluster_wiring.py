@@ -159,8 +159,13 @@ def test_mig_instances_of_the_scenario_are_handed_out_by_their_mig_uuid(tmp_path
     app = build_app(_config(tmp_path, "-c", "100", text=MIG_SCENARIO), load_counters(None))
     app.start()
     try:
-        wanted = 'DCGM_EXP_CONTAINER_FB_USED{gpu="0"'
-        text = exposition_with(app, wanted)
+        # The memory needs the API's pods, the payload's pod label the kubelet's allocation: wait for both.
+        def attributed() -> str | None:
+            text = exposition_with(app, 'DCGM_EXP_CONTAINER_FB_USED{gpu="0"', 'DCGM_EXP_GPU_ALLOCATION_INFO{gpu="0"')
+            memory = [line for line in text.splitlines() if line.startswith("DCGM_EXP_CONTAINER_FB_USED{")]
+            return text if [line.endswith(" 20480.0") for line in memory] == [True] else None
+
+        text = wait_for(attributed, 15.0, "notebook-0's memory and allocation")
         assert app.sampler.snapshot.migs == migs  # the fake library made exactly these MIG devices
     finally:
         app.stop()

@@ -884,11 +884,13 @@ DEVICE_CALLS: dict[str, Callable[[Any], object]] = {
     "nvmlDeviceGetSupportedEventTypes": pynvml.nvmlDeviceGetSupportedEventTypes,
 }
 # Tested on their own: init/shutdown, handle by index (used to get every handle), the call with a
-# real 20 ms window, and the event-set calls (tests/simulate/test_fakenvml_events.py).
+# real 20 ms window, the event-set calls (tests/simulate/test_fakenvml_events.py) and per-process
+# utilization, which answers NOT_FOUND when nothing is new (tests/simulate/test_fakenvml_processutil.py).
 SEPARATELY_TESTED = {"nvmlInitWithFlags", "nvmlInit_v2", "nvmlShutdown", "nvmlDeviceGetHandleByIndex_v2",
                      "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetMigDeviceHandleByIndex", "nvmlGpmSampleAlloc",
                      "nvmlGpmSampleFree", "nvmlGpmMetricsGet", "nvmlEventSetCreate", "nvmlEventSetFree",
-                     "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2"}
+                     "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2", "nvmlDeviceGetProcessUtilization",
+                     "nvmlDeviceGetProcessesUtilizationInfo"}
 
 
 def test_the_sweep_covers_every_symbol() -> None:

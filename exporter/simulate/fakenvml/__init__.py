@@ -38,8 +38,9 @@ snapshots ``profiling.py`` computes; event sets are opaque handles mapped to ``E
 
 Modules: ``abi`` (return codes, the symbol registry, ctypes helpers), ``device`` (the physical
 model of one GPU), ``fields`` (field-value readers), ``readings`` (per-device reading symbols),
-``migdevices``, ``gpm``, ``events``, ``faults`` (injection and the per-call gates), ``state`` (the
-shared attributes, typed once) and ``library`` (the object itself: construction and dispatch).
+``processutil`` (per-process utilization samples), ``migdevices``, ``gpm``, ``events``, ``faults``
+(injection and the per-call gates), ``state`` (the shared attributes, typed once) and ``library``
+(the object itself: construction and dispatch).
 """
 
 from exporter.simulate.fakenvml.abi import FIXED_WALL_EPOCH

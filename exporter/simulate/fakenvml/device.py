@@ -7,7 +7,8 @@ read it. Units are NVML's (mW, mJ, MHz, degrees C, bytes).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from functools import partial
 
 import pynvml
@@ -48,6 +49,33 @@ def _clamp(value: float, low: float, high: float) -> float:
     return low if value < low else high if value > high else value
 
 
+@dataclass(frozen=True)
+class ProcessLoad:
+    """What one process does on the GPU at one moment, percent of the whole GPU per engine: the
+    figures NVML's per-process utilization samples carry (SM, frame-buffer bandwidth, video
+    encoder, video decoder)."""
+
+    sm: float
+    memory: float
+    encoder: float
+    decoder: float
+
+
+def combine(values: Iterable[float], sharing: str) -> float:
+    """The GPU's utilization from its processes' (percent).
+
+    Time-slicing: contexts take turns, so the GPU is busy for the sum of their busy times (at most
+    100 %). MPS: kernels of different clients run at the same time; with independent activity the
+    GPU is busy whenever any of them is, ``1 - prod(1 - each)``, which is less than the sum.
+    """
+    if sharing == "mps":
+        idle = 1.0
+        for value in values:
+            idle *= 1.0 - _clamp(value, 0.0, 100.0) / 100.0
+        return 100.0 * (1.0 - idle)
+    return _clamp(sum(values), 0.0, 100.0)
+
+
 class SimulatedGpu:
     """Coherent readings of one GPU as functions of scenario time, in NVML units.
 
@@ -70,6 +98,8 @@ class SimulatedGpu:
         self._key = key
         self._k_load = key("load")
         self._power_memo: dict[float, float] = {}
+        self._activity_memo: dict[float, dict[int, ProcessLoad]] = {}
+        self._from_processes = spec.activity_from_processes
         self._energy = Integral(self.power_mw)
         self._pcie = (Integral(partial(self.pcie_rate, tx=True)), Integral(partial(self.pcie_rate, tx=False)))
         self._nvlink = (Integral(partial(self.nvlink_rate, tx=True)),
@@ -116,22 +146,72 @@ class SimulatedGpu:
     def load(self, t: float) -> float:
         if self.mig is not None:
             return _clamp(self.mig.load(t), 0.0, 100.0)  # a MIG GPU is as busy as its instances
+        if self._from_processes:
+            return self._combined(t, "sm")
         return _clamp(self.spec.load.at(t, self._k_load), 0.0, 100.0)
 
     def busy(self, t: float) -> bool:
         return self.load(t) >= 0.5
 
     def memory_util(self, t: float) -> float:
+        if self._from_processes:
+            return self._combined(t, "memory")
         return _clamp(self._level(self.spec.memory_util, "memory_util", t, self.load(t) * 0.42), 0.0, 100.0)
 
     def encoder_util(self, t: float) -> float:
+        if self._from_processes:
+            return self._combined(t, "encoder")
         return _clamp(self._level(self.spec.encoder_util, "encoder_util", t, 0.0), 0.0, 100.0)
 
     def decoder_util(self, t: float) -> float:
+        if self._from_processes:
+            return self._combined(t, "decoder")
         return _clamp(self._level(self.spec.decoder_util, "decoder_util", t, 0.0), 0.0, 100.0)
 
     def processes(self, t: float) -> list[ProcessSpec]:
         return [process for process in self.spec.processes if process.window.active(t)]
+
+    def _combined(self, t: float, engine: str) -> float:
+        activity = self.process_activity(t).values()
+        return combine((getattr(load, engine) for load in activity), self.spec.sharing)
+
+    def process_activity(self, t: float) -> dict[int, ProcessLoad]:
+        """Each running process's own activity by PID (MIG GPUs: none; NVML has no per-process
+        utilization there).
+
+        Processes with their own ``load``/``memory_util``/... patterns do what those say (a channel
+        not given: memory bandwidth 0.42 x its SM load, like a GPU's default, video engines 0), and
+        the GPU's readings follow them (``combine``). Without any such pattern on the GPU, its
+        running processes share what the GPU does equally, so every scenario has per-process figures.
+        Memoised per ``t``: one sample time needs all processes, and the GPU readings ask again.
+        """
+        cached = self._activity_memo.get(t)
+        if cached is not None:
+            return cached
+        if len(self._activity_memo) > 1024:
+            self._activity_memo.clear()
+        result: dict[int, ProcessLoad] = {}
+        if self.mig is None:
+            running = {process.pid: process for process in self.processes(t)}  # a PID listed twice is one
+            if self._from_processes:
+                for pid, process in running.items():
+                    own = process.activity
+                    sm = _clamp(self._level(own.load, f"process:{pid}:load", t, 0.0), 0.0, 100.0)
+                    result[pid] = ProcessLoad(
+                        sm=sm,
+                        memory=_clamp(self._level(own.memory_util, f"process:{pid}:memory_util", t, sm * 0.42),
+                                      0.0, 100.0),
+                        encoder=_clamp(self._level(own.encoder_util, f"process:{pid}:encoder_util", t, 0.0),
+                                       0.0, 100.0),
+                        decoder=_clamp(self._level(own.decoder_util, f"process:{pid}:decoder_util", t, 0.0),
+                                       0.0, 100.0))
+            elif running:
+                share = 1.0 / len(running)
+                equal = ProcessLoad(self.load(t) * share, self.memory_util(t) * share,
+                                    self.encoder_util(t) * share, self.decoder_util(t) * share)
+                result = dict.fromkeys(running, equal)
+        self._activity_memo[t] = result
+        return result
 
     def memory_used(self, t: float) -> int:
         """Allocated framebuffer bytes (v2 ``used``): the pattern, else the processes' sum."""

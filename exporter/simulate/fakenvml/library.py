@@ -42,6 +42,7 @@ from exporter.simulate.fakenvml.events import EventSet, EventsMixin, FakeEvent
 from exporter.simulate.fakenvml.faults import ErrorRule, FaultsMixin, HangRule
 from exporter.simulate.fakenvml.gpm import GpmMixin, GpmSample
 from exporter.simulate.fakenvml.migdevices import MigMixin
+from exporter.simulate.fakenvml.processutil import ProcessUtilizationMixin
 from exporter.simulate.fakenvml.readings import ReadingsMixin
 from exporter.simulate.patterns import (
     INFINITY,
@@ -55,7 +56,7 @@ from exporter.simulate.scenario import (
 )
 
 
-class FakeNvmlLibrary(ReadingsMixin, MigMixin, GpmMixin, EventsMixin, FaultsMixin):
+class FakeNvmlLibrary(ReadingsMixin, ProcessUtilizationMixin, MigMixin, GpmMixin, EventsMixin, FaultsMixin):
     """The fake ``libnvidia-ml.so``: attributes named after C symbols, driven by a Scenario.
 
     ``clock`` returns scenario seconds since start (default: ``time.monotonic()`` relative to
