@@ -52,8 +52,7 @@ class Target:
 TARGETS: dict[str, Target] = {
     "attribution": Target(
         ("exporter/kube/deviceids.py", "exporter/kube/allocation.py", "exporter/kube/attribution.py"),
-        ("tests/kube/test_deviceids.py", "tests/kube/test_allocation.py", "tests/kube/test_attribution.py",
-         "tests/kube/test_series.py", "tests/kube/test_wiring.py", "tests/simulate/test_kube_scenario.py"),
+        ("tests/kube", "tests/simulate/test_kube_scenario.py"),
         "a wrong device-ID match puts a GPU on the wrong pod's bill"),
     "sampler": Target(
         ("exporter/nvml/sampler.py", "exporter/nvml/client.py"),
