@@ -67,16 +67,20 @@ class Rig:
         return [(event.identity.index, event.data) for event in self.received if event.is_xid]
 
     def events(self, level: int = logging.DEBUG) -> list[Event]:
+        """The watcher's own lines as the JSON log format writes them: level, message and fields."""
         return [(record.levelname, record.getMessage(), dict(getattr(record, "fields", {})))
-                for record in self.logs.records if record.levelno >= level]
+                for record in self.logs.records
+                if record.levelno >= level and record.name == "gpu_pod_exporter.events"]
 
 
 @contextmanager
 def watching(nvml: Callable[..., Any], scenario: str = "gpu_count: 2\n", *, on_event: Callable[[DeviceEvent], None]
-             | None = None, reregister_s: float = 30.0, wait_timeout_ms: int = 20) -> Iterator[Rig]:
+             | None = None, reregister_s: float = 30.0, wait_timeout_ms: int = 20,
+             crashes: bool = False) -> Iterator[Rig]:
+    """The watcher on the fake; unless ``crashes``, its loop must never fail (the supervisor would hide it)."""
     fake = nvml(scenario)
     now = [0.0]
-    with captured_logs("gpu_pod_exporter.events") as logs:
+    with captured_logs("gpu_pod_exporter") as logs:
         rig = Rig(fake, None, logs, now)  # type: ignore[arg-type]
         rig.watcher = EventWatcher(rig.follow, on_event or rig.received.append, wait_timeout_ms=wait_timeout_ms,
                                    idle_poll_s=0.01, error_backoff_s=0.01, reregister_s=reregister_s,
@@ -86,6 +90,8 @@ def watching(nvml: Callable[..., Any], scenario: str = "gpu_count: 2\n", *, on_e
         finally:
             fake.release_hangs()
             rig.watcher.stop(5)
+    restarts = [record for record in logs.records if record.name == "gpu_pod_exporter.supervisor"]
+    assert crashes or restarts == [], [record.getMessage() for record in restarts]
 
 
 def test_the_watcher_thread_is_named_a_daemon_and_stops_cleanly(nvml: Any) -> None:
@@ -137,10 +143,9 @@ def test_registration_is_logged_with_the_gpus_and_when_none_accepts_it(nvml: Any
 
 
 def test_each_registration_failure_is_logged_once_per_gpu_with_its_error(nvml: Any) -> None:
-    with watching(nvml, "gpu_count: 4\n") as rig:
-        rig.fake.inject_error("nvmlDeviceRegisterEvents", "Unknown", gpu=1)
-        rig.fake.inject_error("nvmlDeviceRegisterEvents", "NotSupported", gpu=2)
-        rig.fake.inject_error("nvmlDeviceRegisterEvents", "Timeout", gpu=3)
+    with watching(nvml, "gpu_count: 6\n") as rig:
+        for gpu, error in ((1, "Unknown"), (2, "NotSupported"), (3, "Timeout"), (4, "Unknown"), (5, "NotSupported")):
+            rig.fake.inject_error("nvmlDeviceRegisterEvents", error, gpu=gpu)
         rig.discover()
         rig.watcher.start()
         rig.registered((0,))
@@ -148,47 +153,79 @@ def test_each_registration_failure_is_logged_once_per_gpu_with_its_error(nvml: A
         rig.now[0] += 30.0  # GPU 3 may answer now; it still fails: not said again
         rig.idle_turns()
         assert rig.fake.calls["nvmlEventSetCreate"] > creates
-    assert creates == 2  # the set left undefined by Unknown was replaced by a new one
+    assert creates == 3  # each set left undefined by Unknown was replaced by a new one
     assert rig.fake.open_event_sets == 0
-    assert rig.events(logging.WARNING) == [
-        ("WARNING", "event registration failed with Unknown; the set is rebuilt without this GPU",
-         {"gpu": 1, "error": "NVMLError_Unknown: Unknown Error"}),
-        ("WARNING", "GPU does not support NVML events; it is skipped, its Xid metrics stay at 0",
-         {"gpu": 2, "error": "NVMLError_NotSupported: Not Supported"}),
+    unknown = "event registration failed with Unknown; the set is rebuilt without this GPU"
+    unsupported = "GPU does not support NVML events; it is skipped, its Xid metrics stay at 0"
+    assert rig.events(logging.WARNING) == [  # once per GPU, although GPUs 2 and 3 were tried three times
+        ("WARNING", unknown, {"gpu": 1, "error": "NVMLError_Unknown: Unknown Error"}),
+        ("WARNING", unsupported, {"gpu": 2, "error": "NVMLError_NotSupported: Not Supported"}),
         ("WARNING", "cannot register this GPU for NVML events; it is skipped and tried again later",
          {"gpu": 3, "error": "NVMLError_Timeout: Timeout"}),
+        ("WARNING", unknown, {"gpu": 4, "error": "NVMLError_Unknown: Unknown Error"}),
+        ("WARNING", unsupported, {"gpu": 5, "error": "NVMLError_NotSupported: Not Supported"}),
     ]
 
 
-def test_a_gpu_whose_registration_works_again_is_said_again_when_it_fails_anew(nvml: Any) -> None:
+@pytest.mark.parametrize("error", ["Timeout", "Unknown", "NotSupported"])
+def test_a_gpu_whose_registration_works_again_is_said_again_when_it_fails_anew(nvml: Any, error: str) -> None:
     with watching(nvml) as rig:
-        rig.start_without_gpu_1()
-        rig.fake.clear_errors()
-        rig.now[0] = 30.0  # exactly one re-registration interval later
-        rig.registered((0, 1))
-        rig.fake.inject_error("nvmlDeviceRegisterEvents", "Timeout", gpu=1)
+        rig.fake.inject_error("nvmlDeviceRegisterEvents", error, gpu=1)
         rig.discover()
-        wait_for(lambda: rig.watcher.registrations == 3, DEADLINE_S, "registration on the new inventory")
-    failures = [fields for _level, message, fields in rig.events(logging.WARNING)
-                if message.startswith("cannot register this GPU")]
-    assert failures == [{"gpu": 1, "error": "NVMLError_Timeout: Timeout"}] * 2
+        rig.watcher.start()
+        rig.registered((0,))
+        rig.fake.clear_errors()
+        rig.discover()  # a new inventory (NVML re-initialised): GPU 1 registers now
+        rig.registered((0, 1))
+        rig.fake.inject_error("nvmlDeviceRegisterEvents", error, gpu=1)
+        rig.discover()
+        wait_for(lambda: rig.watcher.registrations == 3, DEADLINE_S, "registration on the third inventory")
+    failures = [(message, fields) for _level, message, fields in rig.events(logging.WARNING)]
+    assert len(failures) == 2 and failures[0] == failures[1] and failures[0][1]["gpu"] == 1
+    assert [fields for _level, message, fields in rig.events(logging.INFO) if message == "receiving NVML events"] == [
+        {"gpus": "0"}, {"gpus": "0,1"}, {"gpus": "0"}]
+
+
+@pytest.mark.parametrize(("first", "then"), [("NotSupported", "NoPermission"), ("Timeout", "InsufficientPower")])
+def test_a_gpu_refused_for_another_reason_is_said_again(nvml: Any, first: str, then: str) -> None:
+    with watching(nvml) as rig:
+        rig.fake.inject_error("nvmlDeviceRegisterEvents", first, gpu=1)
+        rig.discover()
+        rig.watcher.start()
+        rig.registered((0,))
+        rig.fake.clear_errors()
+        rig.fake.inject_error("nvmlDeviceRegisterEvents", then, gpu=1)
+        rig.discover()
+        wait_for(lambda: rig.watcher.registrations == 2, DEADLINE_S, "registration on the new inventory")
+    errors = [fields["error"].split(":")[0] for _level, _message, fields in rig.events(logging.WARNING)]
+    assert errors == [f"NVMLError_{first}", f"NVMLError_{then}"]
+
+
+def test_a_set_whose_registration_finds_nvml_gone_is_freed(nvml: Any) -> None:
+    with watching(nvml) as rig:
+        rig.fake.inject_error("nvmlDeviceRegisterEvents", "DriverNotLoaded")
+        rig.discover()
+        rig.watcher.start()
+        wait_for(lambda: rig.fake.calls["nvmlEventSetFree"] >= 1, DEADLINE_S, "the set given up")
+        rig.idle_turns()
+        assert rig.fake.open_event_sets == 0 and rig.watcher.registered_gpus == ()
 
 
 def test_a_gpu_without_xid_events_is_said_once(nvml: Any) -> None:
-    with watching(nvml, "gpu_count: 1\n") as rig:
+    with watching(nvml) as rig:
         rig.watcher = EventWatcher(rig.follow, rig.received.append, requested=pynvml.nvmlEventTypePState,
                                    wait_timeout_ms=20, idle_poll_s=0.01, error_backoff_s=0.01,
                                    clock=lambda: rig.now[0])
         rig.discover()
         rig.watcher.start()
-        rig.registered((0,))
+        rig.registered((0, 1))
         rig.discover()
         wait_for(lambda: rig.watcher.registrations == 2, DEADLINE_S, "the second registration")
-        supported = pynvml.nvmlDeviceGetSupportedEventTypes(pynvml.nvmlDeviceGetHandleByIndex(0))
+        supported = [pynvml.nvmlDeviceGetSupportedEventTypes(pynvml.nvmlDeviceGetHandleByIndex(gpu)) for gpu in (0, 1)]
     assert [(level, message, fields) for level, message, fields in rig.events(logging.INFO)
             if "Xid" in message] == [
         ("INFO", "GPU does not report Xid events through NVML; its Xid metrics stay at 0",
-         {"gpu": 0, "supported": f"0x{supported:x}"})]
+         {"gpu": gpu, "supported": f"0x{supported[gpu]:x}"}) for gpu in (0, 1)]  # once per GPU
 
 
 def test_a_board_without_ecc_events_still_delivers_its_xids(nvml: Any) -> None:
@@ -288,6 +325,22 @@ def test_event_set_creation_failures_back_off_doubling_and_are_said_once_per_epi
     assert rig.events(logging.WARNING) == [failed, failed]
 
 
+def test_an_event_set_that_cannot_be_created_for_another_reason_is_said_again(nvml: Any) -> None:
+    with watching(nvml, "gpu_count: 1\n") as rig:
+        rig.fake.inject_error("nvmlEventSetCreate", "InsufficientResources")
+        rig.discover()
+        rig.watcher.start()
+        wait_for(lambda: rig.fake.calls["nvmlEventSetCreate"] == 1, DEADLINE_S, "the first attempt")
+        rig.idle_turns(2)
+        rig.fake.clear_errors()
+        rig.fake.inject_error("nvmlEventSetCreate", "Memory")
+        rig.now[0] = 1.0
+        wait_for(lambda: rig.fake.calls["nvmlEventSetCreate"] == 2, DEADLINE_S, "the next attempt")
+        rig.idle_turns(2)
+    assert [fields["error"].split(":")[0] for _level, _message, fields in rig.events(logging.WARNING)] == [
+        "NVMLError_InsufficientResources", "NVMLError_Memory"]
+
+
 def test_a_rebuild_registers_the_new_set_before_it_drains_and_frees_the_old_one(nvml: Any) -> None:
     """Make before break: an Xid that arrives while the new set is being created is not lost."""
     with watching(nvml) as rig:
@@ -362,13 +415,14 @@ def test_a_failing_consumer_is_logged_and_later_events_still_arrive(nvml: Any) -
         rig.fake.inject_xid(0, 13)
         rig.fake.inject_xid(1, 31)
         wait_for(lambda: len(received) == 2, DEADLINE_S, "both events")
-    [failure] = [record for record in rig.logs.records if record.levelno == logging.ERROR]
+    [failure] = [record for record in rig.logs.records if record.levelno == logging.ERROR
+                 and record.name == "gpu_pod_exporter.events"]
     assert failure.getMessage() == "event consumer failed"
     assert failure.exc_info is not None and str(failure.exc_info[1]) == "ledger bug"
 
 
 def test_a_bug_in_the_watcher_frees_its_set_and_the_supervisor_starts_it_again(nvml: Any) -> None:
-    with watching(nvml) as rig:
+    with watching(nvml, crashes=True) as rig:
         inventory = rig.discover()
         rig.watcher.start()
         rig.registered((0, 1))
@@ -433,3 +487,31 @@ def test_a_periodic_rebuild_that_registers_nothing_is_retried(nvml: Any) -> None
         rig.now[0] = 31.0
         rig.registered((0, 1))
         assert rig.watcher.running
+
+
+def test_a_wait_failure_that_comes_back_after_another_one_is_said_again(nvml: Any) -> None:
+    """Each kind of failure is said again once something else happened in between."""
+    with watching(nvml) as rig:
+        rig.discover()
+        rig.watcher.start()
+        rig.registered((0, 1))
+
+        def fail_waits(error: str) -> None:
+            waits = rig.fake.calls["nvmlEventSetWait_v2"]
+            rig.fake.inject_error("nvmlEventSetWait_v2", error)
+            wait_for(lambda: rig.fake.calls["nvmlEventSetWait_v2"] > waits, DEADLINE_S, f"a wait answering {error}")
+            rig.fake.clear_errors()
+            rig.idle_turns(2)
+
+        for error in ("InsufficientPower", "GpuIsLost", "InsufficientPower", "GpuIsLost"):
+            fail_waits(error)
+        for step in (1.0, 2.0):
+            fail_waits("DriverNotLoaded")  # the set is dropped, registered again after a pause
+            rig.now[0] = step
+            rig.registered((0, 1))
+            fail_waits("InsufficientPower")
+    kinds = {"waiting for NVML events failed; retrying": "error", "NVML went away under the event watcher; "
+             "waiting for it to come back": "down", "a registered GPU is lost; events of the other GPUs keep "
+             "arriving": "lost"}
+    assert [kinds[message] for _level, message, _fields in rig.events(logging.WARNING)] == [
+        "error", "lost", "error", "lost", "down", "error", "down", "error"]
