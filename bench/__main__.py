@@ -5,6 +5,7 @@
     python -m bench run --quick --gpus 8 --pods 0 --exporters ours   # a subset
     python -m bench report [RESULTS.json]       # docs/benchmarks.md results section + docs/*.png
     python -m bench profile --gpus 8 --pods 110 # py-spy under load: where the Python time goes
+    python -m bench counters --before A.csv --after B.csv   # NVML cost of a counters CSV, before/after
     python -m bench process-utilization --report   # what per-process utilization adds per cycle
 """
 
@@ -27,6 +28,11 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["counters"]:  # its own options (bench/counters.py)
+        from bench import counters  # noqa: PLC0415
+
+        return counters.main(arguments[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="measure both exporters")
@@ -58,7 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     shared.add_argument("--out", type=Path, default=runner.REPO_ROOT / "docs" / "benchmarks-process-utilization.json")
     shared.add_argument("--report", action="store_true", help="also rewrite docs/benchmarks.md's section")
     shared.add_argument("--report-only", type=Path, metavar="RESULTS", help="only rewrite the section from RESULTS")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    commands.add_parser("counters", help="NVML cost of a counters CSV, before/after (see bench/counters.py)")
+    args = parser.parse_args(arguments)
 
     if args.command == "process-utilization":
         from bench import process_utilization  # noqa: PLC0415

@@ -9,7 +9,7 @@ canonical files stay where their owners edit them and this script copies them:
 
     deploy/rules/*.yaml        -> deploy/helm/gpu-pod-exporter/files/rules/
     deploy/dashboards/*.json   -> deploy/helm/gpu-pod-exporter/files/dashboards/
-    etc/default-counters.csv   -> deploy/helm/gpu-pod-exporter/files/default-counters.csv
+    exporter/metrics/data/default-counters.csv -> deploy/helm/gpu-pod-exporter/files/default-counters.csv
 
 It also regenerates the values table in the chart's README.md from values.schema.json (the
 descriptions) and values.yaml (the defaults), between the markers below.
@@ -83,7 +83,7 @@ def _check_dashboard(path: Path) -> None:
 def file_targets(repo: Path = REPO, chart: Path = CHART) -> list[Target]:
     """Every copied file the chart's files/ directory must hold, and nothing else."""
     targets: list[Target] = []
-    counters = repo / "etc" / "default-counters.csv"
+    counters = repo / "exporter" / "metrics" / "data" / "default-counters.csv"
     targets.append(Target(chart / "files" / "default-counters.csv", counters.read_bytes(), str(counters)))
     for source in sorted((repo / "deploy" / "rules").glob("*.yaml")):
         if _rule_file_kind(source) == "rules":

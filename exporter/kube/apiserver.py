@@ -1,9 +1,9 @@
-"""How the exporter reaches the Kubernetes API server: the two list/watch GETs, over urllib3.
+"""How the exporter reaches the Kubernetes API server: authenticated GETs for list and watch, over urllib3.
 
 Why not the ``kubernetes`` package's client: its config loaders and ``ApiClient`` import
 ``kubernetes.client``, whose package import loads every generated API and model class (pydantic
 models in kubernetes 37): about 30 MiB of resident memory in a DaemonSet pod on every GPU node,
-for two GET endpoints whose JSON ``exporter.kube.metadata`` parses itself. So the connection
+for GET endpoints whose JSON the watch loop (``exporter.kube.reflector``) parses itself. So the connection
 settings are read here, for the shapes a DaemonSet and an operator's kubeconfig actually have:
 
 * in cluster (no ``--kubeconfig``): ``KUBERNETES_SERVICE_HOST``/``_PORT``, the service account's
@@ -17,14 +17,15 @@ settings are read here, for the shapes a DaemonSet and an operator's kubeconfig 
 Anything else in the user or cluster entry (an ``exec`` credential plugin, an ``auth-provider``,
 a ``proxy-url``), and a ``KUBECONFIG``-style list of files to merge, is the kubernetes package's
 business: such a kubeconfig is handed to its loader
-(``exporter.kube.metadata.build_core_v1_api``), and only then is the heavy client imported.
+(``build_core_v1_api`` below), and only then is the heavy client imported.
 An ``exec`` plugin or an ``auth-provider`` gets credentials by running a program; the exporter
 runs none unless ``--kubeconfig-allow-exec`` is given (``credential_plugins`` finds them, in every
 file of a list, and the refusal names the file, the user and the program).
 
 Requests carry the same query parameters, ``Accept`` header and bearer token the generated client
 sends; urllib3's own retries are off (the watch loop has its own backoff and state reporting); a
-non-2xx answer raises ``ApiStatusError`` with ``status`` and ``reason``, as ``ApiException`` does.
+non-2xx answer raises ``ApiStatusError`` with ``status``, ``reason`` and the server's ``Retry-After``,
+whichever transport sent the request. This module imports nothing else of ``exporter.kube``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import contextlib
 import os
 import ssl
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -44,7 +45,7 @@ from urllib.parse import urlencode, urlsplit
 
 import urllib3
 
-from exporter import safeyaml
+from exporter import __version__, safeyaml
 from exporter.inputfile import InputFileError, read_text
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -56,6 +57,7 @@ QUERY_NAMES: Mapping[str, str] = MappingProxyType({
     "watch": "watch",
     "allow_watch_bookmarks": "allowWatchBookmarks",
     "resource_version": "resourceVersion",
+    "resource_version_match": "resourceVersionMatch",
     "timeout_seconds": "timeoutSeconds",
 })
 
@@ -70,13 +72,18 @@ class ApiConfigError(Exception):
 
 
 class ApiStatusError(Exception):
-    """The API server answered with a non-2xx status (``status`` e.g. 410, ``reason`` e.g. Gone)."""
+    """The API server answered with a non-2xx status (``status`` e.g. 410, ``reason`` e.g. Gone).
 
-    def __init__(self, status: int, reason: str, body: bytes = b"") -> None:
+    ``retry_after`` is the ``Retry-After`` header in seconds (429 from API Priority and Fairness,
+    504 for a resourceVersion the server has not reached), None without one.
+    """
+
+    def __init__(self, status: int, reason: str, body: bytes = b"", retry_after: float | None = None) -> None:
         super().__init__(f"({status}) {reason}")
         self.status = status
         self.reason = reason
         self.body = body
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -278,11 +285,19 @@ def ssl_context_for(endpoint: ApiEndpoint) -> ssl.SSLContext:
 
 
 class CoreV1ListMethods:
-    """``list_pod_for_all_namespaces`` and ``list_namespace`` with CoreV1Api's keyword arguments.
+    """The request side every API transport shares: ``get(path, query, timeout)``, plus
+    ``list_pod_for_all_namespaces`` and ``list_namespace`` with CoreV1Api's keyword arguments.
 
-    Each returns the urllib3 response unread (the caller parses a list or streams a watch);
-    ``_request_timeout`` is ``(connect_s, read_s)``. Subclasses say how a GET is sent.
+    ``get`` returns the urllib3 response unread (the caller parses a list or streams a watch) and
+    raises ``ApiStatusError`` for a non-2xx answer; ``timeout`` is ``(connect_s, read_s)``.
+    ``user_agent`` names the exporter and its node in the API server's audit log, so an operator
+    can see which node sends what (``gpu-pod-exporter/<version> node/<node>``).
     """
+
+    user_agent = f"gpu-pod-exporter/{__version__}"
+
+    def get(self, path: str, query: Sequence[tuple[str, str]], timeout: Any) -> Any:
+        raise NotImplementedError
 
     def list_pod_for_all_namespaces(self, **kwargs: Any) -> Any:
         return self._get("/api/v1/pods", kwargs)
@@ -295,11 +310,12 @@ class CoreV1ListMethods:
         return self._get(f"/api/v1/namespaces/{namespace}/configmaps/{name}", kwargs)
 
     def _get(self, path: str, kwargs: dict[str, Any]) -> Any:
-        raise NotImplementedError
+        timeout, query = split_request_arguments(kwargs)
+        return self.get(path, query, timeout)
 
 
 class HttpLists(CoreV1ListMethods):
-    """The two lists over urllib3 with an ``ApiEndpoint``'s TLS settings and credentials."""
+    """GET requests over urllib3 with an ``ApiEndpoint``'s TLS settings and credentials."""
 
     def __init__(self, endpoint: ApiEndpoint, pool_factory: Callable[..., urllib3.PoolManager] = urllib3.PoolManager
                  ) -> None:
@@ -314,10 +330,9 @@ class HttpLists(CoreV1ListMethods):
                 options["assert_hostname"] = False
         self._pool = pool_factory(**options)
 
-    def _get(self, path: str, kwargs: dict[str, Any]) -> Any:
-        timeout, query = split_request_arguments(kwargs)
+    def get(self, path: str, query: Sequence[tuple[str, str]], timeout: Any) -> Any:
         url = self.endpoint.server + path + (f"?{urlencode(query)}" if query else "")
-        headers = {"Accept": "application/json", "User-Agent": "gpu-pod-exporter"}
+        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
         authorization = self.endpoint.authorization()
         if authorization:
             headers["Authorization"] = authorization
@@ -332,8 +347,20 @@ class HttpLists(CoreV1ListMethods):
                 body = response.read(64 * 1024)
             finally:
                 response.release_conn()
-            raise ApiStatusError(response.status, response.reason or "", body)
+            raise ApiStatusError(response.status, response.reason or "", body,
+                                 retry_after_seconds(response.headers.get("Retry-After")))
         return response
+
+
+def retry_after_seconds(value: Any) -> float | None:
+    """A ``Retry-After`` header in seconds (the form the API server sends); None when absent or a date."""
+    if value is None:
+        return None
+    try:
+        seconds = float(str(value).strip())
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
 
 
 def split_request_arguments(kwargs: Mapping[str, Any]) -> tuple[Any, list[tuple[str, str]]]:
@@ -358,8 +385,6 @@ def build_lists(kubeconfig: str, *, allow_exec: bool = False) -> Any:
     if not kubeconfig:
         return HttpLists(in_cluster_endpoint())
     if os.pathsep in kubeconfig:  # a KUBECONFIG list: merging files is the kubernetes package's job
-        from exporter.kube.metadata import build_core_v1_api  # noqa: PLC0415 - avoids an import cycle
-
         if not allow_exec:
             refuse_credential_plugins([Path(part).expanduser() for part in kubeconfig.split(os.pathsep) if part])
         return build_core_v1_api(kubeconfig)
@@ -368,6 +393,69 @@ def build_lists(kubeconfig: str, *, allow_exec: bool = False) -> Any:
         return HttpLists(endpoint)
     if not allow_exec:
         refuse_credential_plugins([Path(kubeconfig).expanduser()])
-    from exporter.kube.metadata import build_core_v1_api  # noqa: PLC0415 - avoids an import cycle
-
     return build_core_v1_api(kubeconfig)
+
+
+def build_core_v1_api(kubeconfig: str) -> CoreV1Lists:
+    """The requests through the kubernetes package, for a kubeconfig only it can use.
+
+    ``build_lists`` sends everything else itself; this path is for user entries with an ``exec``
+    credential plugin or an ``auth-provider``, a cluster behind ``proxy-url``, or a ``KUBECONFIG`` list
+    of files to merge (the ~30 MiB client import happens only then).
+
+    Uses a private ``Configuration``, so nothing global in the kubernetes package changes.
+    urllib3's own retries are disabled: the watch loop has its own backoff and state reporting.
+    """
+    from kubernetes import client, config  # noqa: PLC0415 - heavy import, only for such kubeconfigs
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig,  # type: ignore[no-untyped-call]
+                            client_configuration=configuration, persist_config=False)
+    configuration.retries = False
+    return CoreV1Lists(client.ApiClient(configuration))
+
+
+class CoreV1Lists(CoreV1ListMethods):
+    """GET requests through the kubernetes package's ``ApiClient``, without its generated ``CoreV1Api``.
+
+    Why: importing the generated ``kubernetes.client.api.core_v1_api`` module builds the pydantic
+    validators of all ~250 model classes its signatures mention, about 22 MiB of resident memory
+    (a fifth of the exporter's footprint with ``-k``; measured by ``python -m bench``), for GET
+    endpoints whose JSON the watch loop parses itself. The requests go through the same
+    ``ApiClient`` (configuration, authentication, TLS, URL building, timeouts) exactly as the
+    generated methods send them with ``_preload_content=False``: the urllib3 response comes back
+    unread. A non-2xx answer raises ``ApiStatusError``, as on the urllib3 path, so the watch loop
+    sees one error type whatever the transport. Older kubernetes releases (the older generator,
+    without ``ApiClient.param_serialize``) take the same path through their ``call_api``.
+    """
+
+    def __init__(self, api_client: Any) -> None:
+        self.api_client = api_client
+
+    def get(self, path: str, query: Sequence[tuple[str, str]], timeout: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415 - loaded with the client
+
+        self.api_client.user_agent = self.user_agent
+        try:
+            return self._send(path, list(query), timeout)
+        except ApiException as exc:
+            body = exc.body if isinstance(exc.body, bytes) else str(exc.body or "").encode()
+            headers = exc.headers or {}
+            raise ApiStatusError(int(exc.status or 0), str(exc.reason or ""), body,
+                                 retry_after_seconds(headers.get("Retry-After"))) from None
+
+    def _send(self, path: str, query: list[tuple[str, str]], timeout: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415 - loaded with the client
+
+        headers = {"Accept": "application/json"}
+        if not hasattr(self.api_client, "param_serialize"):  # the older generator raises ApiException itself
+            return self.api_client.call_api(path, "GET", query_params=query, header_params=headers,
+                                            auth_settings=["BearerToken"], _preload_content=False,
+                                            _return_http_data_only=True, _request_timeout=timeout)
+        request = self.api_client.param_serialize("GET", path, query_params=query, header_params=headers,
+                                                  auth_settings=["BearerToken"])
+        response = self.api_client.call_api(*request, _request_timeout=timeout)
+        if not 200 <= response.status <= 299:
+            response.read()
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return response.response

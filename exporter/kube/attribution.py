@@ -151,6 +151,8 @@ class AttributionStatus:
     api_up: bool = False
     api_error: str = ""
     api_last_success: float = 0.0
+    api_requests: tuple[tuple[tuple[str, str, str], int], ...] = ()  # ((resource, verb, code), count)
+    api_relists: tuple[tuple[tuple[str, str], int], ...] = ()  # ((resource, reason), count)
     pods_known: int = 0  # pods on this node known from the API watch
     process_attribution: bool = False
 
@@ -434,7 +436,8 @@ class KubernetesAttribution:
         status = AttributionStatus(
             enabled=True, kubelet_up=kubelet.up, kubelet_error=kubelet.error,
             kubelet_last_success=kubelet.last_success_wall, api_up=api.up, api_error=api.error,
-            api_last_success=api.last_success_wall, pods_known=len(view.pods_by_name),
+            api_last_success=api.last_success_wall, api_requests=self.metadata.counters.requests(),
+            api_relists=self.metadata.counters.relists(), pods_known=len(view.pods_by_name),
             process_attribution=self.process_attribution)
         parts = self._parts(kubelet.listing, view, tuple(devices), tuple(migs))
         return AttributionSnapshot(status=status, allocation_known=parts.allocation_known,

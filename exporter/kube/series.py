@@ -37,7 +37,9 @@ as a ``LabeledDevice``. From the ``AttributionSnapshot`` this module derives:
   labels): what processes of no known pod used. Only for GPUs whose samples were read (not
   MIG-enabled GPUs, not drivers without the calls);
 * self-metrics ``gpu_pod_exporter_kubelet_up``, ``gpu_pod_exporter_kube_api_up``, their
-  ``..._last_success_timestamp_seconds``, and ``gpu_pod_exporter_kubernetes_pods``.
+  ``..._last_success_timestamp_seconds``, ``gpu_pod_exporter_kubernetes_pods``, and the API
+  request and relist counters ``gpu_pod_exporter_kube_api_requests_total{resource,verb,code}`` and
+  ``gpu_pod_exporter_kube_api_relists_total{resource,reason}``.
 
 Their names, types, units and help texts are registered in ``exporter.metrics.owned`` (the
 README's metric table is generated from there).
@@ -226,4 +228,12 @@ def _self_metrics(attribution: AttributionSnapshot) -> list[Metric]:
         family = owned_family(name)
         family.add_sample(name, {}, value)
         families.append(family)
-    return families
+    requests = owned_family("gpu_pod_exporter_kube_api_requests_total")
+    for (resource, verb, code), count in status.api_requests:
+        requests.add_sample("gpu_pod_exporter_kube_api_requests_total",
+                            {"resource": resource, "verb": verb, "code": code}, float(count))
+    relists = owned_family("gpu_pod_exporter_kube_api_relists_total")
+    for (resource, reason), count in status.api_relists:
+        relists.add_sample("gpu_pod_exporter_kube_api_relists_total", {"resource": resource, "reason": reason},
+                           float(count))
+    return [*families, requests, relists]

@@ -325,7 +325,7 @@ _FIELDS: tuple[FieldSpec, ...] = (
               _q("pstate", "pstate"), "nvmlDeviceGetPerformanceState (omitted when unknown)"),
     # --- NVLink ---------------------------------------------------------------------------------
     FieldSpec("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 449, "MB/s",
-              "Total number of NVLink bandwidth counters for all lanes", "counter", _NVLINK_RATE,
+              "Total number of NVLink bandwidth counters for all lanes.", "counter", _NVLINK_RATE,
               "rate of nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX + _RX, all links): "
               "KiB/s / 1000, as DCGM computes it",
               aliases=("DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL",)),

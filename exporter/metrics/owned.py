@@ -106,7 +106,15 @@ KUBERNETES_SELF_METRICS: tuple[OwnedMetric, ...] = (
     OwnedMetric("gpu_pod_exporter_kubelet_up", "gauge", "0/1", (),
                 "1 if the last kubelet PodResources List succeeded, else 0.", "kubelet client", "kubernetes"),
     OwnedMetric("gpu_pod_exporter_kube_api_up", "gauge", "0/1", (),
-                "1 if the Kubernetes API pod and namespace watches are healthy, else 0.", "API watches",
+                "1 while the Kubernetes API pod and namespace watches are both held open (proven by an event, a "
+                "bookmark or 5 s without an error), else 0: a relist loop that never keeps a watch open is down.",
+                "API watches", "kubernetes"),
+    OwnedMetric("gpu_pod_exporter_kube_api_requests_total", "counter", "requests", ("resource", "verb", "code"),
+                "Requests sent to the Kubernetes API by resource (pods, namespaces), verb (list, watch) and HTTP "
+                "status code (<error> when no answer came).", "API watches", "kubernetes"),
+    OwnedMetric("gpu_pod_exporter_kube_api_relists_total", "counter", "relists", ("resource", "reason"),
+                "Full lists of a resource by reason: initial, expired (410 Gone), too-large (the API server's "
+                "store was reset), malformed, stale (metadata dropped after a long outage).", "API watches",
                 "kubernetes"),
     OwnedMetric("gpu_pod_exporter_kubelet_last_success_timestamp_seconds", "gauge", "s", (),
                 "Unix time of the last successful kubelet PodResources List (0: never).", "kubelet client",

@@ -6,11 +6,11 @@ dcgm-exporter's image ships its lists under ``/etc/dcgm-exporter/`` and DaemonSe
 carries the same files at the same paths, so such a command line works there unchanged. Outside
 the image (a pip install, a test machine, a systemd unit on a bare node) those paths usually do not
 exist; rather than refusing a command line that works on every dcgm-exporter node, a missing
-well-known path is served from the package: a copy packaged under ``metrics/data/dcgm-exporter/``
-when there is one, else, for the two lists whose active rows in dcgm-exporter 4.8 are the default
-counters (reference dcgm-exporter.md §2.3), the built-in ``default-counters.csv``. One info line says
-so. A path that exists is always read as it is (a mounted ConfigMap wins), and any other missing
-path stays an error naming the file.
+well-known path is served from the package: the copy of dcgm-exporter 4.8's list packaged under
+``metrics/data/dcgm-exporter/`` (the single source the image installs as well), so it exports exactly
+what dcgm-exporter exports with it. Not the built-in default: that one has more rows (the ones the
+shipped alerts and dashboards read). One info line says so. A path that exists is always read as it
+is (a mounted ConfigMap wins), and any other missing path stays an error naming the file.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from importlib import resources
 from pathlib import PurePosixPath
 
 UPSTREAM_DIR = PurePosixPath("/etc/dcgm-exporter")
-# dcgm-exporter 4.8's lists whose active rows are the default counters.
-DEFAULT_EQUIVALENT = frozenset({"default-counters.csv", "dcp-metrics-included.csv"})
 
 
 @dataclass(frozen=True)
@@ -53,7 +51,4 @@ def resolve_collectors(path: str, exists: bool) -> Resolved:
     copy = packaged_copy(pure.name)
     if copy is not None:
         return Resolved(copy, f"{path} does not exist on this machine; using the packaged copy {copy}")
-    if pure.name in DEFAULT_EQUIVALENT:
-        return Resolved("", f"{path} does not exist on this machine; using the built-in default counters, "
-                            "whose rows are dcgm-exporter 4.8's")
     return Resolved(path)

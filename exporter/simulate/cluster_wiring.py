@@ -8,10 +8,14 @@ process attribution. So ``gpu-pod-exporter --simulate`` shows pod, namespace, co
 labels with no cluster at hand, through the same production code a DaemonSet runs.
 
 A setting the user chose wins over the simulated cluster's: a flag, a config-file key or an
-environment variable (``-k false`` keeps Kubernetes off and nothing is started). Two variables are
-ambient rather than chosen - ``KUBECONFIG`` (set for kubectl on many workstations) and
-``NODE_NAME`` (set by DaemonSets) - so they do not pull the demo away from its own cluster. A node
-name you choose becomes the simulated node's name too, so its pods stay on the node being watched.
+environment variable (``-k false`` keeps Kubernetes off and nothing is started). Four variables are
+ambient rather than chosen, because they say where the machine's own cluster endpoints are, not
+how to simulate: ``KUBECONFIG`` (set for kubectl on many workstations), ``NODE_NAME`` (set by
+DaemonSets), and the kubelet socket and host ``/proc`` paths the Helm chart sets
+(``DCGM_POD_RESOURCES_KUBELET_SOCKET``, ``GPU_POD_EXPORTER_PROC_ROOT``). So they do not pull the
+demo away from its own cluster: the chart's ``exporter.simulate`` value shows the simulated pods, not
+a mix of simulated GPUs and the real kubelet's device IDs. A node name you choose becomes the
+simulated node's name too, so its pods stay on the node being watched.
 
 Everything lives in one temporary directory, created when the app is built (the paths go into
 the configuration) and removed when the app stops. GPU identities (UUID, minor number) and MIG
@@ -49,7 +53,9 @@ log = get_logger("simulate")
 
 # Settings whose environment variables describe the machine, not a choice about the simulation.
 AMBIENT_ENVIRONMENT = {"kubeconfig": "environment variable KUBECONFIG",
-                       "node_name": "environment variable NODE_NAME"}
+                       "node_name": "environment variable NODE_NAME",
+                       "pod_resources_socket": "environment variable DCGM_POD_RESOURCES_KUBELET_SOCKET",
+                       "proc_root": "environment variable GPU_POD_EXPORTER_PROC_ROOT"}
 
 
 def scenario_devices(scenario: Scenario) -> tuple[DeviceIdentity, ...]:

@@ -11,10 +11,20 @@ cluster:
   ``allowWatchBookmarks=true`` (every ``bookmark_interval_s`` and on demand);
 * 410 Gone for a resourceVersion older than the history (``expire_history``), either as an
   ERROR event inside an HTTP 200 watch stream (what kube-apiserver does) or as an HTTP 410;
-* injectable outages: connection refused (the port closes) or HTTP 503 for every request;
-  slowness (a delay before every answer); malformed JSON in a list body or a watch stream;
+  ``set_gone_storm`` answers every resumed watch that way (an API server stuck in a 410 loop);
+* lists as the watch cache serves them: ``resourceVersion=0`` (any state) and
+  ``resourceVersion=X`` with ``resourceVersionMatch=NotOlderThan`` come from the cache, no
+  ``resourceVersion`` is a consistent read (``list_reads`` counts both); a version the server has
+  not reached (after ``restart(reset_resource_versions=True)``) gets what kube-apiserver sends:
+  HTTP 504 "Too large resource version" with ``Retry-After: 1``, for lists and watches;
+* injectable outages: connection refused (the port closes) or HTTP 503 / 500 for every request;
+  throttling (HTTP 429 with ``Retry-After``, as API Priority and Fairness rejects); a restart (port
+  closed for a while, every connection cut, optionally resourceVersions starting over); slowness
+  (a delay before every answer); malformed JSON in a list body or a watch stream;
 * optionally HTTPS (``ssl_context``, which may require client certificates) and a required bearer
-  ``token`` (401 otherwise); every request's Authorization header is kept in ``authorizations``.
+  ``token`` (401 otherwise); every request's Authorization header is kept in ``authorizations``;
+* every request is recorded (``log``: arrival time, verb, resource, query, User-Agent, status), so
+  tests can count requests per client, per phase and per second.
 
 Pods and namespaces are mutable at runtime (``add_pod``, ``delete_pod``, ``set_pod_labels``,
 ``add_namespace``, ...), each change producing the watch event a real server would send. The
@@ -31,10 +41,12 @@ import hashlib
 import json
 import socket
 import ssl
+import sys
 import threading
 import time
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -48,6 +60,21 @@ JsonObject = dict[str, Any]
 
 DEFAULT_HISTORY = 10_000
 TOO_OLD = "too old resource version"
+REQUEST_LOG_LIMIT = 200_000  # records kept (a long --simulate run must not grow without bound)
+OUTAGES = {"refuse": 0, "503": 503, "500": 500}
+
+
+@dataclass
+class RequestRecord:
+    """One request as the server saw it. ``status`` is 0 until answered (-1: the client went away)."""
+
+    at: float  # time.monotonic() on arrival
+    verb: str  # list | watch
+    resource: str
+    query: dict[str, str]
+    user_agent: str
+    status: int = 0
+    answered_at: float = field(default=0.0)
 
 
 @dataclass(frozen=True)
@@ -106,10 +133,17 @@ class FakeApiServer:
         self._outage: str | None = None
         self._delay_s = 0.0
         self._gone_as_http = False
+        self._gone_storm = False
+        self._throttle_retry_after: float | None = None
+        self.too_large_retry_after_s = 1.0  # kube-apiserver's resourceVersionTooHighRetrySeconds
+        self._restart_timer: threading.Timer | None = None
         self._malformed_lists = 0
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
-        self.requests: list[tuple[str, str, dict[str, str]]] = []  # (verb, resource, query)
+        # (verb, resource, query) of every request, and the fuller records of ``log``
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.log: deque[RequestRecord] = deque(maxlen=REQUEST_LOG_LIMIT)
+        self.list_reads: Counter[str] = Counter()  # "cache" | "consistent"
         self.token = token
         self.ssl_context = ssl_context
         self.authorizations: list[str] = []  # each request's Authorization header ("" when absent)
@@ -121,7 +155,7 @@ class FakeApiServer:
         if self._server is not None:
             return self
         self._stopping.clear()
-        server = ThreadingHTTPServer((self.host, self.port), _handler_class(self))
+        server = _QuietServer((self.host, self.port), _handler_class(self))
         server.daemon_threads = True
         if self.ssl_context is not None:
             server.socket = self.ssl_context.wrap_socket(server.socket, server_side=True)
@@ -134,6 +168,8 @@ class FakeApiServer:
 
     def stop(self) -> None:
         self._stopping.set()
+        if self._restart_timer is not None:
+            self._restart_timer.cancel()
         self._close_listener()
         self._end_watches(abort=True)
         self._drop_connections()
@@ -183,11 +219,11 @@ class FakeApiServer:
     # -- failure injection ------------------------------------------------------------------
 
     def set_outage(self, mode: str | None) -> None:
-        """``"refuse"``: close the port (connection refused); ``"503"``: answer 503; None: heal.
+        """``"refuse"``: close the port (connection refused); ``"503"``/``"500"``: answer that; None: heal.
 
-        Either outage ends every open watch abruptly, as a crashed or restarting server would.
+        Every outage ends every open watch abruptly, as a crashed or restarting server would.
         """
-        if mode not in (None, "refuse", "503"):
+        if mode is not None and mode not in OUTAGES:
             raise ValueError(f"unknown outage mode {mode!r}")
         self._outage = mode
         if mode is not None:
@@ -201,6 +237,48 @@ class FakeApiServer:
     def set_delay(self, seconds: float) -> None:
         """Wait this long before answering any request (a slow or overloaded server)."""
         self._delay_s = seconds
+
+    def set_throttle(self, retry_after_s: float | None) -> None:
+        """Answer every new request 429 with ``Retry-After: retry_after_s`` (None: stop).
+
+        What API Priority and Fairness does when a flow's queues are full; open watches go on.
+        kube-apiserver sends whole seconds; a fraction is sent as given, for time-scaled tests.
+        """
+        self._throttle_retry_after = retry_after_s
+
+    def set_gone_storm(self, on: bool) -> None:
+        """Answer every watch that resumes from a resourceVersion with 410 Gone (and expire now).
+
+        An API server stuck like this is the worst case for a fleet: each 410 invites a relist.
+        """
+        self._gone_storm = on
+        if on:
+            self.expire_history(as_http=self._gone_as_http)
+
+    def restart(self, *, down_s: float = 0.0, reset_resource_versions: bool = False) -> None:
+        """Go down as a crashed API server does (every connection cut, the port closed), and come
+        back on the same port after ``down_s`` (in the background; 0: at once).
+
+        ``reset_resource_versions``: the store comes back with versions starting over, as after an
+        etcd restore. Objects keep their content and get new, lower versions; a client that resumes
+        or relists from a version it held gets 504 "Too large resource version".
+        """
+        self.set_outage("refuse")
+        if reset_resource_versions:
+            with self._cond:
+                self._rv = 1
+                self._events.clear()
+                for obj in [*self._namespaces.values(), *self._pods.values()]:
+                    self._rv += 1
+                    obj["metadata"]["resourceVersion"] = str(self._rv)
+                self._oldest_rv = self._rv
+        if down_s <= 0:
+            self.set_outage(None)
+            return
+        timer = threading.Timer(down_s, self.set_outage, args=(None,))
+        timer.daemon = True
+        self._restart_timer = timer
+        timer.start()
 
     def expire_history(self, *, as_http: bool = False) -> None:
         """Forget every resourceVersion up to now: resuming from one gets 410 Gone.
@@ -243,6 +321,10 @@ class FakeApiServer:
         """End every open watch stream normally, as the server does when a watch's timeoutSeconds
         runs out: the client resumes with a new watch request (which ``set_delay`` then slows)."""
         self._end_watches(abort=False)
+
+    def cut_watches(self) -> None:
+        """Cut every open watch stream mid-way (no terminating chunk), as a dropped connection does."""
+        self._end_watches(abort=True)
 
     def _end_watches(self, *, abort: bool) -> None:
         with self._cond:
@@ -349,6 +431,11 @@ class FakeApiServer:
     def request_count(self, verb: str, resource: str) -> int:
         return sum(1 for v, r, _ in list(self.requests) if v == verb and r == resource)
 
+    def records(self, since: float = 0.0, until: float | None = None) -> list[RequestRecord]:
+        """Requests that arrived in [since, until) (``time.monotonic()`` values)."""
+        return [record for record in list(self.log)
+                if record.at >= since and (until is None or record.at < until)]
+
     def _record(self, resource: str, event_type: str, obj: JsonObject) -> None:
         """Bump the resourceVersion, stamp the object, log the event and wake watchers."""
         self._rv += 1
@@ -373,22 +460,29 @@ class FakeApiServer:
         return True
 
     def handle_list(self, handler: BaseHTTPRequestHandler, resource: str,
-                    selector: Mapping[str, str]) -> None:
+                    selector: Mapping[str, str], query: Mapping[str, str]) -> int:
+        version = query.get("resourceVersion", "")
+        match = query.get("resourceVersionMatch", "")
+        if match and (match != "NotOlderThan" or not version):
+            message = f"resourceVersionMatch {match!r} with resourceVersion {version!r} is not supported"
+            return _send(handler, 400, json.dumps(_status(400, "BadRequest", message)).encode())
         with self._cond:
+            if version not in ("", "0") and (not version.isdigit() or int(version) > self._rv):
+                return _too_large(handler, version, self._rv, self.too_large_retry_after_s)
+            self.list_reads["consistent" if version == "" else "cache"] += 1
             if self._malformed_lists > 0:
                 self._malformed_lists -= 1
-                _send(handler, 200, b'{"kind": "PodList", "items": [ {broken')
-                return
+                return _send(handler, 200, b'{"kind": "PodList", "items": [ {broken')
             body = {
                 "kind": "PodList" if resource == "pods" else "NamespaceList",
                 "apiVersion": "v1",
                 "metadata": {"resourceVersion": str(self._rv)},
                 "items": self._objects(resource, selector),
             }
-        _send(handler, 200, json.dumps(body).encode())
+        return _send(handler, 200, json.dumps(body).encode())
 
     def handle_watch(self, handler: BaseHTTPRequestHandler, resource: str, selector: Mapping[str, str],
-                     query: Mapping[str, str]) -> None:
+                     query: Mapping[str, str], record: RequestRecord | None = None) -> int:
         since_text = query.get("resourceVersion", "")
         bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
         timeout_s = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
@@ -401,25 +495,29 @@ class FakeApiServer:
             else:
                 since = int(since_text) if since_text.isdigit() else -1
                 initial = []
-                if since < self._oldest_rv:
+                if since > self._rv:
+                    return _too_large(handler, since_text, self._rv, self.too_large_retry_after_s)
+                if since < self._oldest_rv or self._gone_storm:
                     if self._gone_as_http:
-                        _send(handler, 410, json.dumps(
+                        return _send(handler, 410, json.dumps(
                             _status(410, "Expired", f"{TOO_OLD}: {since_text} ({self._oldest_rv})")).encode())
-                        return
                     watch.pending_error = _status(410, "Expired",
                                                   f"{TOO_OLD}: {since_text} ({self._oldest_rv})")
             self._watches.add(watch)
         try:
             _start_chunked(handler)
+            if record is not None:
+                record.status = 200  # the watch is established (its record is complete when it ends)
             for line in initial:
                 _write_chunk(handler, line)
             self._stream(handler, watch, resource=resource, selector=selector, since=since,
                          bookmarks=bookmarks, timeout_s=timeout_s, kind=kind)
         except OSError:
-            pass  # the client went away
+            return -1  # the client went away
         finally:
             with self._cond:
                 self._watches.discard(watch)
+        return 200
 
     def _stream(self, handler: BaseHTTPRequestHandler, watch: _Watch, *, resource: str,
                 selector: Mapping[str, str], since: int, bookmarks: bool, timeout_s: float | None,
@@ -476,6 +574,21 @@ class FakeApiServer:
                 _write_chunk(handler, line)
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """Clients that hang up (a stopped exporter, a cut test) are routine here, not tracebacks.
+
+    The listen backlog is a real server's, not socketserver's 5: a fleet reconnecting at once must
+    not see SYNs dropped (and a one-second retransmit) because of the fake.
+    """
+
+    request_queue_size = 1024
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
+
+
 def _matches(obj: Mapping[str, Any], selector: Mapping[str, str]) -> bool:
     for key, wanted in selector.items():
         if key == "spec.nodeName":
@@ -512,12 +625,24 @@ def _event_line(event_type: str, obj: JsonObject) -> bytes:
     return json.dumps({"type": event_type, "object": obj}).encode() + b"\n"
 
 
-def _send(handler: BaseHTTPRequestHandler, code: int, body: bytes) -> None:
+def _send(handler: BaseHTTPRequestHandler, code: int, body: bytes, headers: Mapping[str, str] | None = None) -> int:
     handler.send_response(code)
     handler.send_header("Content-Type", "application/json")
     handler.send_header("Content-Length", str(len(body)))
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
     handler.end_headers()
     handler.wfile.write(body)
+    return code
+
+
+def _too_large(handler: BaseHTTPRequestHandler, asked: str, current: int, retry_after_s: float) -> int:
+    """kube-apiserver's answer to a resourceVersion it has not reached (after waiting for it)."""
+    status = _status(504, "Timeout", f"Timeout: Too large resource version: {asked}, current: {current}")
+    status["details"] = {"causes": [{"reason": "ResourceVersionTooLarge",
+                                     "message": f"Too large resource version: {asked}, current: {current}"}],
+                         "retryAfterSeconds": max(1, round(retry_after_s))}
+    return _send(handler, 504, json.dumps(status).encode(), {"Retry-After": f"{retry_after_s:g}"})
 
 
 def _start_chunked(handler: BaseHTTPRequestHandler) -> None:
@@ -569,35 +694,49 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
             resource = {"/api/v1/pods": "pods", "/api/v1/namespaces": "namespaces"}.get(parts.path)
             watching = query.get("watch", "").lower() in ("true", "1")
-            api.requests.append(("watch" if watching else "list", resource or parts.path, query))
+            verb = "watch" if watching else "list"
+            api.requests.append((verb, resource or parts.path, query))
+            record = RequestRecord(time.monotonic(), verb, resource or parts.path, query,
+                                   self.headers.get("User-Agent", ""))
+            api.log.append(record)
+            try:
+                record.status = self._answer(resource, watching, query, record)
+            except OSError:  # the client went away mid-answer: nothing to send, nothing to report
+                record.status = -1
+                self.close_connection = True
+            finally:
+                record.answered_at = time.monotonic()
+
+        def _answer(self, resource: str | None, watching: bool, query: dict[str, str], record: RequestRecord) -> int:
             authorization = self.headers.get("Authorization", "")
             api.authorizations.append(authorization)
             if api.token is not None and authorization != f"Bearer {api.token}":
-                _send(self, 401, json.dumps(_status(401, "Unauthorized", "Unauthorized")).encode())
-                return
+                return _send(self, 401, json.dumps(_status(401, "Unauthorized", "Unauthorized")).encode())
             if not api._pause():
-                return
-            if api._outage == "503":
-                _send(self, 503, json.dumps(_status(503, "ServiceUnavailable", "the server is currently "
-                                                    "unable to handle the request")).encode())
-                return
+                return -1
+            retry_after = api._throttle_retry_after
+            if retry_after is not None:
+                return _send(self, 429, json.dumps(_status(429, "TooManyRequests", "Too many requests, please "
+                                                           "try again later.")).encode(),
+                             {"Retry-After": f"{retry_after:g}"})
+            outage = OUTAGES.get(api._outage or "", 0)
+            if outage:
+                return _send(self, outage, json.dumps(_status(outage, "ServiceUnavailable" if outage == 503 else
+                                                              "InternalError", "the server is currently unable to "
+                                                              "handle the request")).encode())
             if resource is None:
-                _send(self, 404, json.dumps(_status(404, "NotFound", "the server could not find the "
-                                                    "requested resource")).encode())
-                return
+                return _send(self, 404, json.dumps(_status(404, "NotFound", "the server could not find the "
+                                                           "requested resource")).encode())
             verb = "watch" if watching else "list"
             if not api.access.allows(verb, resource):
-                _send(self, 403, json.dumps(api.access.forbidden_status(verb, resource)).encode())
-                return
+                return _send(self, 403, json.dumps(api.access.forbidden_status(verb, resource)).encode())
             selector = _parse_field_selector(query.get("fieldSelector", ""))
             if selector is None:
-                _send(self, 400, json.dumps(_status(400, "BadRequest", "unsupported field selector "
-                                                    f"{query.get('fieldSelector')!r}")).encode())
-                return
+                return _send(self, 400, json.dumps(_status(400, "BadRequest", "unsupported field selector "
+                                                           f"{query.get('fieldSelector')!r}")).encode())
             if watching:
-                api.handle_watch(self, resource, selector, query)
-            else:
-                api.handle_list(self, resource, selector)
+                return api.handle_watch(self, resource, selector, query, record)
+            return api.handle_list(self, resource, selector, query)
 
         def do_POST(self) -> None:
             """SelfSubjectAccessReview only (``api.access`` answers it); anything else does not exist here."""

@@ -6,7 +6,7 @@ taken from the exporter itself: the DCGM field catalog (every field it can serve
 name and its DCGM 4.7 aliases; rows a CSV can select) and the registry of exporter-owned metrics
 (``DCGM_EXP_*`` payload and ``gpu_pod_exporter_*`` self-metrics). The only other names allowed are
 the few that other programs produce and that rules and dashboards legitimately read, in
-``EXTERNAL_METRICS`` below. The e2e test (tests/e2e/test_prometheus_rules_dashboards.py) checks the
+``EXTERNAL_METRICS`` below. The e2e test (tests/e2e/test_default_install.py) checks the
 same names against what a real Prometheus stored from live scrapes.
 """
 

@@ -87,7 +87,7 @@ def test_variable_queries_become_promql(query: str, expr: str | None) -> None:
 def test_a_typo_in_any_panel_of_a_real_dashboard_is_caught() -> None:
     dashboard = next(iter(load_dashboards().values()))
     broken = copy.deepcopy(dashboard)
-    values = {"Hostname": "a", "gpu": "0", "modelName": "m", "team": "t", "namespace": "n"}
+    values = {"cluster": "", "Hostname": "a", "gpu": "0", "modelName": "m", "team": "t", "namespace": "n"}
     panel = next(p for p in iter_panels(broken["panels"]) if p.get("targets"))
     target = panel["targets"][0]
     metric = sorted(names_in(substitute(target["expr"], values)).metrics)[0]

@@ -4,7 +4,7 @@
 in, and every metric it reads is one the exporter produces (its field catalog and its registry of
 owned metrics, see exporter_metrics.py), an allowlisted external name, or a series of our
 recording rules; every label is in known_labels.txt. The e2e test
-(tests/e2e/test_prometheus_rules_dashboards.py) runs the same queries against a real Prometheus
+(tests/e2e/test_default_install.py) runs the same queries against a real Prometheus
 scraping the exporter and requires an answer from each.
 """
 
@@ -38,8 +38,8 @@ RULE_FILES = sorted((REPO_ROOT / "deploy" / "rules").glob("*.yaml"))
 DASHBOARDS = load_dashboards()
 EXPECTED_UIDS = {"gpu-pod-exporter-overview", "gpu-pod-exporter-node", "gpu-pod-exporter-teams"}
 # Example values for every variable our dashboards define (and dcgm-exporter's `instance`).
-EXAMPLE_VALUES = {"datasource": "prometheus", "Hostname": "node-a", "gpu": "0", "modelName": "NVIDIA H200",
-                  "team": "vision", "namespace": "ml", "instance": "10.0.0.5:9400"}
+EXAMPLE_VALUES = {"datasource": "prometheus", "cluster": "east", "Hostname": "node-a", "gpu": "0",
+                  "modelName": "NVIDIA H200", "team": "vision", "namespace": "ml", "instance": "10.0.0.5:9400"}
 # Labels that identify a cluster's own objects: dashboards must filter them through variables only.
 SCOPED_LABELS = {"Hostname", "namespace", "pod", "container", "team", "node", "instance", "cluster", "UUID"}
 MARKER = "VAR_"

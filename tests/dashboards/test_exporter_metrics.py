@@ -51,7 +51,7 @@ def test_a_dashboard_reading_a_name_the_exporter_does_not_produce_fails() -> Non
     dashboard = copy.deepcopy(next(iter(load_dashboards().values())))
     panel = next(p for p in dashboard["panels"] if p.get("targets"))
     panel["targets"][0]["expr"] = 'DCGM_FI_DEV_GPU_UTILIZATION{Hostname="$Hostname"}'  # not a DCGM name
-    values = {"Hostname": "a", "gpu": "0", "modelName": "m", "team": "t", "namespace": "n"}
+    values = {"cluster": "", "Hostname": "a", "gpu": "0", "modelName": "m", "team": "t", "namespace": "n"}
     exprs = [(q.source, q.resolved(values)) for q in dashboard_queries(dashboard)]
     problems = unknown_names(exprs, set(known_metric_entries()) | recorded_names(RULE_FILES), load_label_names())
     assert problems == [f"panel {panel['title']!r} query {panel['targets'][0]['refId']}: "

@@ -30,8 +30,9 @@ def repo_copy(tmp_path: Path) -> Iterator[Path]:
     """
     root = tmp_path / "repo"
     shutil.copytree(CHART_DIR, root / "deploy" / "helm" / "gpu-pod-exporter")
-    (root / "etc").mkdir()
-    shutil.copy(REPO / "etc" / "default-counters.csv", root / "etc" / "default-counters.csv")
+    data = root / "exporter" / "metrics" / "data"
+    data.mkdir(parents=True)
+    shutil.copy(REPO / "exporter" / "metrics" / "data" / "default-counters.csv", data / "default-counters.csv")
     rules = root / "deploy" / "rules"
     rules.mkdir(parents=True)
     (rules / "gpu.yaml").write_text(SAMPLE_RULES, encoding="utf-8")

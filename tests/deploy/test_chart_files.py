@@ -34,8 +34,8 @@ def synced(repo: Path) -> Path:
 
 
 def test_the_chart_in_this_repository_matches_its_sources() -> None:
-    """Fails when deploy/rules, deploy/dashboards, etc/default-counters.csv or the values table changed
-    without `python scripts/sync-chart-files.py`."""
+    """Fails when deploy/rules, deploy/dashboards, exporter/metrics/data/default-counters.csv or the values
+    table changed without `python scripts/sync-chart-files.py`."""
     assert sync_chart_files.drift(REPO, CHART_DIR) == []
 
 
@@ -53,7 +53,8 @@ def test_drift_names_changed_new_and_removed_files(repo_copy: Path) -> None:
     (rules / "gpu.yaml").write_text(SAMPLE_RULES.replace("85", "90"), encoding="utf-8")
     (rules / "gpu-extra.yaml").unlink()
     (rules / "new.yaml").write_text("groups: []\n", encoding="utf-8")
-    (repo_copy / "etc" / "default-counters.csv").write_text("DCGM_FI_DEV_GPU_UTIL, gauge, util\n", encoding="utf-8")
+    counters = repo_copy / "exporter" / "metrics" / "data" / "default-counters.csv"
+    counters.write_text("DCGM_FI_DEV_GPU_UTIL, gauge, util\n", encoding="utf-8")
     problems = sync_chart_files.drift(repo_copy, chart)
     assert "out of date: files/rules/gpu.yaml" in " ".join(problems)
     assert "missing: files/rules/new.yaml" in " ".join(problems)

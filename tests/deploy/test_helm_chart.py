@@ -109,7 +109,7 @@ def test_default_mounts_the_counters_configmap_as_a_directory(default: Rendered)
     assert collectors == f"{mount['mountPath']}/counters.csv"
     csv = (default_counters := configmap["data"]["counters.csv"])
     assert "DCGM_FI_DEV_GPU_UTIL" in csv
-    with open("etc/default-counters.csv", encoding="utf-8") as source:
+    with open("exporter/metrics/data/default-counters.csv", encoding="utf-8") as source:
         assert default_counters == source.read()
 
 

@@ -27,7 +27,9 @@ from tests.doctor.support import Run, doctor, undocumented_problems
 from tests.e2e.exporter_process import REPO_ROOT, ExporterProcess, free_port
 from tests.e2e.prometheus_harness import RULE_FILES, PrometheusHarness, require_prometheus
 
-RULES_COUNTERS = REPO_ROOT / "tests" / "fixtures" / "rules-dashboards-counters.csv"
+# dcgm-exporter 4.8's own list (what -f /etc/dcgm-exporter/default-counters.csv exports): it lacks rows the
+# shipped rules read, which the built-in default has.
+DCGM_EXPORTER_48_COUNTERS = REPO_ROOT / "exporter" / "metrics" / "data" / "dcgm-exporter" / "default-counters.csv"
 NODE = "hgx-node-01"  # the default scenario's simulated node: the Hostname label of every GPU series
 TARGET_LABELS = {"pod": "gpu-pod-exporter-x7k2p", "namespace": "gpu-monitoring", "container": "gpu-pod-exporter"}
 
@@ -69,7 +71,7 @@ def nodes() -> Iterator[dict[str, Node]]:
     require_prometheus()
     with ExitStack() as stack, pytest.MonkeyPatch.context() as patch:
         clean_environment(patch)
-        setups = {"good": (("-f", str(RULES_COUNTERS)), True), "lost": ((), False)}
+        setups = {"good": ((), True), "lost": (("-f", str(DCGM_EXPORTER_48_COUNTERS)), False)}
         started: dict[str, Node] = {}
         for name, (counters, honor) in setups.items():
             exporter = ExporterProcess(["--simulate", "default", *counters])

@@ -363,7 +363,9 @@ def dashboard_panel_queries(
     suit a 1 s scrape interval and can be overridden in the same mapping. For multi-value
     variables pass the regex Grafana would send, e.g. ``"(0|1)"``.
     """
-    defaults = {"datasource": "prometheus", "__rate_interval": "15s", "__interval": "5s",
+    # cluster: "" is what Grafana sends when no series carries the label (its "None" option): a
+    # single-cluster Prometheus, where cluster="" matches every series.
+    defaults = {"datasource": "prometheus", "cluster": "", "__rate_interval": "15s", "__interval": "5s",
                 "__interval_ms": "5000", "__range": "5m", "__range_s": "300", "__range_ms": "300000"}
     values = {**defaults, **variables}
     queries: list[DashboardQuery] = all_queries(directory)

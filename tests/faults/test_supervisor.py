@@ -22,7 +22,7 @@ from exporter import supervisor as supervisor_module
 from exporter.app import App
 from exporter.cli import build_app
 from exporter.config import load_config
-from exporter.kube import metadata
+from exporter.kube import reflector
 from exporter.kube.podresources.client import PodResourcesClient
 from exporter.metrics.counters import load_counters
 from exporter.nvml.events import EventWatcher
@@ -106,7 +106,7 @@ def seams(app: App) -> dict[str, Callable[[], Bug]]:
     """Per thread, how to put a bug in its loop (a call it makes on every pass)."""
     [watcher] = instances(EventWatcher)
     [client] = instances(PodResourcesClient)
-    watches = {watch.resource: watch for watch in instances(metadata._ListWatch)}
+    watches = {watch.resource.name: watch for watch in instances(reflector.Reflector)}
     security = app.server.security
     assert isinstance(security, FileWebSecurity)
     return {
@@ -124,7 +124,7 @@ def cut_stream(watch: Any, bug: Bug) -> Bug:
     """A watch loop sits in a long-poll stream; cut it (as an API server restart does) so the loop goes round."""
     response = watch._response
     if response is not None:
-        metadata._abort_response(response)
+        reflector._abort_response(response)
     return bug
 
 

@@ -67,6 +67,19 @@ ORACLES: dict[str, Oracle] = {
                                                               why="rows, as the driver counts them"),
     "DCGM_FI_DEV_ROW_REMAP_FAILURE": Oracle("remapped_rows.failure", 0, query="remapped-rows",
                                                               why="0/1, as the driver counts them"),
+    # The rows the default adds for the shipped alerts and dashboards.
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": Oracle("remapped_rows.pending", 0, query="remapped-rows",
+                                            why="0/1, as the driver counts them"),
+    "DCGM_FI_DEV_RETIRED_PENDING": Oracle("retired_pages.pending", 0,
+                                          why="Yes/No; N/A on Ampere and newer, so absent there"),
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": Oracle("ecc.errors.corrected.volatile.total", 5,
+                                            why="count since driver load; may tick between samples"),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": Oracle("ecc.errors.uncorrected.volatile.total", 0, why="count since driver load"),
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": Oracle("ecc.errors.corrected.aggregate.total", 5,
+                                            why="count over the GPU's life; may tick between samples"),
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": Oracle("ecc.errors.uncorrected.aggregate.total", 0,
+                                            why="count over the GPU's life"),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": Oracle("power.limit", 1, why="W; the software power limit"),
 }
 # Identity labels on every series: compared exactly.
 MIN_CYCLES = 3
@@ -96,6 +109,14 @@ def _not_negative(first: float, second: float, other: dict[str, float]) -> bool:
     return min(first, second) >= 0
 
 
+def _reasons_bitmask(first: float, second: float, other: dict[str, float]) -> bool:
+    return all(value >= 0 and value == int(value) and value < 2**64 for value in (first, second))
+
+
+def _slowdown_threshold(first: float, second: float, other: dict[str, float]) -> bool:
+    return first == second and 60 <= first <= 130
+
+
 SANITY: dict[str, Sanity] = {
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": Sanity("mJ since driver load; no nvidia-smi field: never decreases",
                                                    _energy_never_decreases),
@@ -107,6 +128,21 @@ SANITY: dict[str, Sanity] = {
     "DCGM_FI_PROF_DRAM_ACTIVE": Sanity("GPM ratio 0..1; no nvidia-smi field", _ratio),
     "DCGM_FI_PROF_PCIE_TX_BYTES": Sanity("bytes/s, below the PCIe limit; no nvidia-smi field", _pcie_rate),
     "DCGM_FI_PROF_PCIE_RX_BYTES": Sanity("bytes/s, below the PCIe limit; no nvidia-smi field", _pcie_rate),
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": Sanity("an integer bitmask; nvidia-smi prints clocks_event_reasons.active "
+                                                 "in hex", _reasons_bitmask),
+    "DCGM_FI_DEV_POWER_VIOLATION": Sanity("ns throttled since driver load; nvidia-smi counts it in us under "
+                                          "another name: never decreases", _energy_never_decreases),
+    "DCGM_FI_DEV_THERMAL_VIOLATION": Sanity("ns throttled since driver load; nvidia-smi counts it in us under "
+                                            "another name: never decreases", _energy_never_decreases),
+    "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": Sanity("ns throttled since driver load; nvidia-smi counts it in us under "
+                                               "another name: never decreases", _energy_never_decreases),
+    "DCGM_FI_DEV_SLOWDOWN_TEMP": Sanity("degrees C, a fixed threshold (nvidia-smi -q only): 60..130, unchanged",
+                                        _slowdown_threshold),
+    "DCGM_EXP_XID_ERRORS_TOTAL": Sanity("Xids since the exporter started, from NVML events: never decreases",
+                                        _energy_never_decreases),
+    "DCGM_EXP_XID_ERRORS_COUNT": Sanity("Xids within the -x window, from NVML events", _not_negative),
+    "DCGM_EXP_CLOCK_EVENTS_TOTAL": Sanity("clock-event episodes since the exporter started: never decreases",
+                                          _energy_never_decreases),
 }
 
 

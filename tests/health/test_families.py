@@ -16,6 +16,9 @@ from exporter.snapshot import DeviceIdentity, DeviceReading, MigIdentity, MigRea
 from tests.simulate.conftest import FixedClock
 
 HEALTH_CSV = Path(__file__).resolve().parents[1] / "fixtures" / "health-counters.csv"
+# dcgm-exporter 4.8's own list (what -f /etc/dcgm-exporter/default-counters.csv exports): no Xid counts.
+DCGM_EXPORTER_48_CSV = str(Path(__file__).resolve().parents[2] / "exporter" / "metrics" / "data" / "dcgm-exporter"
+                           / "default-counters.csv")
 GPU0 = DeviceIdentity(index=0, uuid="GPU-aaaa", pci_bus_id="00000000:8D:00.0", minor=0, model="NVIDIA H100 80GB HBM3")
 GPU1 = DeviceIdentity(index=1, uuid="GPU-bbbb", pci_bus_id="00000000:9D:00.0", minor=1, model="NVIDIA H100 80GB HBM3")
 STATUS = SamplerStatus(nvml_up=True, driver_version="550.90.07", device_count=2, last_sample_monotonic=1.0)
@@ -60,10 +63,10 @@ def test_before_any_xid_every_gpu_has_a_zero_last_xid_and_an_empty_window() -> N
     assert samples(families, "DCGM_EXP_XID_ERRORS_TOTAL") == []
 
 
-def test_the_default_csv_exports_the_last_xid_gauge_only() -> None:
+def test_dcgm_exporters_48_list_exports_the_last_xid_gauge_only() -> None:
     ledger = XidLedger(10.0)
     ledger.record(XidSource("GPU-aaaa"), 79)
-    families = render_health(two_gpus(), ledger, csv=None)
+    families = render_health(two_gpus(), ledger, csv=DCGM_EXPORTER_48_CSV)
     assert by_gpu(families, "DCGM_FI_DEV_XID_ERRORS") == {("0", "79", "GPU has fallen off the bus"): 79,
                                                           ("1", "0", "No Error"): 0}
     assert samples(families, "DCGM_EXP_XID_ERRORS_TOTAL") == []
@@ -108,7 +111,7 @@ def test_the_health_gauge_is_always_on_with_workload_labels_then_reason() -> Non
     ledger = XidLedger(10.0)
     ledger.record(XidSource("GPU-aaaa"), 48)
     snapshot = two_gpus(gpu1={"DCGM_FI_DEV_ROW_REMAP_PENDING": 1})
-    families = render_health(snapshot, ledger, csv=None, workloads=workloads)
+    families = render_health(snapshot, ledger, csv=DCGM_EXPORTER_48_CSV, workloads=workloads)
     healthy = samples(families, "DCGM_EXP_GPU_HEALTHY")
     assert list(healthy[0][0]) == [*BASE, "container", "namespace", "pod", "reason"]
     assert by_gpu(families, "DCGM_EXP_GPU_HEALTHY") == {("0", "trainer", "ml", "train-0", "fatal_xid"): 0,

@@ -36,7 +36,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def pod_names(lists: Any) -> list[str]:
-    response = lists.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}", _request_timeout=(2, 5))
+    """The pods listed, called as the watch loop calls it (unread response; the older generator's
+    CoreV1Api, the fallback for kubernetes < 37, would otherwise deserialise the list itself)."""
+    response = lists.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}", _request_timeout=(2, 5),
+                                                 _preload_content=False)
     try:
         return sorted(item["metadata"]["name"] for item in json.loads(response.read())["items"])
     finally:

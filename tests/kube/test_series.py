@@ -73,6 +73,9 @@ def _snapshot(**kwargs: object) -> AttributionSnapshot:
             api_up=False,
             api_error="down",
             api_last_success=1699999000.0,
+            api_requests=((("namespaces", "list", "200"), 1), (("pods", "list", "200"), 3),
+                          (("pods", "watch", "200"), 2), (("pods", "watch", "<error>"), 4)),
+            api_relists=((("namespaces", "initial"), 1), (("pods", "expired"), 2), (("pods", "initial"), 1)),
             pods_known=7,
             process_attribution=True,
         ),
@@ -179,7 +182,7 @@ def _round_trip(families: list[Metric]) -> Mapping[str, list]:  # type: ignore[t
 
 def test_allocation_families_list_every_sharing_pod() -> None:
     families = attribution_families(_snapshot(), [DEVICE0, DEVICE1, MIG3, MIG5], _config())
-    assert all(family.type == "gauge" for family in families)
+    assert {family.type for family in families if family.name.startswith("DCGM_")} == {"gauge"}
     samples = _samples(families)
     assert [
         (labels["UUID"], labels.get("GPU_I_ID"), value) for labels, value in samples["DCGM_EXP_GPU_ALLOCATED"]
@@ -245,6 +248,19 @@ def test_self_metrics() -> None:
     assert samples["gpu_pod_exporter_kubelet_last_success_timestamp_seconds"] == [({}, 1700000000.5)]
     assert samples["gpu_pod_exporter_kube_api_last_success_timestamp_seconds"] == [({}, 1699999000.0)]
     assert samples["gpu_pod_exporter_kubernetes_pods"] == [({}, 7.0)]
+    assert samples["gpu_pod_exporter_kube_api_requests"] == [  # a counter family: samples carry _total
+        ({"resource": "namespaces", "verb": "list", "code": "200"}, 1.0),
+        ({"resource": "pods", "verb": "list", "code": "200"}, 3.0),
+        ({"resource": "pods", "verb": "watch", "code": "200"}, 2.0),
+        ({"resource": "pods", "verb": "watch", "code": "<error>"}, 4.0),
+    ]
+    assert samples["gpu_pod_exporter_kube_api_relists"] == [
+        ({"resource": "namespaces", "reason": "initial"}, 1.0),
+        ({"resource": "pods", "reason": "expired"}, 2.0),
+        ({"resource": "pods", "reason": "initial"}, 1.0),
+    ]
+    parsed = _round_trip(attribution_families(_snapshot(), [], _config()))  # counters as a client reads them
+    assert [s.value for s in parsed["gpu_pod_exporter_kube_api_relists"]] == [1.0, 2.0, 1.0]
 
 
 def test_nothing_when_kubernetes_mode_is_off() -> None:

@@ -24,12 +24,6 @@ def test_the_builtin_default_loads_every_row_as_a_metric_or_label() -> None:
     assert energy.help == "Total energy consumption since boot (in mJ)."
 
 
-def test_the_repository_copy_in_etc_is_the_packaged_default() -> None:
-    etc = Path(__file__).parent.parent.parent / "etc" / "default-counters.csv"
-    packaged = Path(__file__).parent.parent.parent / "exporter" / "metrics" / "data" / "default-counters.csv"
-    assert etc.read_bytes() == packaged.read_bytes()
-
-
 def test_a_users_dcgm_exporter_48_file_loads_with_warnings_for_fields_nvml_cannot_serve() -> None:
     counters = load_counters(str(DCGM_48_DEFAULT))
     names = {row.name for row in counters.metrics}

@@ -71,7 +71,9 @@ def test_the_older_call_serves_a_driver_without_the_newer_one() -> None:
         rig.cycle(15.0)
         assert sm_by_pid(rig.cycle(20.0)) == {100: 80.0, 200: 60.0}
         assert rig.fake.calls[INFO] == 0
-        assert rig.sampler.snapshot.status.unsupported_fields == (
+        unsupported = rig.sampler.snapshot.status.unsupported_fields
+        # (page retirement, a default row, predates Ampere: no H100 answers it; not what this test is about)
+        assert tuple(field for field in unsupported if field[1] != "DCGM_FI_DEV_RETIRED_PENDING") == (
             *((1, name) for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL",
                                      "DCGM_FI_DEV_DEC_UTIL")),
             *((1, name) for name in PROCESS_UTILIZATION_FAMILIES))  # GPU 0 is fine, the MIG GPU is not

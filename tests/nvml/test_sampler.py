@@ -54,12 +54,13 @@ def test_every_served_default_field_is_read_for_all_eight_gpus() -> None:
         clock.now += 1.0  # rates (NVLink bandwidth) need two samples
         snapshot = sampler.run_cycle()
     assert len(snapshot.devices) == 8
-    expected = served_default_names()
+    # Page retirement predates row remapping: an H100 answers NotSupported, so that row is omitted there.
+    expected = served_default_names() - {"DCGM_FI_DEV_RETIRED_PENDING"}
     for reading in snapshot.devices:
         assert reading.up
         assert expected <= set(reading.values), expected - set(reading.values)
     assert snapshot.status.driver_version == "550.90.07"
-    assert snapshot.status.unsupported_fields == ()
+    assert snapshot.status.unsupported_fields == tuple((gpu, "DCGM_FI_DEV_RETIRED_PENDING") for gpu in range(8))
 
 
 def test_values_are_converted_to_dcgm_units() -> None:
@@ -208,12 +209,16 @@ def test_nvml_calls_per_cycle_are_counted_exactly() -> None:
     with sampler_on("default") as (sampler, fake, clock):
         assert sampler.initialise()
         sampler.run_cycle()
+        clock.now += 1.0
+        sampler.run_cycle()  # the first two cycles also read static values and allocate GPM samples
         before = fake.total_calls()
         clock.now += 1.0
         snapshot = sampler.run_cycle()
         # pynvml's field-value wrapper is one C call; every wrapper call is one C call here.
         assert snapshot.status.last_cycle_nvml_calls == fake.total_calls() - before
-        assert snapshot.status.last_cycle_nvml_calls <= 8 * 12  # a handful of queries + one field batch per GPU
+        # Steady state, per GPU: a handful of queries + one field batch + GPM: 11 for dcgm-exporter 4.8's rows, 2 for
+        # the default's clock-event reasons and power limit (docs/benchmarks.md, "Default counters").
+        assert snapshot.status.last_cycle_nvml_calls <= 8 * 13
 
 
 def test_without_the_nvml_library_the_status_says_why() -> None:
@@ -254,7 +259,7 @@ def test_a_hung_call_is_visible_as_the_call_in_flight() -> None:
     clock = Clock(0.0)
     with sampler_on("hang", clock=clock) as (sampler, fake, _clock):
         assert sampler.initialise()
-        clock.now = 10.0  # inside the scenario's hang window on GPU 5 (from t=5 s for 60 s)
+        clock.now = 10.0  # inside the scenario's hang window on GPU 5 (from t=5 s for 10 minutes)
         worker = threading.Thread(target=sampler.run_cycle, daemon=True)
         worker.start()
         def blocked_on_gpu5() -> object:
@@ -263,7 +268,7 @@ def test_a_hung_call_is_visible_as_the_call_in_flight() -> None:
 
         in_flight = wait_for(blocked_on_gpu5, 5.0, "the sampler to block inside NVML on GPU 5")
         assert in_flight.function.startswith("nvmlDevice")  # type: ignore[attr-defined]
-        clock.now = 100.0  # past the hang window, then let the blocked call return
+        clock.now = 700.0  # past the hang window, then let the blocked call return
         fake.release_hangs()
         worker.join(5)
         assert not worker.is_alive()

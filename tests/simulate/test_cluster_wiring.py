@@ -84,8 +84,8 @@ def _planned(tmp_path: Path, *args: str, environ: dict[str, str] | None = None, 
 
 
 def test_a_choice_the_user_made_wins(tmp_path: Path) -> None:
-    config = _planned(tmp_path, "--node-name", "mine", "--kubernetes-gpu-id-type", "device-name",
-                      environ={"DCGM_POD_RESOURCES_KUBELET_SOCKET": "/run/kubelet.sock"})
+    config = _planned(tmp_path, "--node-name", "mine", "--pod-resources-kubelet-socket", "/run/kubelet.sock",
+                      environ={"DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE": "device-name"})
     assert (config.node_name, config.kubernetes_gpu_id_type, config.pod_resources_socket) == (
         "mine", "device-name", "/run/kubelet.sock")
     assert config.kubeconfig.endswith("/kubeconfig") and config.process_attribution  # not chosen: simulated
@@ -94,6 +94,19 @@ def test_a_choice_the_user_made_wins(tmp_path: Path) -> None:
 def test_ambient_kubeconfig_and_node_name_do_not_pull_the_demo_away(tmp_path: Path) -> None:
     config = _planned(tmp_path, environ={"KUBECONFIG": "/home/me/.kube/config", "NODE_NAME": "laptop"})
     assert config.kubeconfig != "/home/me/.kube/config" and config.node_name == "sim-7"
+
+
+def test_the_charts_node_paths_do_not_pull_the_demo_away(tmp_path: Path) -> None:
+    """The Helm chart (exporter.simulate) sets the node's kubelet socket and /proc paths: the simulated
+    node's own must win, or the demo would mix simulated GPUs with the real kubelet's device IDs."""
+    chart_environment = {"DCGM_EXPORTER_KUBERNETES": "true",
+                         "DCGM_POD_RESOURCES_KUBELET_SOCKET": "/var/lib/kubelet/pod-resources/kubelet.sock",
+                         "GPU_POD_EXPORTER_PROC_ROOT": "/host/proc", "GPU_POD_EXPORTER_PROCESS_ATTRIBUTION": "false"}
+    config = _planned(tmp_path, environ=chart_environment)
+    assert config.pod_resources_socket.endswith("/pod-resources/kubelet.sock")
+    assert not config.pod_resources_socket.startswith("/var/lib/kubelet")
+    assert config.proc_root != "/host/proc" and config.kubernetes
+    assert config.process_attribution is False  # a choice about what to collect: the user's (the chart's) wins
 
 
 def test_kubernetes_mode_off_keeps_the_node_unsimulated(tmp_path: Path) -> None:

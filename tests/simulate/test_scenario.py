@@ -231,7 +231,7 @@ def test_empty_file(tmp_path: Path) -> None:
 def test_unknown_builtin_name_lists_the_known_ones() -> None:
     with pytest.raises(ScenarioError) as caught:
         load_scenario("defualt")
-    assert "unknown built-in scenario (known: consumer-gpu, default," in str(caught.value)
+    assert "unknown built-in scenario (known: alert-zoo, consumer-gpu, default," in str(caught.value)
 
 
 def test_unreadable_file(tmp_path: Path) -> None:

@@ -8,10 +8,11 @@ the kubelet's node-wide rate limit (100 QPS, burst 10) that every other agent sh
 * keeps ONE long-lived channel to ``unix://<socket>`` with a 16 MiB receive limit (the value the
   kubelet's own e2e client and multus use) and calls ``List`` on its own thread every
   ``interval_s``, never on the scrape path, with a per-call deadline;
-* after a failure retries sooner, with exponential backoff and jitter that starts at a tenth of
-  the interval and is capped at the interval (``retry_delay``): a transient error heals quickly,
-  the kubelet never sees more than a handful of extra calls per failure episode, and whatever
-  the failure was, the next attempt is at most one interval away once its cause is gone;
+* never calls more often than once per interval, failing or not: after a failure the next attempt
+  waits for the API watches' backoff schedule (``exporter.kube.backoff``), here with windows that
+  start at one interval and double up to ``backoff_max_s`` (60 s), one attempt at a random moment
+  in each. The kubelet's rate limit (100 QPS, burst 10) is shared by every agent on the node, and
+  a rate-limited or restarting kubelet is not helped by being asked faster;
 * notices a kubelet restart by the socket's identity: the kubelet unlinks and re-creates
   ``kubelet.sock`` on every start, so a changed ``(st_dev, st_ino, st_ctime_ns)`` (inode numbers
   alone are reused), or an UNAVAILABLE answer,
@@ -19,7 +20,8 @@ the kubelet's node-wide rate limit (100 QPS, burst 10) that every other agent sh
   grows to two minutes, far longer than one interval);
 * reports a missing socket as its own state ("kubelet socket not found at ..."), the most common
   misconfiguration (an unmounted ``/var/lib/kubelet/pod-resources``), without dialling;
-* logs once per change of state, not once per cycle, and publishes an immutable
+* logs once per change of state (with the retry count and the next delay), not once per cycle,
+  and publishes an immutable
   ``KubeletState``; ``on_change`` fires only when the GPU allocation or the up/error state
   changed, never because an identical answer arrived again;
 * keeps serving the last good allocation while the kubelet is unreachable, for at most
@@ -39,6 +41,7 @@ from pathlib import Path
 
 import grpc
 
+from exporter.kube.backoff import Backoff, BackoffPolicy
 from exporter.kube.podresources import api_pb2, api_pb2_grpc
 from exporter.kube.podresources.listing import PodResourcesListing, listing_from_response
 from exporter.logs import get_logger
@@ -49,6 +52,7 @@ LOG = get_logger("kube.kubelet")  # under the exporter's handler and format
 MAX_RECEIVE_MESSAGE_BYTES = 16 * 1024 * 1024
 DEFAULT_CALL_TIMEOUT_S = 10.0
 DEFAULT_STALE_AFTER_S = 300.0
+DEFAULT_BACKOFF_MAX_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ class KubeletState:
     last_success_wall: float = 0.0
     last_success_monotonic: float | None = None
     consecutive_failures: int = 0
+    next_attempt_s: float = 0.0  # delay before the next List, as decided after the last failure
 
     @property
     def condition(self) -> tuple[bool, str]:
@@ -73,15 +78,9 @@ class KubeletState:
         return self.up, self.error_kind
 
 
-def retry_delay(failures: int, interval_s: float, random_fraction: float) -> float:
-    """Delay before the next attempt after ``failures`` consecutive failures (>= 1).
-
-    Exponential from a tenth of the interval, capped at the interval, scaled by a jitter factor
-    in [0.5, 1.0] so that exporters on many nodes restarted together do not call in lockstep.
-    """
-    base = interval_s / 10.0
-    delay = min(interval_s, base * (2.0 ** max(0, failures - 1)))
-    return delay * (0.5 + 0.5 * random_fraction)
+def kubelet_backoff_policy(interval_s: float, backoff_max_s: float = DEFAULT_BACKOFF_MAX_S) -> BackoffPolicy:
+    """Retry windows for the kubelet: the first one interval long, doubling up to ``backoff_max_s``."""
+    return BackoffPolicy(initial_s=interval_s, max_s=max(interval_s, backoff_max_s))
 
 
 class PodResourcesClient:
@@ -97,6 +96,7 @@ class PodResourcesClient:
         call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
         stale_after_s: float = DEFAULT_STALE_AFTER_S,
         max_receive_message_bytes: int = MAX_RECEIVE_MESSAGE_BYTES,
+        backoff_max_s: float = DEFAULT_BACKOFF_MAX_S,
         monotonic: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         random_fraction: Callable[[], float] = random.random,
@@ -110,7 +110,7 @@ class PodResourcesClient:
         self._max_receive = max_receive_message_bytes
         self._monotonic = monotonic
         self._wall_clock = wall_clock
-        self._random_fraction = random_fraction
+        self._backoff = Backoff(kubelet_backoff_policy(interval_s, backoff_max_s), random_fraction)
         self._state = KubeletState()
         self._channel: grpc.Channel | None = None
         self._channel_socket: tuple[int, int, int] | None = None
@@ -142,8 +142,7 @@ class PodResourcesClient:
     def _run(self) -> None:
         while not self._stop.is_set():
             ok = self.poll_once()
-            failures = self._state.consecutive_failures
-            delay = self.interval_s if ok else retry_delay(failures, self.interval_s, self._random_fraction())
+            delay = self.interval_s if ok else self._state.next_attempt_s
             if self._stop.wait(delay):
                 break
         with self._lock:
@@ -239,6 +238,7 @@ class PodResourcesClient:
     # -- publishing -------------------------------------------------------------------------
 
     def _publish_success(self, listing: PodResourcesListing) -> None:
+        self._backoff.reset()
         previous = self._state
         state = KubeletState(up=True, error="", error_kind="", listing=listing,
                              last_success_wall=self._wall_clock(), last_success_monotonic=self._monotonic())
@@ -260,11 +260,13 @@ class PodResourcesClient:
         # One message per failure episode: details such as byte counts vary from call to call,
         # and neither the log nor the published value should churn with them.
         message = previous.error if same_episode else failure.message
+        delay = self._backoff.failed(self._monotonic())
         state = replace(previous, up=False, error=message, error_kind=failure.kind, listing=listing,
-                        consecutive_failures=previous.consecutive_failures + 1)
+                        consecutive_failures=previous.consecutive_failures + 1, next_attempt_s=delay)
         self._state = state
         if not same_episode:
-            LOG.warning("%s", message)
+            LOG.warning("%s; retry %d in %.1f s", message, state.consecutive_failures, delay,
+                        extra={"fields": {"retries": state.consecutive_failures, "next_retry_s": round(delay, 1)}})
         if dropped:
             LOG.warning("dropping GPU allocations last confirmed by the kubelet %.0f s ago",
                         self._monotonic() - (previous.last_success_monotonic or 0.0))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from pathlib import Path
 
 import grpc
 import pytest
 
-from exporter.kube.podresources.client import KubeletState, PodResourcesClient, retry_delay
+from exporter.kube.backoff import BackoffPolicy
+from exporter.kube.podresources.client import KubeletState, PodResourcesClient, kubelet_backoff_policy
 from exporter.kube.podresources.listing import gpu_resource_filter
 from exporter.simulate.fakekubelet import FakeContainer, FakeKubelet, FakePod
 
@@ -27,6 +29,7 @@ TRAINER = FakePod(
 def _client(
     socket: Path, changes: list[KubeletState], interval_s: float = 0.02, **kwargs: float
 ) -> PodResourcesClient:
+    kwargs.setdefault("backoff_max_s", 0.2)  # the real cap is a minute; its arithmetic is tested below
     return PodResourcesClient(str(socket), interval_s, gpu_resource_filter(), changes.append, **kwargs)
 
 
@@ -116,11 +119,37 @@ def test_rate_limited_calls_back_off_and_recover(kubelet: FakeKubelet) -> None:
         client.stop()
 
 
-def test_retry_delay_grows_with_jitter_and_never_exceeds_the_interval() -> None:
-    delays = [retry_delay(failures, 10.0, 1.0) for failures in range(1, 8)]
-    assert delays == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0, 10.0]
-    assert retry_delay(1, 10.0, 0.0) == 0.5  # jitter scales into [0.5, 1.0] of the step
-    assert all(retry_delay(f, 10.0, r) <= 10.0 for f in range(1, 30) for r in (0.0, 0.5, 1.0))
+def test_retries_never_come_faster_than_the_interval_and_back_off_to_a_minute() -> None:
+    """The default 10 s interval: retry windows of 10, 20, 40, then 60 s, one List in each."""
+    policy = kubelet_backoff_policy(10.0)
+    assert [policy.window(n) for n in range(1, 7)] == [10.0, 20.0, 40.0, 60.0, 60.0, 60.0]
+    assert policy.max_attempts(3600.0) == 1 + 3 + 59  # a kubelet down for an hour: 63 Lists, not 360
+    assert kubelet_backoff_policy(120.0).window(1) == 120.0  # a longer interval is never shortened
+    assert policy == BackoffPolicy(initial_s=10.0, max_s=60.0)
+
+
+def test_a_failing_kubelet_is_asked_once_per_window(short_tmp: Path) -> None:
+    """Ten simulated minutes of a missing socket at the default interval and cap, on a fake clock:
+    each List falls in its own window (10, 20, 40, 60, 60 ... s), wherever the jitter puts it."""
+    now = [0.0]
+    draws = iter([0.0, 0.999] * 100)  # the earliest and the latest moment of alternate windows
+    client = PodResourcesClient(str(short_tmp / "nowhere" / "kubelet.sock"), 10.0, gpu_resource_filter(),
+                                monotonic=lambda: now[0], random_fraction=lambda: next(draws))
+    attempts = []
+    while now[0] < 600.0:
+        attempts.append(now[0])
+        assert client.poll_once() is False
+        now[0] += client.state.next_attempt_s
+    policy = kubelet_backoff_policy(10.0)
+    edges = [0.0]
+    while edges[-1] < 600.0:
+        edges.append(edges[-1] + policy.window(len(edges)))
+    retries = attempts[1:]
+    windows = [next(i for i in range(len(edges) - 1) if edges[i] <= at < edges[i + 1]) for at in retries]
+    assert windows == list(range(len(retries)))  # one attempt in each window, none skipped, none doubled
+    assert len(attempts) <= policy.max_attempts(600.0) == 1 + 12
+    assert min(b - a for a, b in itertools.pairwise(attempts)) < 1.0  # jitter: gaps vary...
+    assert max(b - a for a, b in itertools.pairwise(attempts)) > 100.0  # ...within two windows
 
 
 def test_kubelet_restart_recreates_the_socket_and_the_client_follows(kubelet: FakeKubelet) -> None:
