@@ -14,6 +14,7 @@ from collections.abc import Callable
 import bcrypt
 import pytest
 
+from exporter.web import auth as auth_module
 from exporter.web.auth import REALM, BasicAuth, dummy_hash, parse_basic_authorization
 from tests.e2e.exporter_process import wait_for
 
@@ -195,3 +196,16 @@ def test_a_password_of_exactly_bcrypts_72_bytes_works() -> None:
     auth = BasicAuth({"long": bcrypt.hashpw(password.encode(), bcrypt.gensalt(COST)).decode()})
     assert auth(header("long", password)) is None
     assert auth(header("long", password + "p")) == REALM
+
+
+def test_the_cache_of_verified_logins_holds_at_most_cache_size_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full cache is emptied before the next login is remembered, so its memory stays bounded."""
+    monkeypatch.setattr(auth_module, "CACHE_SIZE", 2)
+    users = {name: bcrypt.hashpw(name.encode(), bcrypt.gensalt(COST)).decode() for name in ("a", "b", "c")}
+    spy = Spy()
+    auth = BasicAuth(users, verify=spy)
+    for name in ("a", "b", "a", "c", "a"):
+        assert auth(header(name, name)) is None
+    # a and b fill it; a is then answered from it; c finds it full, empties it and is remembered alone,
+    # so a costs a bcrypt again
+    assert spy.calls == [users[name].encode() for name in ("a", "b", "c", "a")]
