@@ -65,7 +65,7 @@ TARGETS: dict[str, Target] = {
         "a miscounted Xid or a wrong verdict silences the alerts that save jobs"),
     "exposition": Target(
         ("exporter/metrics/exposition.py",),
-        ("tests/metrics", "tests/web/test_cache.py"),
+        ("tests/metrics", "tests/web/test_cache.py", "tests/web/test_server.py"),
         "a malformed exposition fails the whole scrape"),
     "auth": Target(
         ("exporter/web/auth.py",),
