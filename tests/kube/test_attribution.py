@@ -492,9 +492,9 @@ def test_the_status_says_when_each_source_last_answered_and_why_it_is_down(clust
         assert status.enabled and status.process_attribution
         assert 0 < status.kubelet_last_success <= time.time() and 0 < status.api_last_success <= time.time()
         cluster.api.set_outage("503")
-        down = poll(lambda: (s := attribution.snapshot(DEVICES, MIGS).status) and not s.api_up and s,
-                    what="the API seen down")
-        assert "answered 503" in down.api_error
+        # first "resuming the Kubernetes API watches" (the watch ended), then the failed relist's answer
+        down = poll(lambda: (s := attribution.snapshot(DEVICES, MIGS).status) and not s.api_up
+                    and "answered 503" in s.api_error and s, what="the API seen down with its answer")
         assert down.api_last_success >= status.api_last_success  # when it last worked stays visible
     finally:
         attribution.stop()
