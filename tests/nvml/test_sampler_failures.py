@@ -541,6 +541,23 @@ def test_a_process_in_both_lists_is_kept_once_with_the_larger_known_memory(monke
         (500, 2 * GIB, None), (501, 3 * GIB, None), (502, 4 * GIB, None), (503, GIB, None)]
 
 
+def test_memory_one_list_does_not_know_is_taken_from_the_other_however_small(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def process(pid: int, used: int | None) -> Any:
+        return type("Process", (), {"pid": pid, "usedGpuMemory": used, "gpuInstanceId": 0xFFFFFFFF,
+                                    "computeInstanceId": 0xFFFFFFFF})()
+
+    with rig(PROCESSES, TEMPERATURE, process_interval_s=5.0) as (sampler, _fake, _clock, _logs):
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetComputeRunningProcesses",
+                            lambda _handle: [process(600, None), process(601, 0)])
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetGraphicsRunningProcesses",
+                            lambda _handle: [process(600, 1), process(601, 1)])
+        assert sampler.initialise()
+        processes = sampler.run_cycle().devices[0].processes
+    assert processes is not None
+    assert [(p.pid, p.used_memory_bytes) for p in processes] == [(600, 1), (601, 1)]
+
+
 @pytest.mark.parametrize(("refused", "listed", "scenario"), [
     ("compute", [500], PROCESSES.replace("used_memory: 1GiB}", "used_memory: 1GiB, type: graphics}")),
     ("graphics", [500, 501, 502], PROCESSES),
@@ -665,7 +682,7 @@ def test_a_rate_is_the_counter_difference_over_the_drivers_time_between_samples(
         sampler.run_cycle()
         clock.t, stamp[0] = 102.0, 103_000_000  # the driver sampled the counter 2 s later
         values = sampler.run_cycle().devices[0].values
-    assert values[PCIE_TX] == pytest.approx(100 * MIB / 2, rel=1e-3)  # 100 MiB in 2 s of driver time
+    assert values[PCIE_TX] == 100 * MIB // 2  # 100 MiB in 2 s of driver time (its microseconds, exactly)
 
 
 def test_without_a_driver_time_stamp_the_rate_uses_the_exporters_clock(monkeypatch: pytest.MonkeyPatch) -> None:
