@@ -443,6 +443,45 @@ def test_a_mig_gpu_with_only_per_instance_profiling_rows_reads_them_per_instance
     assert instance.values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == pytest.approx(0.2)
 
 
+def test_a_mig_gpu_with_only_per_instance_profiling_rows_takes_no_whole_gpu_samples() -> None:
+    """Its instances are sampled; the parent serves no such row, so sampling it would be NVML time for nothing."""
+    scenario = "gpu_count: 1\ngpu_defaults: {model: H100-SXM5-80GB, mig: [{profile: 3g.40gb, load: 20}]}\n"
+    with rig(scenario, GR_ENGINE) as (sampler, fake, clock, _logs):
+        assert sampler.initialise()
+        for _ in range(3):
+            clock.t += 1.0
+            snapshot = sampler.run_cycle()
+        assert (fake.calls["nvmlGpmSampleGet"], fake.calls["nvmlGpmMigSampleGet"]) == (0, 3)
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in snapshot.devices[0].mig[0].values
+
+
+def test_a_cycle_of_exactly_the_interval_is_no_overrun() -> None:
+    with rig(csv=TEMPERATURE) as (sampler, _fake, clock, logs):
+        assert sampler.initialise()
+        cycle = sampler.run_cycle
+
+        def one_interval() -> Snapshot:
+            snapshot = cycle()
+            clock.t += sampler.interval_s
+            return snapshot
+
+        sampler.run_cycle = one_interval  # type: ignore[method-assign]
+        waits = _run_loop(sampler, 2)
+    assert waits == [0.0, 0.0]
+    assert events(logs, logging.WARNING) == []
+
+
+def test_a_rate_row_whose_counters_a_gpu_lacks_is_listed_unsupported() -> None:
+    with rig(csv="DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, counter, n\n") as (sampler, fake, clock, _logs):
+        fake.inject_error("nvmlDeviceGetFieldValues", "NotSupported", gpu=0,
+                          field=pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
+        assert sampler.initialise()
+        for _ in range(2):
+            clock.t += 1.0
+            snapshot = sampler.run_cycle()
+    assert snapshot.status.unsupported_fields == ((0, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"),)
+
+
 def test_a_failed_whole_gpu_sample_is_logged_once_with_its_target_and_restarts_the_chain() -> None:
     with rig(MIG_GPU, GR_ENGINE) as (sampler, fake, clock, logs):
         assert sampler.initialise()
