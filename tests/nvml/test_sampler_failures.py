@@ -496,6 +496,20 @@ def test_a_failed_whole_gpu_sample_is_logged_once_with_its_target_and_restarts_t
          {"gpu": 0, "target": "the whole GPU", "error": "NVMLError_InvalidArgument: Invalid Argument"})]
 
 
+def test_failed_gpm_samples_are_logged_once_per_gpu() -> None:
+    with rig("gpu_count: 2\ngpu_defaults: {model: H100-SXM5-80GB, load: 50}\n", GR_ENGINE) as (
+            sampler, fake, clock, logs):
+        assert sampler.initialise()
+        fake.inject_error("nvmlGpmSampleGet", "InvalidArgument")
+        for _ in range(3):
+            clock.t += 1.0
+            sampler.run_cycle()
+    assert events(logs, logging.WARNING) == [
+        ("WARNING", "GPM sample failed; its sample chain restarts next cycle",
+         {"gpu": gpu, "target": "the whole GPU", "error": "NVMLError_InvalidArgument: Invalid Argument"})
+        for gpu in (0, 1)]
+
+
 def test_a_failed_instance_sample_restarts_that_instances_chain_only() -> None:
     with rig(MIG_GPU, GR_ENGINE) as (sampler, fake, clock, logs):
         assert sampler.initialise()
