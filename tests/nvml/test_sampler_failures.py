@@ -455,6 +455,24 @@ def test_a_mig_gpu_with_only_per_instance_profiling_rows_takes_no_whole_gpu_samp
     assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in snapshot.devices[0].mig[0].values
 
 
+def test_a_gpu_instance_id_taken_over_by_a_new_instance_starts_a_new_sample_chain() -> None:
+    """No profiling value mixes a destroyed instance's last sample with its successor's first."""
+    scenario = "gpu_count: 1\ngpu_defaults: {model: H100-SXM5-80GB, mig: [{profile: 3g.40gb, load: 20}]}\n"
+    with rig(scenario, GR_ENGINE) as (sampler, fake, clock, _logs):
+        assert sampler.initialise()
+        seen = []
+        for step in ("before", "before", "changed", "after"):
+            if step == "changed":
+                fake.set_mig_layout(0, ["4g.40gb"])  # the 3g.40gb instance goes; the new one gets its id
+                clock.t += 60.0  # the layout is checked once a minute
+            clock.t += 1.0
+            [instance] = sampler.run_cycle().devices[0].mig
+            seen.append((instance.identity.profile, instance.identity.gpu_instance_id,
+                         instance.values.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE")))
+    assert seen == [("3g.40gb", 1, None), ("3g.40gb", 1, pytest.approx(0.2)), ("4g.40gb", 1, None),
+                    ("4g.40gb", 1, 0.0)]
+
+
 def test_a_cycle_of_exactly_the_interval_is_no_overrun() -> None:
     with rig(csv=TEMPERATURE) as (sampler, _fake, clock, logs):
         assert sampler.initialise()
@@ -682,6 +700,16 @@ def test_mig_layouts_are_logged_once_per_gpu_with_every_instance() -> None:
                            for m in reading.mig)
         expected.append((reading.identity.index, reading.identity.uuid, True, devices))
     assert layouts == expected  # GPUs 2 and 3 keep MIG off: nothing to say about them
+
+
+def test_gpus_with_the_same_mig_layout_each_say_so() -> None:
+    scenario = "gpu_count: 2\ngpu_defaults: {model: H100-SXM5-80GB, mig: [{profile: 3g.40gb}]}\n"
+    with rig(scenario, TEMPERATURE) as (sampler, _fake, clock, logs):
+        assert sampler.initialise()
+        clock.t += 1.0
+        sampler.run_cycle()
+    assert [(fields["gpu"], fields["devices"]) for _level, message, fields in events(logs, logging.INFO)
+            if message == "MIG layout"] == [(0, "3g.40gb:GI1/CI0"), (1, "3g.40gb:GI1/CI0")]
 
 
 def test_a_mig_gpu_without_instances_says_so() -> None:
