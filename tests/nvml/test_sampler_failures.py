@@ -362,6 +362,27 @@ def test_the_sampling_thread_is_named_is_a_daemon_and_stop_does_not_wait_for_a_h
             sampler.stop()
 
 
+def test_a_failure_on_the_way_out_ends_the_loop_instead_of_restarting_it() -> None:
+    """stop() while a cycle is inside NVML, then the cycle fails (here: its clock): no restart, no error line."""
+    def broken_clock() -> float:
+        raise RuntimeError("clock gone")
+
+    with rig(csv=TEMPERATURE) as (sampler, fake, _clock, _logs), \
+            captured_logs("gpu_pod_exporter.supervisor") as supervision:
+        fake.hang("nvmlDeviceGetTemperatureV", 60.0)
+        sampler.start()
+        try:
+            wait_for(lambda: sampler.in_flight() is not None, 10.0, "the sampler to block inside NVML")
+            [thread] = [thread for thread in threading.enumerate() if thread.name == "nvml-sampler"]
+            sampler.stop(timeout=0.0)  # asked to stop while still inside the call
+            sampler._clock = broken_clock
+        finally:
+            fake.release_hangs()
+        sampler.stop(timeout=10.0)
+        assert not thread.is_alive()
+    assert events(supervision) == []
+
+
 # --- GPM profiling ------------------------------------------------------------------------------
 
 GR_ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, g\n"  # a per-GPU-instance profiling row, no fallback
