@@ -515,3 +515,28 @@ def test_a_wait_failure_that_comes_back_after_another_one_is_said_again(nvml: An
              "arriving": "lost"}
     assert [kinds[message] for _level, message, _fields in rig.events(logging.WARNING)] == [
         "error", "lost", "error", "lost", "down", "error", "down", "error"]
+
+
+def test_after_a_rebuild_a_single_lost_answer_does_not_rebuild_at_once(nvml: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a lost answer that repeats rebuilds the set before its time: a rebuild starts the count afresh."""
+    with watching(nvml) as rig:
+        rig.start_without_gpu_1()
+        rig.fake.clear_errors()
+        rig.now[0] = 30.0  # GPU 1 is tried again: a rebuild
+        rig.registered((0, 1))
+        creates = rig.fake.calls["nvmlEventSetCreate"]
+        real_wait = pynvml.nvmlEventSetWait_v2
+        lost_once = [True]
+
+        def wait(*args: Any) -> Any:
+            if lost_once[0]:
+                lost_once[0] = False
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+            return real_wait(*args)
+
+        monkeypatch.setattr(pynvml, "nvmlEventSetWait_v2", wait)
+        rig.idle_turns()
+        assert not lost_once[0]
+        assert rig.fake.calls["nvmlEventSetCreate"] == creates
+        assert rig.watcher.registered_gpus == (0, 1)
