@@ -517,26 +517,29 @@ def test_a_wait_failure_that_comes_back_after_another_one_is_said_again(nvml: An
         "error", "lost", "error", "lost", "down", "error", "down", "error"]
 
 
-def test_after_a_rebuild_a_single_lost_answer_does_not_rebuild_at_once(nvml: Any,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """Only a lost answer that repeats rebuilds the set before its time: a rebuild starts the count afresh."""
+
+@pytest.mark.parametrize(("lost_answers", "rebuilt"), [(1, False), (2, True)])
+def test_a_lost_answer_rebuilds_the_set_at_once_only_when_it_repeats(nvml: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                     lost_answers: int, rebuilt: bool) -> None:
+    """Counted afresh after each rebuild: one lost answer waits for the next planned rebuild, two in a row
+    rebuild at once (without the lost GPU, should its registration now fail)."""
     with watching(nvml) as rig:
         rig.start_without_gpu_1()
         rig.fake.clear_errors()
-        rig.now[0] = 30.0  # GPU 1 is tried again: a rebuild
+        rig.now[0] = 30.0  # GPU 1 is tried again: a rebuild; the next planned one is 30 s away
         rig.registered((0, 1))
         creates = rig.fake.calls["nvmlEventSetCreate"]
         real_wait = pynvml.nvmlEventSetWait_v2
-        lost_once = [True]
+        left = [lost_answers]
 
         def wait(*args: Any) -> Any:
-            if lost_once[0]:
-                lost_once[0] = False
+            if left[0]:
+                left[0] -= 1
                 raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
             return real_wait(*args)
 
         monkeypatch.setattr(pynvml, "nvmlEventSetWait_v2", wait)
         rig.idle_turns()
-        assert not lost_once[0]
-        assert rig.fake.calls["nvmlEventSetCreate"] == creates
+        assert left == [0]
+        assert rig.fake.calls["nvmlEventSetCreate"] == creates + rebuilt
         assert rig.watcher.registered_gpus == (0, 1)
