@@ -543,3 +543,26 @@ def test_a_lost_answer_rebuilds_the_set_at_once_only_when_it_repeats(nvml: Any, 
         assert left == [0]
         assert rig.fake.calls["nvmlEventSetCreate"] == creates + rebuilt
         assert rig.watcher.registered_gpus == (0, 1)
+
+
+def test_a_failure_on_the_way_out_ends_the_watcher_instead_of_restarting_it(nvml: Any,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """stop() while a wait is inside NVML, then the loop fails: it ends, frees its set, and the supervisor
+    neither restarts it nor logs a failure (``watching`` checks that no supervisor line was written)."""
+    with watching(nvml) as rig:
+        rig.discover()
+        rig.watcher.start()
+        rig.registered((0, 1))
+        inside, release = threading.Event(), threading.Event()
+
+        def failing_wait(*_args: Any) -> Any:
+            inside.set()
+            release.wait(DEADLINE_S)
+            raise RuntimeError("a bug on the way out")
+
+        monkeypatch.setattr(pynvml, "nvmlEventSetWait_v2", failing_wait)
+        assert inside.wait(DEADLINE_S)
+        assert rig.watcher.stop(0.0) is False  # still inside the wait
+        release.set()
+        assert rig.watcher.stop(DEADLINE_S) is True
+        assert rig.fake.open_event_sets == 0
