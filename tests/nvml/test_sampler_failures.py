@@ -618,12 +618,15 @@ GIB = 1 << 30
 MIB = 1 << 20
 
 
-def test_a_process_in_both_lists_is_kept_once_with_the_larger_known_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    def process(pid: int, used: int | None) -> Any:
-        return type("Process", (), {"pid": pid, "usedGpuMemory": used, "gpuInstanceId": 0xFFFFFFFF,
-                                    "computeInstanceId": 0xFFFFFFFF})()
+def listed_process(pid: int, used: int | None) -> Any:
+    """An entry of NVML's process lists (whole GPU) as pynvml returns it."""
+    return type("Process", (), {"pid": pid, "usedGpuMemory": used, "gpuInstanceId": 0xFFFFFFFF,
+                                "computeInstanceId": 0xFFFFFFFF})()
 
-    graphics = [process(500, 2 * GIB), process(501, None), process(502, 4 * GIB), process(503, GIB)]
+
+def test_a_process_in_both_lists_is_kept_once_with_the_larger_known_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    graphics = [listed_process(500, 2 * GIB), listed_process(501, None), listed_process(502, 4 * GIB),
+                listed_process(503, GIB)]
     with rig(PROCESSES, TEMPERATURE, process_interval_s=5.0) as (sampler, _fake, _clock, _logs):
         monkeypatch.setattr(pynvml, "nvmlDeviceGetGraphicsRunningProcesses", lambda _handle: graphics)
         assert sampler.initialise()
@@ -635,15 +638,11 @@ def test_a_process_in_both_lists_is_kept_once_with_the_larger_known_memory(monke
 
 def test_memory_one_list_does_not_know_is_taken_from_the_other_however_small(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    def process(pid: int, used: int | None) -> Any:
-        return type("Process", (), {"pid": pid, "usedGpuMemory": used, "gpuInstanceId": 0xFFFFFFFF,
-                                    "computeInstanceId": 0xFFFFFFFF})()
-
     with rig(PROCESSES, TEMPERATURE, process_interval_s=5.0) as (sampler, _fake, _clock, _logs):
         monkeypatch.setattr(pynvml, "nvmlDeviceGetComputeRunningProcesses",
-                            lambda _handle: [process(600, None), process(601, 0)])
+                            lambda _handle: [listed_process(600, None), listed_process(601, 0)])
         monkeypatch.setattr(pynvml, "nvmlDeviceGetGraphicsRunningProcesses",
-                            lambda _handle: [process(600, 1), process(601, 1)])
+                            lambda _handle: [listed_process(600, 1), listed_process(601, 1)])
         assert sampler.initialise()
         processes = sampler.run_cycle().devices[0].processes
     assert processes is not None
