@@ -60,6 +60,12 @@ class Rig:
         self.watcher.start()
         self.registered((0,))
 
+    def start(self, gpus: tuple[int, ...] = (0, 1)) -> None:
+        """Start on the scenario's GPUs and wait until ``gpus`` are registered."""
+        self.discover()
+        self.watcher.start()
+        self.registered(gpus)
+
     def registered(self, gpus: tuple[int, ...]) -> None:
         wait_for(lambda: self.watcher.registered_gpus == gpus, DEADLINE_S, f"registration of GPUs {gpus}")
 
@@ -97,9 +103,7 @@ def watching(nvml: Callable[..., Any], scenario: str = "gpu_count: 2\n", *, on_e
 def test_the_watcher_thread_is_named_a_daemon_and_stops_cleanly(nvml: Any) -> None:
     with watching(nvml) as rig:
         assert rig.watcher.stop() is True  # never started: nothing to wait for
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0, 1))
+        rig.start()
         [thread] = [thread for thread in threading.enumerate() if thread.name == "nvml-events"]
         assert thread.daemon
         assert rig.watcher.stop() is True and rig.fake.open_event_sets == 0
@@ -107,9 +111,7 @@ def test_the_watcher_thread_is_named_a_daemon_and_stops_cleanly(nvml: Any) -> No
 
 def test_stop_gives_up_on_a_wait_stuck_inside_nvml_and_leaves_the_set_alone(nvml: Any) -> None:
     with watching(nvml) as rig:
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0, 1))
+        rig.start()
         waits = rig.fake.calls["nvmlEventSetWait_v2"]
         rig.fake.hang("nvmlEventSetWait_v2", 60.0)
         wait_for(lambda: rig.fake.calls["nvmlEventSetWait_v2"] > waits, DEADLINE_S, "a wait begun after the hang")
@@ -121,9 +123,7 @@ def test_stop_gives_up_on_a_wait_stuck_inside_nvml_and_leaves_the_set_alone(nvml
 
 def test_registration_is_logged_with_the_gpus_and_when_none_accepts_it(nvml: Any) -> None:
     with watching(nvml, "gpu_count: 3\n") as rig:
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0, 1, 2))
+        rig.start((0, 1, 2))
         rig.fake.inject_error("nvmlDeviceRegisterEvents", "NotSupported")
         rig.discover()  # a new inventory: no GPU accepts events now
         wait_for(lambda: rig.watcher.registrations == 1 and rig.watcher.registered_gpus == (), DEADLINE_S,
@@ -146,9 +146,7 @@ def test_each_registration_failure_is_logged_once_per_gpu_with_its_error(nvml: A
     with watching(nvml, "gpu_count: 6\n") as rig:
         for gpu, error in ((1, "Unknown"), (2, "NotSupported"), (3, "Timeout"), (4, "Unknown"), (5, "NotSupported")):
             rig.fake.inject_error("nvmlDeviceRegisterEvents", error, gpu=gpu)
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0,))
+        rig.start((0,))
         creates = rig.fake.calls["nvmlEventSetCreate"]
         rig.now[0] += 30.0  # GPU 3 may answer now; it still fails: not said again
         rig.idle_turns()
@@ -171,9 +169,7 @@ def test_each_registration_failure_is_logged_once_per_gpu_with_its_error(nvml: A
 def test_a_gpu_whose_registration_works_again_is_said_again_when_it_fails_anew(nvml: Any, error: str) -> None:
     with watching(nvml) as rig:
         rig.fake.inject_error("nvmlDeviceRegisterEvents", error, gpu=1)
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0,))
+        rig.start((0,))
         rig.fake.clear_errors()
         rig.discover()  # a new inventory (NVML re-initialised): GPU 1 registers now
         rig.registered((0, 1))
@@ -190,9 +186,7 @@ def test_a_gpu_whose_registration_works_again_is_said_again_when_it_fails_anew(n
 def test_a_gpu_refused_for_another_reason_is_said_again(nvml: Any, first: str, then: str) -> None:
     with watching(nvml) as rig:
         rig.fake.inject_error("nvmlDeviceRegisterEvents", first, gpu=1)
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0,))
+        rig.start((0,))
         rig.fake.clear_errors()
         rig.fake.inject_error("nvmlDeviceRegisterEvents", then, gpu=1)
         rig.discover()
@@ -216,9 +210,7 @@ def test_a_gpu_without_xid_events_is_said_once(nvml: Any) -> None:
         rig.watcher = EventWatcher(rig.follow, rig.received.append, requested=pynvml.nvmlEventTypePState,
                                    wait_timeout_ms=20, idle_poll_s=0.01, error_backoff_s=0.01,
                                    clock=lambda: rig.now[0])
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0, 1))
+        rig.start()
         rig.discover()
         wait_for(lambda: rig.watcher.registrations == 2, DEADLINE_S, "the second registration")
         supported = [pynvml.nvmlDeviceGetSupportedEventTypes(pynvml.nvmlDeviceGetHandleByIndex(gpu)) for gpu in (0, 1)]
@@ -231,9 +223,7 @@ def test_a_gpu_without_xid_events_is_said_once(nvml: Any) -> None:
 def test_a_board_without_ecc_events_still_delivers_its_xids(nvml: Any) -> None:
     """Only the event types a GPU supports are asked for: asking for more makes NVML refuse them all."""
     with watching(nvml, "gpu_defaults: {model: RTX-4090}\n") as rig:
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0,))
+        rig.start((0,))
         rig.fake.inject_xid(0, 13)
         wait_for(lambda: rig.received, DEADLINE_S, "the Xid")
     assert rig.xids() == [(0, 13)]
@@ -241,9 +231,7 @@ def test_a_board_without_ecc_events_still_delivers_its_xids(nvml: Any) -> None:
 
 def test_wait_failures_are_logged_once_per_reason_and_the_watcher_carries_on(nvml: Any) -> None:
     with watching(nvml) as rig:
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0, 1))
+        rig.start()
         waits = rig.fake.calls["nvmlEventSetWait_v2"]
         rig.fake.inject_error("nvmlEventSetWait_v2", "InsufficientPower")
         wait_for(lambda: rig.fake.calls["nvmlEventSetWait_v2"] > waits + 3, DEADLINE_S, "failing waits")
@@ -263,9 +251,7 @@ def test_wait_failures_are_logged_once_per_reason_and_the_watcher_carries_on(nvm
 
 def test_nvml_going_away_under_the_wait_is_said_once_and_retried_after_a_pause(nvml: Any) -> None:
     with watching(nvml, "gpu_count: 1\n") as rig:
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0,))
+        rig.start((0,))
         creates = rig.fake.calls["nvmlEventSetCreate"]
         rig.fake.inject_error("nvmlEventSetWait_v2", "DriverNotLoaded")
         wait_for(lambda: rig.watcher.registered_gpus == (), DEADLINE_S, "the set dropped")
@@ -286,9 +272,7 @@ def test_nvml_going_away_under_the_wait_is_said_once_and_retried_after_a_pause(n
 
 def test_a_new_inventory_is_registered_at_once_even_during_a_retry_pause(nvml: Any) -> None:
     with watching(nvml, "gpu_count: 1\n") as rig:
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0,))
+        rig.start((0,))
         rig.fake.inject_error("nvmlEventSetWait_v2", "DriverNotLoaded")
         wait_for(lambda: rig.watcher.registered_gpus == (), DEADLINE_S, "the set dropped")
         rig.fake.clear_errors()
@@ -363,9 +347,7 @@ def test_a_rebuild_registers_the_new_set_before_it_drains_and_frees_the_old_one(
 
 def test_a_lone_gpu_that_is_lost_and_back_delivers_again(nvml: Any) -> None:
     with watching(nvml, "gpu_count: 1\n") as rig:
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0,))
+        rig.start((0,))
         rig.fake.lose_gpu(0)
         rig.fake.inject_error("nvmlEventSetWait_v2", "GpuIsLost")
         wait_for(lambda: rig.watcher.registered_gpus == (), DEADLINE_S, "the rebuild without the lost GPU")
@@ -383,9 +365,7 @@ def test_a_lone_gpu_that_is_lost_and_back_delivers_again(nvml: Any) -> None:
 
 def test_a_gpu_lost_for_another_reason_is_said_again(nvml: Any) -> None:
     with watching(nvml) as rig:
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0, 1))
+        rig.start()
         waits = rig.fake.calls["nvmlEventSetWait_v2"]
         rig.fake.inject_error("nvmlEventSetWait_v2", "GpuIsLost")
         wait_for(lambda: rig.fake.calls["nvmlEventSetWait_v2"] > waits, DEADLINE_S, "a lost answer")
@@ -409,9 +389,7 @@ def test_a_failing_consumer_is_logged_and_later_events_still_arrive(nvml: Any) -
             raise RuntimeError("ledger bug")
 
     with watching(nvml, on_event=consumer) as rig:
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0, 1))
+        rig.start()
         rig.fake.inject_xid(0, 13)
         rig.fake.inject_xid(1, 31)
         wait_for(lambda: len(received) == 2, DEADLINE_S, "both events")
@@ -435,9 +413,7 @@ def test_a_bug_in_the_watcher_frees_its_set_and_the_supervisor_starts_it_again(n
 
 def test_freeing_a_set_nvml_already_dropped_is_a_debug_line(nvml: Any) -> None:
     with watching(nvml) as rig:
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0, 1))
+        rig.start()
         rig.fake.inject_error("nvmlEventSetFree", "DriverNotLoaded")
         assert rig.watcher.stop(5)
     assert rig.events()[-1] == ("DEBUG", "freeing the event set failed",
@@ -492,9 +468,7 @@ def test_a_periodic_rebuild_that_registers_nothing_is_retried(nvml: Any) -> None
 def test_a_wait_failure_that_comes_back_after_another_one_is_said_again(nvml: Any) -> None:
     """Each kind of failure is said again once something else happened in between."""
     with watching(nvml) as rig:
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0, 1))
+        rig.start()
 
         def fail_waits(error: str) -> None:
             waits = rig.fake.calls["nvmlEventSetWait_v2"]
@@ -550,9 +524,7 @@ def test_a_failure_on_the_way_out_ends_the_watcher_instead_of_restarting_it(nvml
     """stop() while a wait is inside NVML, then the loop fails: it ends, frees its set, and the supervisor
     neither restarts it nor logs a failure (``watching`` checks that no supervisor line was written)."""
     with watching(nvml) as rig:
-        rig.discover()
-        rig.watcher.start()
-        rig.registered((0, 1))
+        rig.start()
         inside, release = threading.Event(), threading.Event()
 
         def failing_wait(*_args: Any) -> Any:
