@@ -492,16 +492,24 @@ def test_a_wait_failure_that_comes_back_after_another_one_is_said_again(nvml: An
 
 
 
+@pytest.mark.parametrize("made_by", ["a rebuild", "a new inventory"])
 @pytest.mark.parametrize(("lost_answers", "rebuilt"), [(1, False), (2, True)])
 def test_a_lost_answer_rebuilds_the_set_at_once_only_when_it_repeats(nvml: Any, monkeypatch: pytest.MonkeyPatch,
-                                                                     lost_answers: int, rebuilt: bool) -> None:
-    """Counted afresh after each rebuild: one lost answer waits for the next planned rebuild, two in a row
+                                                                     made_by: str, lost_answers: int,
+                                                                     rebuilt: bool) -> None:
+    """Counted afresh for each new set: one lost answer waits for the next planned rebuild, two in a row
     rebuild at once (without the lost GPU, should its registration now fail)."""
     with watching(nvml) as rig:
-        rig.start_without_gpu_1()
-        rig.fake.clear_errors()
-        rig.now[0] = 30.0  # GPU 1 is tried again: a rebuild; the next planned one is 30 s away
-        rig.registered((0, 1))
+        if made_by == "a rebuild":
+            rig.start_without_gpu_1()
+            rig.fake.clear_errors()
+            rig.now[0] = 30.0  # GPU 1 is tried again: a rebuild; the next planned one is 30 s away
+            rig.registered((0, 1))
+        else:
+            rig.start()
+            registrations = rig.watcher.registrations
+            rig.discover()  # the sampler re-initialised NVML: the old set is dropped, a new one registered
+            wait_for(lambda: rig.watcher.registrations > registrations, DEADLINE_S, "the new inventory's set")
         creates = rig.fake.calls["nvmlEventSetCreate"]
         real_wait = pynvml.nvmlEventSetWait_v2
         left = [lost_answers]
