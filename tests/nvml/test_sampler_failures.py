@@ -18,6 +18,7 @@ import pytest
 
 from exporter.metrics.counters import CounterSet, default_counters_text, load_counters, parse_counters
 from exporter.nvml import sampler as sampler_module
+from exporter.nvml.events import handle_value
 from exporter.nvml.inventory import Inventory
 from exporter.nvml.sampler import LOST_REPROBE_S, Sampler
 from exporter.simulate.fakenvml import FakeNvmlLibrary, installed
@@ -730,6 +731,34 @@ def test_gpus_with_the_same_mig_layout_each_say_so() -> None:
         sampler.run_cycle()
     assert [(fields["gpu"], fields["devices"]) for _level, message, fields in events(logs, logging.INFO)
             if message == "MIG layout"] == [(0, "3g.40gb:GI1/CI0"), (1, "3g.40gb:GI1/CI0")]
+
+
+def test_a_failing_mig_instance_does_not_hide_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario = "gpu_count: 1\ngpu_defaults: {model: H100-SXM5-80GB, mig: [3g.40gb, 2g.20gb, 1g.10gb]}\n"
+    with rig(scenario, "DCGM_FI_DEV_FB_USED, gauge, u\n") as (sampler, _fake, clock, logs):
+        assert sampler.initialise()
+        clock.t += 1.0
+        before = sampler.run_cycle().devices[0].mig
+        assert [len(instance.values) for instance in before] == [1, 1, 1]
+        failing = before[0].identity.gpu_instance_id
+        [handle] = [device.handle for device in sampler._states[0].mig.instances()
+                    if device.identity.gpu_instance_id == failing]
+        real = pynvml.nvmlDeviceGetMemoryInfo
+
+        def memory(device: Any, *args: Any, **kwargs: Any) -> Any:
+            if handle_value(device) == handle_value(handle):
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+            return real(device, *args, **kwargs)
+
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", memory)
+        clock.t += 1.0
+        after = sampler.run_cycle().devices[0].mig
+    assert [instance.identity.gpu_instance_id for instance in after] == [
+        instance.identity.gpu_instance_id for instance in before[1:]]
+    assert [instance.values for instance in after] == [instance.values for instance in before[1:]]
+    assert events(logs, logging.WARNING) == [
+        ("WARNING", "reading failed; skipped this cycle",
+         {"gpu": 0, "reading": f"MIG instance {failing}", "error": "NVMLError_Timeout: Timeout"})]
 
 
 def test_a_mig_gpu_without_instances_says_so() -> None:
