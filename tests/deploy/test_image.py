@@ -213,8 +213,15 @@ def test_simulate_runs_as_the_image_user_and_the_host_scrapes_it(image: BuiltIma
         samples = parse_samples(exporter.metrics())
         gpus = {labels["gpu"] for name, labels, _value in samples if name == "DCGM_FI_DEV_GPU_UTIL"}
         assert gpus == {str(index) for index in range(8)}
-        # the simulated cluster runs inside the container too: GPUs are attributed to pods
-        assert any(labels.get("pod") for name, labels, _value in samples if name == "DCGM_FI_DEV_GPU_UTIL")
+
+        # the simulated cluster runs inside the container too: GPUs are attributed to pods (once the
+        # simulated kubelet has been listed and the API watched, a moment after the first GPU series)
+        def attributed() -> bool:
+            exporter.assert_running()
+            return any(labels.get("pod") for name, labels, _value in parse_samples(exporter.metrics())
+                       if name == "DCGM_FI_DEV_GPU_UTIL")
+
+        wait_for(attributed, 60, "GPU series with a pod label on /metrics", interval_s=0.2)
         assert exporter.uid_on_host() == image_uid
     finally:
         exporter.stop()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import http.client
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.tools import stop_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -135,15 +136,9 @@ class ExporterProcess:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        code = stop_process(self.process)
         self._log.close()
-        return self.process.returncode
+        return code
 
 
 def series(exporter: ExporterProcess, name: str, *keys: str) -> dict[tuple[str, ...], float]:

@@ -46,7 +46,7 @@ from tests.dashboards.dashboard_queries import (
     all_queries,
     dcgm_exporter_queries,
 )
-from tests.e2e.tools import require_program
+from tests.e2e.tools import require_program, stop_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RULE_FILES = tuple(sorted((REPO_ROOT / "deploy" / "rules").glob("*.yaml")))
@@ -253,13 +253,7 @@ class PrometheusHarness:
     def stop(self) -> None:
         """Stop Prometheus (SIGTERM, then SIGKILL after 10 s) and delete its data directory."""
         if self.process is not None:
-            if self.process.poll() is None:
-                self.process.terminate()
-                try:
-                    self.process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait(timeout=10)
+            stop_process(self.process)
             self.process = None
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)

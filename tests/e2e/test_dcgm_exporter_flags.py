@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.e2e.exporter_process import REPO_ROOT, parse_samples, running_exporter, wait_for
+from tests.e2e.tools import stop_process
 from tests.kube.configmap_server import NAME, NAMESPACE, ConfigMapServer
 
 TEMP_ONLY = "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
@@ -43,7 +44,8 @@ def test_configmap_unreachable_at_start_falls_back_then_applies(tmp_path: Path) 
                 "--configmap-refresh-interval", "1000", "--collect-interval", "200"]
         with running_exporter(args) as exporter:
             exporter.wait_healthy()
-            assert "DCGM_FI_DEV_POWER_USAGE" in _names(exporter.metrics())  # the built-in default counters
+            # the built-in default counters, from the first sample on (rendered just after /health turns 200)
+            wait_for(lambda: "DCGM_FI_DEV_POWER_USAGE" in _names(exporter.metrics()), 20.0, "the default counters")
             assert "answered 503" in exporter.log()
             server.status = 200
             wait_for(lambda: _names(exporter.metrics()) == {"DCGM_FI_DEV_GPU_TEMP"}, 30.0, "the ConfigMap's row")
@@ -83,8 +85,7 @@ def test_web_systemd_socket_serves_on_the_socket_systemd_passes(tmp_path: Path) 
 
         wait_for(metrics, 30.0, "metrics on the passed socket")
     finally:
-        process.terminate()
-        process.wait(10)
+        stop_process(process)
         log.close()
 
 

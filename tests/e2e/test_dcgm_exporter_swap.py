@@ -28,6 +28,7 @@ from exporter.metrics.upstream_paths import resolve_collectors
 from tests.dashboards.dashboard_queries import dcgm_exporter_queries, dcgm_exporter_variables, grafana_regex_value
 from tests.e2e.exporter_process import REPO_ROOT, free_port, wait_for
 from tests.e2e.prometheus_harness import PrometheusHarness
+from tests.e2e.tools import stop_process
 
 pytestmark = pytest.mark.e2e
 
@@ -87,8 +88,7 @@ def swapped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swapped]:
             prometheus.wait_for_targets_up(deadline_s=60.0)
             yield Swapped(process, log_path, f"127.0.0.1:{port}", prometheus, args)
     finally:
-        process.terminate()
-        process.wait(10)
+        stop_process(process)
 
 
 def test_the_daemonset_runs_unchanged_and_says_what_it_ignores(swapped: Swapped) -> None:

@@ -264,7 +264,8 @@ def shorten_subquery_resolution(expr: str) -> str:
 
 
 def single_value_variables(dashboard: dict[str, Any]) -> bool:
-    return any(not variable.multi for variable in query_variables(dashboard))
+    """Whether the dashboard shows one node (a single-value variable other than the optional cluster)."""
+    return any(not variable.multi and variable.label not in OPTIONAL_LABELS for variable in query_variables(dashboard))
 
 
 def dashboard_checks(prometheus: PrometheusHarness, dashboards: Sequence[dict[str, Any]], chosen: str,

@@ -99,7 +99,7 @@ def test_each_pod_on_a_shared_gpu_shows_its_own_utilization(node: tuple[Exporter
 def panel_queries() -> dict[str, str]:
     """The panel's queries by refId, as Grafana sends them for this node and all of its GPUs."""
     [node_dashboard] = [d for d in load_dashboards().values() if d["uid"] == "gpu-pod-exporter-node"]
-    values = {**BUILTIN_VARIABLES, "datasource": "prometheus", "Hostname": NODE, "cluster": ".*",
+    values = {**BUILTIN_VARIABLES, "datasource": "prometheus", "Hostname": NODE, "cluster": "",
               "gpu": grafana_regex_value(["0", "1", "2"])}
     return {query.source.rsplit(" ", 1)[1]: query.resolved(values) for query in dashboard_queries(node_dashboard)
             if query.source.startswith(f"panel {PANEL!r}")}

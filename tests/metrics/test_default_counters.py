@@ -38,8 +38,8 @@ DCGM_EXPORTER_LISTS = {name: DCGM_EXPORTER_DATA / name for name in ("default-cou
 PRODUCT_DEFAULT = REPO / "exporter" / "metrics" / "data" / "default-counters.csv"
 RULE_FILES = sorted((REPO / "deploy" / "rules").glob("*.yaml"))
 # Any value will do for the dashboards' template variables: only the metric names matter here.
-DASHBOARD_VARIABLES = {"datasource": "prometheus", "cluster": "cluster", "Hostname": "node", "gpu": "0",
-                       "modelName": "model", "team": "team", "namespace": "namespace", "instance": "instance"}
+DASHBOARD_VARIABLES = {"datasource": "prometheus", "cluster": "", "Hostname": "node", "gpu": "0", "modelName": "model",
+                       "team": "team", "namespace": "namespace", "instance": "instance"}
 NOT_SERVED_UPSTREAM_ROWS = {"DCGM_FI_DEV_VGPU_LICENSE_STATUS"}  # only meaningful inside a vGPU guest
 
 

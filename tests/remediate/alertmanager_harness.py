@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from tests.e2e.prometheus_harness import free_port
-from tests.e2e.tools import require_program
+from tests.e2e.tools import require_program, stop_process
 
 BINARY = "prometheus-alertmanager"
 
@@ -93,13 +93,7 @@ class AlertmanagerHarness:
 
     def stop(self) -> None:
         if self.process is not None:
-            if self.process.poll() is None:
-                self.process.terminate()
-                try:
-                    self.process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait(timeout=10)
+            stop_process(self.process)
             self.process = None
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -18,6 +17,7 @@ from exporter.simulate.fakenodeapi import FakeNodeApiServer
 from exporter.simulate.kube_scenario import parse_kubernetes_section
 from exporter.simulate.scenario import load_scenario
 from tests.e2e.exporter_process import REPO_ROOT, free_port, parse_samples, wait_for
+from tests.e2e.tools import stop_process
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 DEFAULT_COUNTERS = REPO_ROOT / "exporter" / "metrics" / "data" / "default-counters.csv"
@@ -131,12 +131,6 @@ class RemediatorProcess:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        code = stop_process(self.process, grace_s=15)
         self._log.close()
-        return self.process.returncode
+        return code
