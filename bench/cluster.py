@@ -28,8 +28,8 @@ def exporter_flags(overrides: dict[str, object]) -> list[str]:
     """The command-line flags equivalent to ``SimulatedCluster.config_overrides()``.
 
     Process attribution (per-container GPU memory from NVML's process lists and /proc) is on, as
-    ``--simulate`` turns it on for its own cluster: with time-sliced GPUs it is what splits a GPU's
-    memory between the pods sharing it.
+    the benchmark scenarios ask ``--simulate`` to turn it on (``kubernetes: process_attribution``):
+    with time-sliced GPUs it is what splits a GPU's memory between the pods sharing it.
     """
     flags = ["--kubernetes", "--kubernetes-process-attribution"]
     names = {"pod_resources_socket": "--pod-resources-kubelet-socket", "kubeconfig": "--kubeconfig",

@@ -65,6 +65,7 @@ def scenario_document(gpus: int, pods: int = 0, *, kubernetes: bool = True) -> d
         if kubernetes:
             document["kubernetes"] = {
                 "node": "bench-node",
+                "process_attribution": True,  # per-container memory: the attribution's worst case
                 "namespaces": [{"name": name, "labels": {"team": name.split("-")[0]}} for name in NAMESPACES],
                 "pods": pod_entries,
             }

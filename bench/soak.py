@@ -285,7 +285,7 @@ class ChurningNode:
 def exporter_args(cluster: NodeCluster, collect_interval_ms: int) -> list[str]:
     return ["--simulate", str(SCENARIO), "-c", str(collect_interval_ms), "--kubernetes-enable-pod-uid",
             "--kubernetes-enable-pod-labels", "--kubernetes-pod-label-allowlist-regex", "^app$",
-            *cluster.exporter_args()]
+            *cluster.exporter_args(process_attribution=True)]
 
 
 def attributed(exporter: ExporterProcess, node: ChurningNode) -> bool:

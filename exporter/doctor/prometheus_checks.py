@@ -27,6 +27,7 @@ from typing import Any
 from exporter.app import node_hostname
 from exporter.config import Config
 from exporter.doctor.report import Row, degraded, failed, ok, skipped
+from exporter.kube.series import PROCESS_ATTRIBUTION_FAMILIES
 from exporter.metrics.catalog import FromExporter
 from exporter.metrics.counters import CounterSet
 from exporter.web.server import parse_address
@@ -52,6 +53,7 @@ NO_TARGET_HINT = ("Prometheus scrapes no exporter on this node: check the Servic
 DOWN_HINT = "Prometheus cannot scrape the exporter: fix the error shown (TLS, basic auth, NetworkPolicy, port)"
 HONOR_HINT = ("the scrape renames the exporter's pod/namespace labels: set honorLabels: true on the ServiceMonitor "
               "endpoint (the chart's serviceMonitor.honorLabels) or honor_labels: true in the scrape config")
+PROCESS_ATTRIBUTION_OFF = "--kubernetes-process-attribution, the chart's processAttribution.enabled"
 RULES_HINT = ("load the shipped rules: the chart's PrometheusRule (selected by the ruleSelector) or "
               "deploy/rules/*.yaml in rule_files")
 
@@ -129,7 +131,8 @@ def check_prometheus(url: str, config: Config, counters: CounterSet | None, gpu_
             rows.append(skipped(SECTION, "labels", "not checked: no scrape target of this node is up"))
         rows.append(_rules_row(groups))
         if up:
-            rows.append(_counters_row(api, groups, up, counters, counter_states(gpu_rows)))
+            rows.append(_counters_row(api, groups, up, counters, counter_states(gpu_rows),
+                                      process_attribution=config.process_attribution or config.process_metrics))
         else:
             rows.append(skipped(SECTION, "counters", "not checked: no scrape target of this node is up"))
     except PrometheusError as exc:
@@ -214,11 +217,12 @@ def counter_states(rows: Iterable[Row]) -> dict[str, set[str]]:
 
 
 def _counters_row(api: PrometheusApi, groups: list[dict[str, Any]], targets: list[_Target],
-                  counters: CounterSet | None, states: dict[str, set[str]]) -> Row:
+                  counters: CounterSet | None, states: dict[str, set[str]], *, process_attribution: bool) -> Row:
     """Which series the loaded shipped rules read are absent, and whether that is expected on this node.
 
     Expected: a CSV row none of this node's GPUs supports (the series is omitted by design), and an
-    event-driven row (Xid, clock events) whose series appear with the first event. Not expected: a
+    event-driven row (Xid, clock events) whose series appear with the first event, and the per-container
+    and unattributed families when process attribution is off (the default install). Not expected: a
     row missing from the CSV, a row this node serves that Prometheus does not have (dropped by
     metricRelabelings or a sample limit), an exporter self-metric that is absent.
     """
@@ -229,13 +233,16 @@ def _counters_row(api: PrometheusApi, groups: list[dict[str, Any]], targets: lis
     present = {item["metric"].get("__name__", "") for item in api.query(expr)}
     missing = [name for name in needed if name not in present]
     rows = {row.name: row for row in counters.metrics} if counters is not None else {}
+    off = f"process attribution is off ({PROCESS_ATTRIBUTION_OFF})"
     groups_of: dict[str, list[str]] = {"not in the counters CSV": [], "not supported by this node's GPUs": [],
-                                       "no event yet (the series appears with the first one)": [],
+                                       "no event yet (the series appears with the first one)": [], off: [],
                                        "served here but not stored by Prometheus": [],
                                        "exporter self-metrics absent": []}
     for name in missing:
         row = rows.get(name)
-        if row is None:
+        if name in PROCESS_ATTRIBUTION_FAMILIES and not process_attribution:
+            groups_of[off].append(name)
+        elif row is None:
             groups_of["not in the counters CSV" if name.startswith("DCGM_") else "exporter self-metrics absent"
                       ].append(name)
         elif isinstance(row.spec.read, FromExporter):
@@ -245,7 +252,7 @@ def _counters_row(api: PrometheusApi, groups: list[dict[str, Any]], targets: lis
         else:
             groups_of["served here but not stored by Prometheus"].append(name)
     parts = [f"{what}: {', '.join(names)}" for what, names in groups_of.items() if names]
-    expected = {"not supported by this node's GPUs", "no event yet (the series appears with the first one)"}
+    expected = {"not supported by this node's GPUs", "no event yet (the series appears with the first one)", off}
     problems = [name for what, names in groups_of.items() if what not in expected for name in names]
     text = f"{len(needed) - len(missing)} of {len(needed)} series the shipped rules read are scraped from this node"
     if not problems:

@@ -194,6 +194,11 @@ def _memory_families(attribution: AttributionSnapshot, devices: Sequence[Labeled
 
 
 _ENGINES = (("SM", "sm"), ("MEM", "memory"), ("ENC", "encoder"), ("DEC", "decoder"))
+# Served only with process attribution (or per-process metrics) on: they need NVML's process lists and
+# the host's /proc, which the default install does not read.
+PROCESS_ATTRIBUTION_FAMILIES = frozenset({
+    "DCGM_EXP_CONTAINER_FB_USED", "DCGM_EXP_UNATTRIBUTED_FB_USED", "DCGM_EXP_PROCESS_FB_USED",
+    *(f"DCGM_EXP_{owner}_{engine}_UTIL" for owner in ("CONTAINER", "UNATTRIBUTED") for engine, _ in _ENGINES)})
 
 
 def _utilization_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],

@@ -3,9 +3,14 @@
 The section (validated by ``kube_scenario``) describes pods, namespaces, teams and GPU processes.
 This module starts a fake kubelet on a unix socket, a fake API server on 127.0.0.1 and a fake
 ``/proc`` with a cgroup file per scenario PID, and points the exporter at them: Kubernetes mode
-on, the socket, a kubeconfig, the node name, the ``/proc`` root, the device-ID scheme and
-process attribution. So ``gpu-pod-exporter --simulate`` shows pod, namespace, container and team
-labels with no cluster at hand, through the same production code a DaemonSet runs.
+on, the socket, a kubeconfig, the node name, the ``/proc`` root and the device-ID scheme. So
+``gpu-pod-exporter --simulate`` shows pod, namespace, container and team labels with no cluster at
+hand, through the same production code a DaemonSet runs.
+
+Process attribution stays as a real install has it (off) unless the scenario asks for it
+(``kubernetes: process_attribution: true``, as ``shared-gpus`` does) or the user turns it on
+(``--kubernetes-process-attribution``): a demo that showed more than the default install would
+hide what the default install lacks.
 
 A setting the user chose wins over the simulated cluster's: a flag, a config-file key or an
 environment variable (``-k false`` keeps Kubernetes off and nothing is started). Four variables are
@@ -115,7 +120,7 @@ class SimulatedClusterRunner:
         return {"kubernetes": True, "pod_resources_socket": str(self.socket_path),
                 "kubeconfig": str(self.workdir / "kubeconfig"), "proc_root": str(self.workdir / "proc"),
                 "node_name": self.section.node, "kubernetes_gpu_id_type": self.section.gpu_id_type,
-                "process_attribution": True}
+                "process_attribution": self.section.process_attribution}
 
     def start(self) -> None:
         with self._lock:

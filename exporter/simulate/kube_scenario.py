@@ -15,6 +15,9 @@ Schema (every key but ``pods[].name`` and ``containers[].name`` is optional)::
       runtime: containerd             # containerd | cri-o | docker: container-ID scheme and cgroup names
       cgroup_driver: systemd          # systemd | cgroupfs
       cgroup_version: 2               # 1 | 2
+      process_attribution: false      # true: run with --kubernetes-process-attribution (per-container
+                                      #   memory and utilization from the PIDs below); default false, as
+                                      #   a real install; a flag, env or config-file setting still wins
       host_pids: [31337]              # GPU processes outside any pod (show up as unattributed memory)
       namespaces:
         - name: ml-training
@@ -117,6 +120,7 @@ class KubernetesScenario:
     runtime: str = "containerd"
     cgroup_driver: str = "systemd"
     cgroup_version: int = 2
+    process_attribution: bool = False
     host_pids: tuple[int, ...] = ()
     namespaces: tuple[ScenarioNamespace, ...] = ()
     pods: tuple[ScenarioPod, ...] = ()
@@ -288,7 +292,8 @@ def parse_kubernetes_section(section: object, source: str = "<scenario>") -> Kub
     if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null"):
         return KubernetesScenario(source=source)
     fields = walker.mapping(node, SECTION, ("node", "gpu_id_type", "runtime", "cgroup_driver",
-                                            "cgroup_version", "host_pids", "namespaces", "pods", "faults"))
+                                            "cgroup_version", "process_attribution", "host_pids", "namespaces",
+                                            "pods", "faults"))
 
     def get(name: str, parse: Callable[[yaml.Node, str], Any], default: Any) -> Any:
         return parse(fields[name][1], f"{SECTION}.{name}") if name in fields else default
@@ -333,6 +338,7 @@ def parse_kubernetes_section(section: object, source: str = "<scenario>") -> Kub
         cgroup_driver=get("cgroup_driver", lambda n, k: walker.choice(n, k, ("systemd", "cgroupfs")),
                           "systemd"),
         cgroup_version=get("cgroup_version", lambda n, k: walker.choice(n, k, (1, 2)), 2),
+        process_attribution=get("process_attribution", walker.boolean, False),
         host_pids=tuple(host_pids),
         namespaces=tuple(namespaces.values()),
         pods=tuple(pods.values()),

@@ -108,6 +108,8 @@ def test_a_well_scraped_node(nodes: dict[str, Node]) -> None:
     # pages, Xid series appear with the first Xid), so the row is ok and says why.
     assert counters["verdict"] == "ok", counters
     assert "absent as expected: " in counters["detail"] or not absent
+    # --simulate runs as a real install: process attribution off, its per-container families absent by design
+    assert "process attribution is off (--kubernetes-process-attribution" in counters["detail"], counters
 
 
 @pytest.mark.e2e

@@ -65,11 +65,13 @@ class NodeCluster:
         self.kubeconfig = self.api.write_kubeconfig(root / "kubeconfig")
         self._start_times: dict[int, int] = {}
 
-    def exporter_args(self) -> list[str]:
-        """The flags that point an exporter at this node (Kubernetes mode, process attribution)."""
+    def exporter_args(self, *, process_attribution: bool) -> list[str]:
+        """The flags that point an exporter at this node: Kubernetes mode, and process attribution
+        on or left at its default (off), as the test asks (tests/attribution_modes.py)."""
+        attribution = ["--kubernetes-process-attribution", "--proc-root", str(self.proc_root),
+                       "--process-interval", "1000"] if process_attribution else []
         return ["-k", "--pod-resources-kubelet-socket", str(self.socket_path), "--kubeconfig", str(self.kubeconfig),
-                "--node-name", self.node, "--kubernetes-process-attribution", "--proc-root", str(self.proc_root),
-                "--pod-resources-interval", "1000", "--process-interval", "1000"]
+                "--node-name", self.node, *attribution, "--pod-resources-interval", "1000"]
 
     def stop(self) -> None:
         self.kubelet.stop()

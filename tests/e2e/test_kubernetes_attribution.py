@@ -2,6 +2,8 @@
 
 Each test runs its own node (tests/e2e/kube_cluster.py) and starts ``python -m exporter --simulate
 <scenario> -k ...`` against it, exactly as a DaemonSet would be configured, then reads /metrics.
+Each runs in the default mode (as the chart installs it: allocation labels, no process lists) and
+with process attribution on (tests/attribution_modes.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from exporter.simulate.scenario import GpuSpec
+from tests.attribution_modes import attribution_modes, process_families, served_names
 from tests.e2e.exporter_process import ExporterProcess, running_exporter, wait_for
 from tests.e2e.kube_cluster import NodeCluster, PodSpec, node_cluster, replica, scenario_gpus, series_for, whole_gpu
 
@@ -45,30 +48,38 @@ def cluster() -> Iterator[NodeCluster]:
 
 
 @contextmanager
-def _start(cluster: NodeCluster, *extra: str) -> Iterator[ExporterProcess]:
-    with running_exporter(["--simulate", str(SCENARIO), "-c", "200", *cluster.exporter_args(), *extra]) as exporter:
+def _start(cluster: NodeCluster, process_attribution: bool, *extra: str) -> Iterator[ExporterProcess]:
+    args = ["--simulate", str(SCENARIO), "-c", "200", *cluster.exporter_args(process_attribution=process_attribution)]
+    with running_exporter([*args, *extra]) as exporter:
         exporter.wait_healthy()
         yield exporter
 
 
-def _wait_attributed(exporter: ExporterProcess, pods: int) -> None:
-    """Until the kubelet's allocation, the API's metadata and the process memory all arrived."""
+def _wait_attributed(exporter: ExporterProcess, pods: int, process_attribution: bool) -> None:
+    """Until the kubelet's allocation, the API's metadata and (with process attribution) the process
+    memory all arrived."""
     def ready() -> bool:
         info = exporter.samples("DCGM_EXP_GPU_ALLOCATION_INFO")
         memory = exporter.samples("DCGM_EXP_CONTAINER_FB_USED")
         return (len(info) == pods and all("team" in labels for labels, _ in info)
-                and sum(value for _, value in memory) > 0)
+                and (not process_attribution or sum(value for _, value in memory) > 0))
 
-    wait_for(ready, 20.0, f"{pods} attributed containers with teams and memory")
+    wait_for(ready, 20.0, f"{pods} attributed containers with teams" + (" and memory" if process_attribution else ""))
+
+
+def _assert_no_process_families(exporter: ExporterProcess) -> None:
+    """The default mode serves nothing that needs NVML's process lists and the host's /proc."""
+    assert process_families(served_names(exporter.metrics())) == set()
 
 
 def _workload(labels: dict[str, str]) -> dict[str, str]:
     return {name: value for name, value in labels.items() if name in WORKLOAD_LABELS}
 
 
-def test_exclusive_and_time_sliced_gpus(cluster: NodeCluster) -> None:
-    with _start(cluster, "--kubernetes-enable-pod-uid") as exporter:
-        _wait_attributed(exporter, pods=5)
+@attribution_modes
+def test_exclusive_and_time_sliced_gpus(cluster: NodeCluster, process_attribution: bool) -> None:
+    with _start(cluster, process_attribution, "--kubernetes-enable-pod-uid") as exporter:
+        _wait_attributed(exporter, pods=5, process_attribution=process_attribution)
         temperature = exporter.samples("DCGM_FI_DEV_GPU_TEMP")
 
         # Exclusive GPUs: the workload labels follow the base labels, in the documented order.
@@ -87,32 +98,39 @@ def test_exclusive_and_time_sliced_gpus(cluster: NodeCluster) -> None:
         info = series_for(exporter.samples("DCGM_EXP_GPU_ALLOCATION_INFO"), GPUS[2].uuid)
         assert sorted((labels["pod"], labels["vgpu"], labels["team"]) for labels, _ in info) == [
             ("chat-0", "0", "serving"), ("embed-0", "1", "serving"), ("rerank-0", "2", "serving")]
-        # ...and each pod's memory is its own processes' memory.
+        allocated = {labels["gpu"]: value for labels, value in exporter.samples("DCGM_EXP_GPU_ALLOCATED")}
+        assert allocated == {"0": 1.0, "1": 1.0, "2": 1.0, "3": 0.0, "4": 0.0, "5": 0.0}
+        assert exporter.samples("gpu_pod_exporter_kubelet_up") == [({}, 1.0)]
+        assert exporter.samples("gpu_pod_exporter_kube_api_up") == [({}, 1.0)]
+        assert exporter.samples("gpu_pod_exporter_kubernetes_pods") == [({}, 5.0)]
+        assert "DCGM_EXP_PROCESS_FB_USED" not in exporter.metrics()  # per-process series are opt-in
+        if not process_attribution:
+            _assert_no_process_families(exporter)
+            return
+
+        # With process attribution: each sharing pod's memory is its own processes' memory...
         memory = {labels["pod"]: value for labels, value in series_for(
             exporter.samples("DCGM_EXP_CONTAINER_FB_USED"), GPUS[2].uuid)}
         assert memory == {"chat-0": 5 * GIB_IN_MIB, "embed-0": 3 * GIB_IN_MIB, "rerank-0": 1 * GIB_IN_MIB}
         [(_, device_used)] = series_for(exporter.samples("DCGM_FI_DEV_FB_USED"), GPUS[2].uuid)
         assert sum(memory.values()) <= device_used  # the per-pod parts never exceed the device
-
-        # Memory outside any pod, and allocation per GPU.
+        # ...and memory outside any pod shows per GPU.
         unattributed = {labels["gpu"]: value for labels, value in exporter.samples("DCGM_EXP_UNATTRIBUTED_FB_USED")}
         assert unattributed == {"0": 0.0, "1": 0.0, "2": 0.0, "3": 2 * GIB_IN_MIB, "4": 0.0, "5": 0.0}
-        allocated = {labels["gpu"]: value for labels, value in exporter.samples("DCGM_EXP_GPU_ALLOCATED")}
-        assert allocated == {"0": 1.0, "1": 1.0, "2": 1.0, "3": 0.0, "4": 0.0, "5": 0.0}
-
-        assert exporter.samples("gpu_pod_exporter_kubelet_up") == [({}, 1.0)]
-        assert exporter.samples("gpu_pod_exporter_kube_api_up") == [({}, 1.0)]
-        assert exporter.samples("gpu_pod_exporter_kubernetes_pods") == [({}, 5.0)]
-        assert "DCGM_EXP_PROCESS_FB_USED" not in exporter.metrics()  # per-process series are opt-in
 
 
-def test_virtual_gpus_repeat_the_shared_device_once_per_pod(cluster: NodeCluster) -> None:
-    with _start(cluster, "--kubernetes-virtual-gpus", "--kubernetes-process-metrics") as exporter:
-        _wait_attributed(exporter, pods=5)
+@attribution_modes
+def test_virtual_gpus_repeat_the_shared_device_once_per_pod(cluster: NodeCluster, process_attribution: bool) -> None:
+    extra = ["--kubernetes-virtual-gpus", *(["--kubernetes-process-metrics"] if process_attribution else [])]
+    with _start(cluster, process_attribution, *extra) as exporter:
+        _wait_attributed(exporter, pods=5, process_attribution=process_attribution)
         shared = series_for(exporter.samples("DCGM_FI_DEV_GPU_TEMP"), GPUS[2].uuid)
         assert sorted((labels["pod"], labels["vgpu"]) for labels, _ in shared) == [
             ("chat-0", "0"), ("embed-0", "1"), ("rerank-0", "2")]
         assert len({value for _, value in shared}) == 1  # the same device reading, repeated
+        if not process_attribution:
+            _assert_no_process_families(exporter)
+            return
         processes = {labels["pid"]: (labels.get("pod"), value)
                      for labels, value in exporter.samples("DCGM_EXP_PROCESS_FB_USED")}
         assert processes["2002"] == ("embed-0", 3 * GIB_IN_MIB)
@@ -123,7 +141,8 @@ def _gke(gpu: GpuSpec, suffix: str = "") -> tuple[str, str]:
     return ("nvidia.com/gpu", f"nvidia{gpu.minor}{suffix}")
 
 
-def test_gke_device_names_map_by_minor_number() -> None:
+@attribution_modes
+def test_gke_device_names_map_by_minor_number(process_attribution: bool) -> None:
     pods = (
         PodSpec("ml", "trainer-0", "trainer", (_gke(GPUS[0]),), pids=(1001,)),
         PodSpec("serving", "chat-0", "server", (_gke(GPUS[2], "/vgpu0"),), pids=(2001,)),
@@ -131,8 +150,8 @@ def test_gke_device_names_map_by_minor_number() -> None:
     )
     with node_cluster() as cluster:
         _populate(cluster, pods)
-        with _start(cluster, "--kubernetes-gpu-id-type", "device-name") as exporter:
-            _wait_attributed(exporter, pods=3)
+        with _start(cluster, process_attribution, "--kubernetes-gpu-id-type", "device-name") as exporter:
+            _wait_attributed(exporter, pods=3, process_attribution=process_attribution)
             pods_by_gpu = {labels["gpu"]: labels.get("pod") for labels, _ in exporter.samples("DCGM_FI_DEV_GPU_TEMP")}
             # nvidia3 is GPU index 0 (minor 3), not index 3; nvidia0/vgpuN is index 2 (minor 0), shared.
             assert pods_by_gpu == {"0": "trainer-0", "1": None, "2": None, "3": None, "4": None, "5": None}
@@ -156,14 +175,15 @@ gpus:
 """
 
 
-def test_mig_instances_map_to_their_pods(tmp_path: Path) -> None:
+@attribution_modes
+def test_mig_instances_map_to_their_pods(tmp_path: Path, process_attribution: bool) -> None:
     scenario = tmp_path / "mig.yaml"
     scenario.write_text(MIG_SCENARIO)
     gpus = scenario_gpus(scenario)
     with node_cluster() as cluster:
         cluster.add_namespace("ml", {"team": "research"})
-        args = ["--simulate", str(scenario), "-c", "200", *cluster.exporter_args(),
-                "--kubernetes-gpu-id-type", "device-name"]
+        args = ["--simulate", str(scenario), "-c", "200", "--kubernetes-gpu-id-type", "device-name",
+                *cluster.exporter_args(process_attribution=process_attribution)]
         with running_exporter(args) as exporter:
             exporter.wait_healthy()
 
@@ -177,7 +197,7 @@ def test_mig_instances_map_to_their_pods(tmp_path: Path) -> None:
             # covered by the unit tests, as the MIG UUIDs are not visible from outside the process.
             cluster.add_pod(PodSpec("ml", "mig-trainer-0", "trainer",
                                     (("nvidia.com/mig-3g.40gb", f"nvidia{gpus[0].minor}/gi{big}"),), pids=(7101,)))
-            _wait_attributed(exporter, pods=1)
+            _wait_attributed(exporter, pods=1, process_attribution=process_attribution)
             by_instance = {labels.get("GPU_I_ID"): labels.get("pod")
                            for labels, _ in series_for(exporter.samples("DCGM_FI_DEV_FB_USED"), gpus[0].uuid)}
             assert by_instance[big] == "mig-trainer-0"
@@ -185,6 +205,9 @@ def test_mig_instances_map_to_their_pods(tmp_path: Path) -> None:
             allocated = {labels.get("GPU_I_ID"): value for labels, value in
                          series_for(exporter.samples("DCGM_EXP_GPU_ALLOCATED"), gpus[0].uuid)}
             assert allocated == {big: 1.0, next(gi for gi in found if gi != big): 0.0}  # none for the parent
+            if not process_attribution:
+                _assert_no_process_families(exporter)
+                return
             memory = series_for(exporter.samples("DCGM_EXP_CONTAINER_FB_USED"), gpus[0].uuid)
             assert [(labels["GPU_I_ID"], labels["pod"], value) for labels, value in memory] == [
                 (big, "mig-trainer-0", 20 * GIB_IN_MIB)]

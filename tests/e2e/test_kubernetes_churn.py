@@ -92,7 +92,8 @@ def test_churn_returns_memory_to_baseline() -> None:
     with node_cluster() as cluster:
         for index, namespace in enumerate(NAMESPACES):
             cluster.add_namespace(namespace, {"team": f"team-{index}"})
-        args = ["--simulate", str(SCENARIO), "-c", "200", *cluster.exporter_args(), "--kubernetes-enable-pod-uid",
+        args = ["--simulate", str(SCENARIO), "-c", "200", *cluster.exporter_args(process_attribution=True),
+                "--kubernetes-enable-pod-uid",
                 "--kubernetes-enable-pod-labels", "--kubernetes-pod-label-allowlist-regex", "^app$,^index$"]
         with running_exporter(args) as exporter:
             exporter.wait_healthy()

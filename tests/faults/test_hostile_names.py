@@ -84,7 +84,8 @@ def node() -> Iterator[tuple[NodeCluster, ExporterProcess]]:
             cluster.add_pod(pod)
         cluster.add_namespace("plain", {"team": SURROGATE})
         cluster.add_pod(PLAIN_POD)
-        args = ["--simulate", str(SCENARIO), "-c", "200", *cluster.exporter_args(), "--kubernetes-enable-pod-uid",
+        args = ["--simulate", str(SCENARIO), "-c", "200", *cluster.exporter_args(process_attribution=True),
+                "--kubernetes-enable-pod-uid",
                 "--kubernetes-enable-pod-labels", "--kubernetes-pod-label-allowlist-regex", "^app$"]
         with running_exporter(args) as exporter:
             exporter.wait_healthy()

@@ -34,7 +34,8 @@ SCRAPE_LIMIT_S = 1.0  # a scrape copies cached bytes; a source's 10 s wait must 
 
 
 def _args(cluster: NodeCluster) -> list[str]:
-    return ["--simulate", str(SCENARIO), "-c", "200", "--kubernetes-enable-pod-uid", *cluster.exporter_args()]
+    return ["--simulate", str(SCENARIO), "-c", "200", "--kubernetes-enable-pod-uid",
+            *cluster.exporter_args(process_attribution=True)]
 
 
 def _start(cluster: NodeCluster) -> ExporterProcess:

@@ -75,7 +75,8 @@ def _cgroup(proc: Path, pid: int, uid: str, container_id: str) -> None:
 
 
 @pytest.fixture
-def cluster(short_tmp: Path) -> Iterator[Cluster]:
+def cluster(short_tmp: Path, process_attribution: bool) -> Iterator[Cluster]:
+    """The node, watched in both modes (tests/kube/conftest.py): the default and process attribution on."""
     api = FakeApiServer(NODE, bookmark_interval_s=0.2).start()
     api.add_namespace("ml", {"team": "research"})
     api.add_namespace("lab", {})
@@ -120,7 +121,7 @@ def cluster(short_tmp: Path) -> Iterator[Cluster]:
         pod_resources_interval_ms=20,
         kubeconfig=str(api.write_kubeconfig(short_tmp / "kubeconfig")),
         proc_root=str(proc),
-        process_attribution=True,
+        process_attribution=process_attribution,
         kubernetes_enable_pod_uid=True,
         kubernetes_enable_pod_labels=True,
         kubernetes_pod_label_allowlist_regex=("^app$",),
@@ -200,8 +201,14 @@ def test_joins_allocation_metadata_and_processes(cluster: Cluster) -> None:
                 GPU2: [GpuProcess(300, 3 << 30, gpu_instance_id=3, compute_instance_id=0)],
             }
         )
-        assert changes.count == before + 1
         snapshot = attribution.snapshot(DEVICES, MIGS)
+        assert snapshot.status.process_attribution is cluster.config.process_attribution
+        if not cluster.config.process_attribution:  # the default: process lists are not read at all
+            assert changes.count == before
+            assert (snapshot.container_memory, snapshot.processes, dict(snapshot.unattributed_bytes)) == ((), (), {})
+            assert snapshot.allocation(GPU0) == trainer  # the allocation stands on its own
+            return
+        assert changes.count == before + 1
         memory = {
             (m.uuid, m.gpu_instance_id, m.workload.pod): m.used_bytes for m in snapshot.container_memory
         }

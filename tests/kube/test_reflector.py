@@ -204,4 +204,5 @@ def test_watch_timeouts_are_jittered_and_early_ends_are_paced() -> None:
     assert all(300 <= timeout < 600 for timeout in timeouts)
     assert len(set(timeouts)) >= 20
     assert reflector.status.episode is not None and reflector.status.episode.kind == "ended-early"
-    assert reflector.backoff.failures >= 40  # every early end waited for its window
+    # every early end waited for its window (the last watch may still have been open at stop())
+    assert reflector.backoff.failures >= len(transport.watches) - 1

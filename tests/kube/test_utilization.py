@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from prometheus_client.core import Metric
 
 from exporter.config import Config
@@ -187,6 +188,7 @@ def test_a_pid_that_left_keeps_the_container_it_was_read_in(tmp_path: Path) -> N
     assert resolver.resolve(102) is None
 
 
+@pytest.mark.parametrize("process_attribution", [True], ids=["process-attribution"])  # samples need it
 def test_the_facade_joins_samples_of_a_pid_that_left_and_of_no_pod(cluster: Cluster) -> None:
     """Real fake kubelet, API server and /proc: GPU1 is time-sliced by eval-0 (PID 200) and nb (PID 300);
     PID 400 runs in no pod's cgroup (tests/kube/test_attribution.py)."""

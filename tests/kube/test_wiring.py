@@ -36,6 +36,7 @@ from exporter.snapshot import (
     SamplerStatus,
     Snapshot,
 )
+from tests.attribution_modes import process_families
 
 from .helpers import DEVICES, GPU0, GPU2, MIG_A, MIGS, poll
 
@@ -96,7 +97,8 @@ def node(short_tmp: Path) -> Iterator[tuple[FakeApiServer, FakeKubelet, Path]]:
 
 @pytest.mark.parametrize(("id_type", "mig_id"), [("uid", MIG_A), ("device-name", "nvidia1/gi3")])
 def test_mig_instances_are_attributed_per_gpu_instance(
-    node: tuple[FakeApiServer, FakeKubelet, Path], short_tmp: Path, id_type: str, mig_id: str
+    node: tuple[FakeApiServer, FakeKubelet, Path], short_tmp: Path, id_type: str, mig_id: str,
+    process_attribution: bool,
 ) -> None:
     api, kubelet, proc = node
     gpu0_id = GPU0 if id_type == "uid" else "nvidia2"  # GPU index 0 has minor 2 (tests/kube/helpers.py)
@@ -105,7 +107,7 @@ def test_mig_instances_are_attributed_per_gpu_instance(
     kubelet.start()
     config = Config(kubernetes=True, pod_resources_socket=str(kubelet.socket_path), kubeconfig=str(
         api.write_kubeconfig(short_tmp / "kubeconfig")), node_name="node-a", kubernetes_gpu_id_type=id_type,
-        process_attribution=True, proc_root=str(proc), pod_resources_interval_ms=50)
+        process_attribution=process_attribution, proc_root=str(proc), pod_resources_interval_ms=50)
     attribution = KubernetesAttribution(config, watch_timeouts=FAST)
     wiring = KubernetesWiring(config, attribution)
     attribution.start()
@@ -114,8 +116,9 @@ def test_mig_instances_are_attributed_per_gpu_instance(
         snapshot = _mig_snapshot(processes=(GpuProcess(4242, 3 << 30, gpu_instance_id=3, compute_instance_id=0),))
         families = poll(lambda: (f := _render(wiring, snapshot)) and len(_samples(
             f, "DCGM_EXP_GPU_ALLOCATION_INFO")) == 2 and all(
-            "team" in labels for labels, _ in _samples(f, "DCGM_EXP_GPU_ALLOCATION_INFO")) and any(
-            value for _, value in _samples(f, "DCGM_EXP_CONTAINER_FB_USED")) and f)  # the pod known too
+            "team" in labels for labels, _ in _samples(f, "DCGM_EXP_GPU_ALLOCATION_INFO")) and (
+            not process_attribution or any(value for _, value in _samples(f, "DCGM_EXP_CONTAINER_FB_USED")))
+            and f)  # the pod known too
     finally:
         attribution.stop()
 
@@ -131,6 +134,9 @@ def test_mig_instances_are_attributed_per_gpu_instance(
     [(info, _)] = [(labels, value) for labels, value in _samples(families, "DCGM_EXP_GPU_ALLOCATION_INFO")
                    if labels["pod"] == "nb"]
     assert (info["GPU_I_PROFILE"], info["GPU_I_ID"], info["team"]) == ("3g.40gb", "3", "research")
+    if not process_attribution:  # the default: allocation labels only, no per-container memory
+        assert process_families(sample.name for family in families for sample in family.samples) == set()
+        return
     memory = [(labels["GPU_I_ID"], labels["pod"], value)
               for labels, value in _samples(families, "DCGM_EXP_CONTAINER_FB_USED")]
     assert memory == [("3", "nb", 3072.0)]
@@ -239,9 +245,41 @@ def test_process_lists_reach_the_attribution_off_the_sampling_thread() -> None:
         wiring.stop()
 
 
-def test_process_metrics_turn_on_process_lists() -> None:
-    wiring, _ = _stub_wiring(process_metrics=True)
-    assert wiring.config.process_attribution
+def test_process_metrics_turn_on_process_lists(node: tuple[FakeApiServer, FakeKubelet, Path],
+                                               short_tmp: Path) -> None:
+    """--kubernetes-process-metrics alone serves per-process (and per-container) memory: the process
+    lists are read although --kubernetes-process-attribution was left off."""
+    api, kubelet, proc = node
+    kubelet.set_pods([FakePod("lab", "nb", (FakeContainer("jupyter", (("nvidia.com/gpu", GPU0),)),))])
+    kubelet.start()
+    config = Config(kubernetes=True, pod_resources_socket=str(kubelet.socket_path), kubeconfig=str(
+        api.write_kubeconfig(short_tmp / "kubeconfig")), node_name="node-a", proc_root=str(proc),
+        pod_resources_interval_ms=50, process_metrics=True)  # --kubernetes-process-attribution left off
+    extensions = Extensions()
+    wiring = kubernetes_extensions(config, extensions)
+    assert wiring is not None
+    snapshot = Snapshot(devices=(DeviceReading(DEVICES[0], values={"DCGM_FI_DEV_GPU_TEMP": 40},
+                                               processes=(GpuProcess(4242, 2 << 30),)),), status=STATUS)
+    for start in extensions.on_start:
+        start()
+    try:
+        for hook in extensions.on_snapshot:  # the sampler's hand-off, as the app calls it
+            hook(snapshot)
+
+        def served() -> list[Metric] | None:
+            families = _render(wiring, snapshot)
+            processes = _samples(families, "DCGM_EXP_PROCESS_FB_USED")
+            return families if [labels.get("pod") for labels, _ in processes] == ["nb"] else None
+
+        families = poll(served, what="pid 4242's memory served with its pod")
+    finally:
+        for stop in extensions.on_stop:
+            stop()
+    [(labels, value)] = _samples(families, "DCGM_EXP_PROCESS_FB_USED")
+    assert (labels["pid"], labels["pod"], labels["container"], labels["namespace"], value) == (
+        "4242", "nb", "jupyter", "lab", 2048.0)
+    assert [(labels["pod"], value) for labels, value in _samples(families, "DCGM_EXP_CONTAINER_FB_USED")] == [
+        ("nb", 2048.0)]
 
 
 def test_changes_invalidate_the_bound_app() -> None:

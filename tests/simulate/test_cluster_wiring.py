@@ -12,7 +12,9 @@ from exporter.cli import build_app
 from exporter.config import Config, ConfigError, load_config
 from exporter.metrics.counters import load_counters
 from exporter.simulate.cluster_wiring import scenario_devices, scenario_migs, simulated_cluster_extensions
-from exporter.simulate.scenario import load_scenario
+from exporter.simulate.kube_scenario import load_kubernetes_section
+from exporter.simulate.scenario import SCENARIO_DIR, load_scenario
+from tests.attribution_modes import attribution_modes, process_families, served_names
 from tests.e2e.exporter_process import wait_for
 
 SCENARIO = """\
@@ -51,23 +53,43 @@ def exposition_with(app: App, *parts: str, deadline_s: float = 15.0) -> str:
     return wait_for(current, deadline_s, f"{parts} in the exposition")
 
 
-def test_the_app_runs_against_the_simulated_node(tmp_path: Path) -> None:
-    app = build_app(_config(tmp_path, "-c", "100"), load_counters(None))
-    assert app.config.kubernetes and app.config.process_attribution and app.config.node_name == "sim-7"
+def _with_process_attribution(text: str) -> str:
+    """The scenario, asking for process attribution in its ``kubernetes:`` section."""
+    return text.replace("kubernetes:\n", "kubernetes:\n  process_attribution: true\n", 1)
+
+
+def _served_lines(text: str, name: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(name + "{")]
+
+
+@attribution_modes
+def test_the_app_runs_against_the_simulated_node(tmp_path: Path, process_attribution: bool) -> None:
+    text = _with_process_attribution(SCENARIO) if process_attribution else SCENARIO
+    app = build_app(_config(tmp_path, "-c", "100", text=text), load_counters(None))
+    assert app.config.kubernetes and app.config.node_name == "sim-7"
     workdir = Path(app.config.pod_resources_socket).parents[1]
     app.start()
     try:
-        def container_memory() -> str | None:
-            text = exposition_with(app, 'pod="trainer-0"', 'team="research"', 'DCGM_EXP_CONTAINER_FB_USED{gpu="1"')
-            lines = [line for line in text.splitlines() if line.startswith("DCGM_EXP_CONTAINER_FB_USED{")]
-            # The process list is read on its own interval: the container's memory follows it.
-            return text if len(lines) == 1 and lines[0].endswith(" 2048.0") else None
-
-        text = wait_for(container_memory, 15.0, "trainer-0's 2 GiB process in DCGM_EXP_CONTAINER_FB_USED")
-        [memory] = [line for line in text.splitlines() if line.startswith("DCGM_EXP_CONTAINER_FB_USED{")]
-        assert 'pod="trainer-0"' in memory and 'container="trainer"' in memory
-        assert 'Hostname="sim-7"' in text
+        # What a default install shows: the allocated GPU with its pod, container and team.
+        allocated = exposition_with(app, 'pod="trainer-0"', 'team="research"', 'DCGM_EXP_GPU_ALLOCATED{gpu="1"')
+        assert [line.endswith(" 1.0") for line in _served_lines(allocated, "DCGM_EXP_GPU_ALLOCATED")
+                if 'gpu="1"' in line] == [True]
+        [temperature] = [line for line in _served_lines(allocated, "DCGM_FI_DEV_GPU_TEMP") if 'gpu="1"' in line]
+        assert all(part in temperature for part in (
+            'container="trainer"', 'namespace="ml"', 'pod="trainer-0"', 'team="research"', 'Hostname="sim-7"'))
         assert Path(app.config.pod_resources_socket).is_socket()
+        if process_attribution:
+            def container_memory() -> str | None:
+                text = exposition_with(app, 'DCGM_EXP_CONTAINER_FB_USED{gpu="1"')
+                lines = _served_lines(text, "DCGM_EXP_CONTAINER_FB_USED")
+                # The process list is read on its own interval: the container's memory follows it.
+                return text if len(lines) == 1 and lines[0].endswith(" 2048.0") else None
+
+            text = wait_for(container_memory, 15.0, "trainer-0's 2 GiB process in DCGM_EXP_CONTAINER_FB_USED")
+            [memory] = _served_lines(text, "DCGM_EXP_CONTAINER_FB_USED")
+            assert 'pod="trainer-0"' in memory and 'container="trainer"' in memory
+        else:  # nothing read from NVML's process lists or the simulated /proc
+            assert process_families(served_names(app.cache.current.body(False, False).decode())) == set()
     finally:
         app.stop()
     assert not workdir.exists()  # socket, kubeconfig and fake /proc are gone with the app
@@ -88,7 +110,8 @@ def test_a_choice_the_user_made_wins(tmp_path: Path) -> None:
                       environ={"DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE": "device-name"})
     assert (config.node_name, config.kubernetes_gpu_id_type, config.pod_resources_socket) == (
         "mine", "device-name", "/run/kubelet.sock")
-    assert config.kubeconfig.endswith("/kubeconfig") and config.process_attribution  # not chosen: simulated
+    assert config.kubeconfig.endswith("/kubeconfig")  # not chosen: simulated
+    assert config.process_attribution is False  # as a real install: the scenario does not ask for it
 
 
 def test_ambient_kubeconfig_and_node_name_do_not_pull_the_demo_away(tmp_path: Path) -> None:
@@ -110,9 +133,46 @@ def test_the_charts_node_paths_do_not_pull_the_demo_away(tmp_path: Path) -> None
 
 
 def test_kubernetes_mode_off_keeps_the_node_unsimulated(tmp_path: Path) -> None:
-    config = _planned(tmp_path, "-k", "false")
-    assert not config.kubernetes and not config.process_attribution
-    assert _planned(tmp_path, "--kubernetes-process-attribution", "false").process_attribution is False
+    config = _config(tmp_path, "-k", "false")
+    extensions = Extensions()
+    planned, runner = simulated_cluster_extensions(config, load_scenario(config.simulate), extensions)
+    assert runner is None and extensions.on_start == [] and extensions.on_stop == []  # nothing to start
+    assert not planned.kubernetes and not planned.process_attribution
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["node.yaml"]  # no simulated node's directory
+
+
+@pytest.mark.parametrize(("scenario_says", "user_says", "expected"), [
+    (None, None, False),  # a real install's default
+    ("true", None, True),  # the scenario asks for it
+    ("false", None, False),
+    (None, ["--kubernetes-process-attribution"], True),  # the user asks for it
+    ("true", ["--kubernetes-process-attribution", "false"], False),  # the user's choice wins
+    (None, ["--kubernetes-process-metrics"], True),  # per-process metrics need it: combined, not fought
+])
+def test_process_attribution_is_off_unless_the_scenario_or_the_user_asks(
+        tmp_path: Path, scenario_says: str | None, user_says: list[str] | None, expected: bool) -> None:
+    text = SCENARIO if scenario_says is None else SCENARIO.replace(
+        "kubernetes:\n", f"kubernetes:\n  process_attribution: {scenario_says}\n", 1)
+    config = _planned(tmp_path, *(user_says or []), text=text)
+    assert (config.process_attribution or config.process_metrics) is expected
+    environ = {"GPU_POD_EXPORTER_PROCESS_ATTRIBUTION": "false"}  # as the chart's default values set it
+    assert _planned(tmp_path, environ=environ, text=text).process_attribution is False
+
+
+def test_only_the_built_in_scenarios_about_processes_ask_for_process_attribution() -> None:
+    """The README's promise: plain ``--simulate`` (and every other built-in scenario) runs as a real
+    install does; shared-gpus and alert-zoo need the per-process families and say so."""
+    asking = {path.stem for path in SCENARIO_DIR.glob("*.yaml")
+              if (section := load_kubernetes_section(path)) is not None and section.process_attribution}
+    assert asking == {"shared-gpus", "alert-zoo"}
+
+
+def test_a_bad_process_attribution_value_names_file_line_and_key(tmp_path: Path) -> None:
+    text = SCENARIO.replace("kubernetes:\n", "kubernetes:\n  process_attribution: sometimes\n", 1)
+    with pytest.raises(ConfigError) as error:
+        build_app(_config(tmp_path, text=text), load_counters(None))
+    assert "node.yaml:7: kubernetes.process_attribution: expected true or false, got 'sometimes'" in str(
+        error.value)
 
 
 def test_a_scenario_without_a_section_simulates_no_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -165,13 +225,27 @@ kubernetes:
 """
 
 
-def test_mig_instances_of_the_scenario_are_handed_out_by_their_mig_uuid(tmp_path: Path) -> None:
+@attribution_modes
+def test_mig_instances_of_the_scenario_are_handed_out_by_their_mig_uuid(tmp_path: Path,
+                                                                         process_attribution: bool) -> None:
     scenario = load_scenario(_scenario(tmp_path, MIG_SCENARIO))
     migs = scenario_migs(scenario)
     assert [(mig.gpu_instance_id, mig.profile) for mig in migs] == [(1, "3g.40gb"), (7, "1g.10gb")]
-    app = build_app(_config(tmp_path, "-c", "100", text=MIG_SCENARIO), load_counters(None))
+    text = _with_process_attribution(MIG_SCENARIO) if process_attribution else MIG_SCENARIO
+    app = build_app(_config(tmp_path, "-c", "100", text=text), load_counters(None))
     app.start()
     try:
+        if not process_attribution:
+            text = exposition_with(app, 'pod="notebook-0"', 'team="research"', 'DCGM_EXP_GPU_ALLOCATED{gpu="0"')
+            assert app.sampler.snapshot.migs == migs
+            allocated = [('GPU_I_ID="1"' in line, line.endswith(" 1.0"))
+                         for line in _served_lines(text, "DCGM_EXP_GPU_ALLOCATED") if 'gpu="0"' in line]
+            assert allocated == [(True, True), (False, False)]  # one series per GPU instance; nb holds GI 1
+            fb = _served_lines(text, "DCGM_FI_DEV_FB_USED")
+            assert [('pod="notebook-0"' in line, 'GPU_I_ID="1"' in line) for line in fb if 'gpu="0"' in line] == [
+                (True, True), (False, False)]
+            assert process_families(served_names(text)) == set()
+            return
         # The memory needs the API's pods, the payload's pod label the kubelet's allocation: wait for both.
         def attributed() -> str | None:
             text = exposition_with(app, 'DCGM_EXP_CONTAINER_FB_USED{gpu="0"', 'DCGM_EXP_GPU_ALLOCATION_INFO{gpu="0"')

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import socket
 import ssl
 from pathlib import Path
 
@@ -10,8 +11,10 @@ import bcrypt
 import pytest
 import yaml
 
-from exporter.config import ConfigError
+from exporter.cli import main
+from exporter.config import EXIT_CONFIG_ERROR
 from exporter.web.webconfig import WebConfigError, load_web_config, parse_go_duration, parse_web_config
+from tests.e2e.exporter_process import free_port
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
 
@@ -140,8 +143,19 @@ def test_each_mistake_is_one_line_naming_file_line_and_key(text: str, expected: 
     assert "\n" not in message
 
 
-def test_a_web_config_error_is_a_config_error_so_the_cli_exits_2() -> None:
-    assert issubclass(WebConfigError, ConfigError)
+def test_a_web_config_error_is_a_config_error_so_the_cli_exits_2(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    web = tmp_path / "web.yml"
+    web.write_text("basic_auth_users:\n  prometheus: hunter2\n")
+    port = free_port()
+    assert main(["--address", f"127.0.0.1:{port}", "--web-config-file", str(web)]) == EXIT_CONFIG_ERROR
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    [line] = captured.err.splitlines()  # one line, no traceback, the password not echoed
+    assert line.startswith(f"gpu-pod-exporter: error: {web}:2: basic_auth_users.prometheus: not a bcrypt hash")
+    assert "hunter2" not in line
+    with pytest.raises(ConnectionRefusedError):  # nothing was served without the configured protection
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
 def test_a_plain_password_in_basic_auth_users_is_not_echoed() -> None:

@@ -171,21 +171,25 @@ def test_kubelet_restart_recreates_the_socket_and_the_client_follows(kubelet: Fa
         client.stop()
 
 
-def test_fast_restart_with_new_inode_is_followed_without_error(kubelet: FakeKubelet) -> None:
+def test_fast_restart_with_new_inode_is_followed_without_error(
+    kubelet: FakeKubelet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A kubelet restarted between two Lists: the very next List dials the new socket and succeeds,
+    with no failure published, counted or logged (grpc's reconnect backoff never gets a say)."""
     changes: list[KubeletState] = []
     client = _client(Path(kubelet.socket_path), changes)
-    client.start()
-    try:
-        poll(lambda: client.state.up, what="first answer")
+    with caplog.at_level(logging.INFO, logger="gpu_pod_exporter.kube.kubelet"):
+        assert client.poll_once()
         for _ in range(3):
-            kubelet.restart()
+            kubelet.restart()  # the socket path comes back with a new inode
             calls = kubelet.list_calls
-            poll(
-                lambda calls=calls: kubelet.list_calls > calls and client.state.up,  # type: ignore[misc]
-                what="an answer from the new socket",
-            )
-    finally:
+            assert client.poll_once()
+            assert kubelet.list_calls == calls + 1  # answered by the new server, at the first try
+            assert (client.state.up, client.state.error, client.state.consecutive_failures) == (True, "", 0)
         client.stop()
+    assert [(state.up, state.error) for state in changes] == [(True, "")]  # one change: up; never down
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert len([r for r in caplog.records if "was re-created" in r.getMessage()]) == 3
 
 
 def test_missing_socket_is_a_clear_state_logged_once(
