@@ -496,7 +496,7 @@ def test_the_status_says_when_each_source_last_answered_and_why_it_is_down(clust
     attribution = _started(cluster.config)
     try:
         status = poll(lambda: _ready(attribution), what="kubelet and API data joined").status
-        assert status.enabled and status.process_attribution
+        assert status.enabled and status.process_attribution is cluster.config.process_attribution
         assert 0 < status.kubelet_last_success <= time.time() and 0 < status.api_last_success <= time.time()
         cluster.api.set_outage("503")
         # first "resuming the Kubernetes API watches" (the watch ended), then the failed relist's answer
@@ -525,6 +525,7 @@ def test_process_lists_are_ignored_while_process_attribution_is_off(cluster: Clu
         attribution.stop()
 
 
+@pytest.mark.parametrize("process_attribution", [True], ids=["process-attribution"])  # process lists need it
 def test_container_memory_counts_exactly_what_nvml_reported_per_gpu_instance(cluster: Cluster) -> None:
     attribution = _started(cluster.config)
     try:
