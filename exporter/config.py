@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -164,6 +163,21 @@ def _parse_configmap(raw: object) -> str:
     return text
 
 
+_DRA_DRIVER = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
+
+
+def _parse_dra_drivers(raw: object) -> tuple[str, ...]:
+    """DRA driver names: DNS subdomains (``gpu.nvidia.com``), as ResourceSlice ``spec.driver`` requires."""
+    drivers = _parse_list(raw)
+    if not drivers:
+        raise ValueError("expected at least one DRA driver name, e.g. gpu.nvidia.com")
+    for driver in drivers:
+        if len(driver) > 63 or not _DRA_DRIVER.match(driver):
+            raise ValueError(f"invalid DRA driver name {_shown(driver)}: expected a DNS subdomain such as "
+                             "gpu.nvidia.com")
+    return drivers
+
+
 _TEAM_SOURCE = re.compile(r"^(pod|namespace):[A-Za-z0-9._/-]+$")
 
 
@@ -236,9 +250,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("nvidia_resource_names", ("--nvidia-resource-names",), "NVIDIA_RESOURCE_NAMES", _parse_list, (),
            "Extra comma-separated extended-resource names that carry NVIDIA GPUs."),
     Option("kubernetes_enable_dra", ("--kubernetes-enable-dra",), "KUBERNETES_ENABLE_DRA", _parse_bool, False,
-           "dcgm-exporter's DRA labels (accepted; no effect here).", is_switch=True,
-           no_effect="DRA resource claims are not mapped: pods get GPUs through the device plugin's "
-                     "PodResources devices only (nvidia.com/gpu, mig-*, --nvidia-resource-names)"),
+           "Attribute GPUs and MIG devices allocated through Dynamic Resource Allocation (the kubelet's "
+           "dynamic_resources, resolved through this node's ResourceSlices) and add dcgm-exporter's dra_* labels.",
+           is_switch=True),
+    Option("kubernetes_dra_driver_names", ("--kubernetes-dra-driver-names",),
+           "GPU_POD_EXPORTER_KUBERNETES_DRA_DRIVER_NAMES", _parse_dra_drivers, ("gpu.nvidia.com",),
+           "Comma-separated DRA driver names whose devices are NVIDIA GPUs (with --kubernetes-enable-dra)."),
     Option("configmap_data", ("-m", "--configmap-data"), "DCGM_EXPORTER_CONFIGMAP_DATA", _parse_configmap, "",
            "Read the counters CSV from key 'metrics' of this ConfigMap (<namespace>:<name>) through the API "
            "server instead of --collectors; re-read in the background."),
@@ -377,6 +394,7 @@ class Config:
     kubernetes_virtual_gpus: bool = False
     nvidia_resource_names: tuple[str, ...] = ()
     kubernetes_enable_dra: bool = False
+    kubernetes_dra_driver_names: tuple[str, ...] = ("gpu.nvidia.com",)
     configmap_data: str = ""
     configmap_interval_ms: int = 60000
     hpc_job_mapping_dir: str = ""
@@ -591,9 +609,8 @@ def _load_yaml(path: str) -> dict[str, tuple[Any, str]]:
 
 def _unknown_key_message(key: str) -> str:
     """One line even with 60 options: the closest names, not the whole list (``--help`` has it)."""
-    close = difflib.get_close_matches(key, _BY_YAML_KEY, n=3)
-    hint = f"did you mean {' or '.join(close)}?" if close else "the keys are the long flag names without '--'"
-    return f"unknown key ({hint}; see --help for all of them)"
+    return safeyaml.unknown_key(key, _BY_YAML_KEY,
+                                "the keys are the long flag names without '--'; see --help for all of them")
 
 
 def _shown_key(key: str) -> str:

@@ -24,7 +24,9 @@ names what is wrong, never the offending text.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Collection
 from typing import Any
 
 import yaml
@@ -156,3 +158,21 @@ def construct(node: yaml.Node) -> Any:
     except (ValueError, OverflowError, TypeError, RecursionError):
         raise YamlInputError(node.start_mark.line + 1, "a value YAML cannot represent here "
                              "(a number out of range, a malformed date or base64, an unhashable key)") from None
+
+
+LISTED_KEYS_MAX = 12
+
+
+def unknown_key(name: str, known: Collection[str], more: str = "") -> str:
+    """The message for a key a file format does not have, the same in every file we read.
+
+    Why one shape: a short list of keys helps most when shown whole; a long one (the scenario's 80
+    NVML function names, the config file's 60 options) would make the one error line unreadable,
+    so then only the closest names are offered, and ``more`` says where the rest are.
+    """
+    names = sorted(known)
+    if len(names) <= LISTED_KEYS_MAX:
+        return f"unknown key (known keys: {', '.join(names)})"
+    close = difflib.get_close_matches(name, names, n=3)
+    hint = f"did you mean {' or '.join(close)}?" if close else f"none of the {len(names)} known keys is close"
+    return f"unknown key ({hint}{'; ' + more if more else ''})"

@@ -23,6 +23,8 @@ from exporter.doctor.deadline import run_with_deadline
 from exporter.doctor.report import Row, degraded, failed, ok, skipped
 from exporter.kube.apiserver import ApiEndpoint, HttpLists, build_lists
 from exporter.kube.metadata import CoreV1Lists, describe_api_error
+from exporter.kube.resourceslices import API_GROUP as DRA_GROUP
+from exporter.kube.resourceslices import RESOURCE as DRA_RESOURCE
 
 SECTION = "kubernetes api"
 ACCESS_REVIEW_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
@@ -34,6 +36,8 @@ REQUIRED_ACCESS: tuple[tuple[str, str], ...] = (("list", "pods"), ("watch", "pod
 def required_access(config: Config) -> list[dict[str, str]]:
     """SelfSubjectAccessReview resource attributes for every request this configuration makes."""
     wanted = [{"verb": verb, "resource": resource, "group": ""} for verb, resource in REQUIRED_ACCESS]
+    if config.kubernetes_enable_dra:  # this node's ResourceSlices (exporter.kube.resourceslices)
+        wanted += [{"verb": verb, "resource": DRA_RESOURCE, "group": DRA_GROUP} for verb in ("list", "watch")]
     if config.configmap_data:  # -m namespace:name: the counters CSV is read from that ConfigMap
         namespace, _, name = config.configmap_data.partition(":")
         wanted.append({"verb": "get", "resource": "configmaps", "group": "", "namespace": namespace, "name": name})
@@ -49,6 +53,9 @@ RBAC_HINT = ("the exporter's ClusterRole must allow get, list and watch on pods 
              "ServiceAccount (the chart's rbac.create: true does it)")
 CONFIGMAP_RBAC_HINT = ("with -m the exporter reads its counters from that ConfigMap: it needs get on it (the chart "
                        "creates a Role and RoleBinding in the ConfigMap's namespace when -m is in its args or env)")
+DRA_RBAC_HINT = ("with --kubernetes-enable-dra the exporter watches this node's ResourceSlices: its ClusterRole needs "
+                 "get, list and watch on resourceslices in API group resource.k8s.io (the chart's "
+                 "kubernetesDRA.enabled: true grants it)")
 NODE_HINT = "set NODE_NAME from the downward API (fieldRef spec.nodeName), as the chart does"
 
 
@@ -208,7 +215,8 @@ def _access_rows(requests: _Requests, wanted: list[dict[str, str]], timeout_s: f
         if status.get("allowed"):
             rows.append(ok(SECTION, check, f"allowed{_reason(status)}", allowed=True))
         else:
-            hint = CONFIGMAP_RBAC_HINT if attributes["resource"] == "configmaps" else RBAC_HINT
+            hints = {"configmaps": CONFIGMAP_RBAC_HINT, DRA_RESOURCE: DRA_RBAC_HINT}
+            hint = hints.get(attributes["resource"], RBAC_HINT)
             rows.append(failed(SECTION, check, f"denied{_reason(status)}", hint, allowed=False))
     return rows
 

@@ -12,5 +12,6 @@ Entry points for the rest of the exporter:
 Sources, one module each: ``podresources`` (kubelet gRPC client and its canonical answer),
 ``deviceids`` (what a device ID names), ``allocation`` (device -> holders), ``metadata`` (pod and
 namespace watches), ``processes`` (PID -> cgroup -> container), ``labels`` (team and pod-label
-policy).
+policy), ``resourceslices`` (this node's DRA ResourceSlices) and ``dra`` (a DRA claim's device ->
+GPU or MIG instance, or why not).
 """

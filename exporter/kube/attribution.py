@@ -17,6 +17,13 @@ memory, a source going up or down); it does not fire when a poll brings nothing 
 last-success timestamps alone do not fire it (they are picked up by the next render, which the
 sampler triggers every collection interval anyway).
 
+DRA (``--kubernetes-enable-dra``): a fourth source, the watch of this node's ResourceSlices
+(``resourceslices``), says which GPU or MIG device each DRA claim device the kubelet lists is
+(``dra``); resolved devices join the allocation index like device-plugin ones, each holder keeping
+the claim it holds the device through (dcgm-exporter's ``dra_*`` labels). An unresolvable one
+leaves its GPU unattributed, is counted per reason (``gpu_pod_exporter_unresolved_devices``) and
+logged once per device and reason.
+
 Degradation: when the kubelet or the API is unreachable, the last known allocation and metadata
 keep labelling the series for at most ``stale_after_s`` (default 300 s: long enough to ride out a
 kubelet or API-server restart, short enough that labels of pods long gone do not linger); after
@@ -25,6 +32,7 @@ that they are dropped, and the GPU series continue without workload labels.
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -32,8 +40,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from exporter.config import Config
-from exporter.kube.allocation import EMPTY_INDEX, AllocationIndex, ContainerRef, build_allocation_index
+from exporter.kube.allocation import (
+    EMPTY_INDEX,
+    AllocationIndex,
+    ContainerRef,
+    HeldClaim,
+    UnresolvedClaim,
+    build_allocation_index,
+)
 from exporter.kube.deviceids import DeviceCatalog, GpuKey
+from exporter.kube.dra import EXPLAINED, REASONS, SLICES_UNAVAILABLE, DraContext
 from exporter.kube.labels import PodLabelPolicy, TeamResolver
 from exporter.kube.metadata import KubernetesMetadata, MetadataView, WatchTimeouts
 from exporter.kube.podresources.client import DEFAULT_STALE_AFTER_S, PodResourcesClient
@@ -44,7 +60,8 @@ from exporter.kube.processes import (
     attribute_processes,
     attribute_utilization,
 )
-from exporter.logs import get_logger
+from exporter.kube.resourceslices import ResourceSliceWatch, SliceView
+from exporter.logs import StateLog, get_logger
 from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity, ProcessUtilization
 
 LOG = get_logger("kube.attribution")  # under the exporter's handler and format
@@ -68,10 +85,12 @@ class Workload:
 
 @dataclass(frozen=True)
 class AllocationHolder:
-    """One container holding a device; ``replica_ids`` when it holds time-slicing/MPS replicas."""
+    """One container holding a device; ``replica_ids`` when it holds time-slicing/MPS replicas,
+    ``claims`` the DRA claims it holds it through (empty for a device-plugin device)."""
 
     workload: Workload
     replica_ids: tuple[str, ...] = ()
+    claims: tuple[HeldClaim, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,6 +174,9 @@ class AttributionStatus:
     api_relists: tuple[tuple[tuple[str, str], int], ...] = ()  # ((resource, reason), count)
     pods_known: int = 0  # pods on this node known from the API watch
     process_attribution: bool = False
+    dra_enabled: bool = False  # --kubernetes-enable-dra: the ResourceSlice watch runs
+    resourceslices_up: bool = False
+    resourceslices_error: str = ""
 
 
 @dataclass(frozen=True)
@@ -175,6 +197,8 @@ class AttributionSnapshot:
     container_utilization: tuple[ContainerUtilization, ...] = ()
     unattributed_utilization: Mapping[str, Utilization] = field(default_factory=lambda: MappingProxyType({}))
     utilization_gpus: frozenset[str] = frozenset()
+    # DRA devices of GPUs that could not be attributed, per reason (exporter.kube.dra.REASONS).
+    unresolved: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def allocation(self, uuid: str, gpu_instance_id: int | None = None) -> DeviceAllocation | None:
         return self.allocations.get(GpuKey(uuid, gpu_instance_id))
@@ -190,6 +214,14 @@ class AttributionSnapshot:
 EMPTY_SNAPSHOT = AttributionSnapshot()
 
 
+EMPTY_COUNTS: Mapping[str, int] = MappingProxyType({})
+
+
+def every_reason(counts: Mapping[str, int]) -> Mapping[str, int]:
+    """Every unresolved-device reason with its count, 0 included, so a rule can watch each one."""
+    return MappingProxyType({reason: counts.get(reason, 0) for reason in REASONS})
+
+
 @dataclass(frozen=True)
 class _Parts:
     """The memoised, I/O-free join (everything of the snapshot except its status)."""
@@ -203,6 +235,7 @@ class _Parts:
     container_utilization: tuple[ContainerUtilization, ...] = ()
     unattributed_utilization: Mapping[str, Utilization] = field(default_factory=lambda: MappingProxyType({}))
     utilization_gpus: frozenset[str] = frozenset()
+    unresolved: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -249,7 +282,8 @@ def join_attribution(index: AllocationIndex, allocation_known: bool, process_inp
     allocations = {
         key: DeviceAllocation(
             uuid=key.uuid, gpu_instance_id=key.gpu_instance_id, shared=allocation.shared,
-            holders=tuple(AllocationHolder(workload(*_ref_parts(holder.container)), holder.replica_ids)
+            holders=tuple(AllocationHolder(workload(*_ref_parts(holder.container)), holder.replica_ids,
+                                           holder.claims)
                           for holder in allocation.holders))
         for key, allocation in index.by_key.items()
     }
@@ -287,6 +321,7 @@ def join_attribution(index: AllocationIndex, allocation_known: bool, process_inp
         return _Parts(allocation_known=allocation_known, allocations=MappingProxyType(allocations),
                       container_memory=container_memory, processes=processes,
                       unattributed_bytes=MappingProxyType(unattributed), process_gpus=process_gpus,
+                      unresolved=MappingProxyType(index.unresolved_by_reason()),
                       container_utilization=tuple(
                           ContainerUtilization(uuid, workload(*_ref_parts(ref)), used)
                           for (uuid, ref), used in sorted(used_by.items())),
@@ -294,7 +329,8 @@ def join_attribution(index: AllocationIndex, allocation_known: bool, process_inp
                       utilization_gpus=frozenset(process_input.utilization))
     return _Parts(allocation_known=allocation_known, allocations=MappingProxyType(allocations),
                   container_memory=container_memory, processes=processes,
-                  unattributed_bytes=MappingProxyType(unattributed), process_gpus=process_gpus)
+                  unattributed_bytes=MappingProxyType(unattributed), process_gpus=process_gpus,
+                  unresolved=MappingProxyType(index.unresolved_by_reason()))
 
 
 def _join_utilization(index: AllocationIndex, process_input: _ProcessInput,
@@ -351,11 +387,18 @@ class KubernetesAttribution:
         self.kubelet = PodResourcesClient(
             config.pod_resources_socket, config.pod_resources_interval_ms / 1000.0,
             gpu_resource_filter(config.nvidia_resource_names), on_change=lambda _state: self._notify(),
-            call_timeout_s=kubelet_call_timeout_s, stale_after_s=stale_after_s)
+            call_timeout_s=kubelet_call_timeout_s, stale_after_s=stale_after_s, dra=config.kubernetes_enable_dra)
         timeouts = watch_timeouts or WatchTimeouts(stale_after_s=stale_after_s)
+        node = config.node_name or socket.gethostname()
         self.metadata = KubernetesMetadata(
-            config.node_name or socket.gethostname(), on_change=self._notify, kubeconfig=config.kubeconfig,
+            node, on_change=self._notify, kubeconfig=config.kubeconfig,
             allow_exec=config.kubeconfig_allow_exec, timeouts=timeouts, api_factory=api_factory)
+        # DRA: this node's ResourceSlices, watched over the pod watch's API connection.
+        self.slices = ResourceSliceWatch(node, on_change=self._notify, timeouts=timeouts) \
+            if config.kubernetes_enable_dra else None
+        self._dra_drivers = frozenset(config.kubernetes_dra_driver_names)
+        self._unresolved_log = StateLog(LOG)
+        self._logged_unresolved: dict[tuple[tuple[str, str, str], tuple[str, ...]], str] = {}
         self._resolver = ProcessCgroupResolver(config.proc_root)
         self._process_input: _ProcessInput | None = None
         self._process_lock = threading.Lock()
@@ -384,10 +427,14 @@ class KubernetesAttribution:
                         socket.gethostname())
         self.kubelet.start()
         self.metadata.start()
+        if self.slices is not None:
+            self.slices.start(self.metadata.api, self.metadata.state.error)
 
     def stop(self) -> None:
         self.kubelet.stop()
         self.metadata.stop()
+        if self.slices is not None:
+            self.slices.stop()
         self._started = False
 
     def _notify(self) -> None:
@@ -433,23 +480,34 @@ class KubernetesAttribution:
         kubelet = self.kubelet.state
         api = self.metadata.state
         view = self.metadata.view()
+        requests, relists = self.metadata.counters.requests(), self.metadata.counters.relists()
+        slices = self.slices
+        slices_state = slices.state if slices is not None else None
+        if slices is not None:
+            requests = tuple(sorted((*requests, *slices.counters.requests())))
+            relists = tuple(sorted((*relists, *slices.counters.relists())))
         status = AttributionStatus(
             enabled=True, kubelet_up=kubelet.up, kubelet_error=kubelet.error,
             kubelet_last_success=kubelet.last_success_wall, api_up=api.up, api_error=api.error,
-            api_last_success=api.last_success_wall, api_requests=self.metadata.counters.requests(),
-            api_relists=self.metadata.counters.relists(), pods_known=len(view.pods_by_name),
-            process_attribution=self.process_attribution)
-        parts = self._parts(kubelet.listing, view, tuple(devices), tuple(migs))
+            api_last_success=api.last_success_wall, api_requests=requests,
+            api_relists=relists, pods_known=len(view.pods_by_name),
+            process_attribution=self.process_attribution, dra_enabled=slices is not None,
+            resourceslices_up=slices_state is not None and slices_state.up,
+            resourceslices_error=slices_state.error if slices_state is not None else "")
+        slice_view = slices.view() if slices is not None else None
+        parts = self._parts(kubelet.listing, view, tuple(devices), tuple(migs), slice_view)
         return AttributionSnapshot(status=status, allocation_known=parts.allocation_known,
                                    allocations=parts.allocations, container_memory=parts.container_memory,
                                    processes=parts.processes, unattributed_bytes=parts.unattributed_bytes,
                                    process_gpus=parts.process_gpus,
                                    container_utilization=parts.container_utilization,
                                    unattributed_utilization=parts.unattributed_utilization,
-                                   utilization_gpus=parts.utilization_gpus)
+                                   utilization_gpus=parts.utilization_gpus,
+                                   unresolved=every_reason(parts.unresolved) if slices is not None else EMPTY_COUNTS)
 
     def _parts(self, listing: PodResourcesListing | None, view: MetadataView,
-               devices: tuple[DeviceIdentity, ...], migs: tuple[MigIdentity, ...]) -> _Parts:
+               devices: tuple[DeviceIdentity, ...], migs: tuple[MigIdentity, ...],
+               slice_view: SliceView | None = None) -> _Parts:
         process_input = self._process_input
         with self._memo_lock:
             if self._catalog_key != (devices, migs):
@@ -458,18 +516,45 @@ class KubernetesAttribution:
                 self._index_key = None
             # Keys hold the inputs themselves: comparing a tuple element with itself is an identity
             # check, so an unchanged input costs nothing, and a held object's id cannot be reused.
-            index_key: tuple[object, ...] = (listing, self._catalog)
+            index_key: tuple[object, ...] = (listing, self._catalog, slice_view)
             if self._index_key != index_key:
                 self._index_key = index_key
-                self._index = build_allocation_index(listing, self._catalog) if listing else EMPTY_INDEX
+                dra = DraContext(self._dra_drivers, slice_view) if slice_view is not None else None
+                self._index = build_allocation_index(listing, self._catalog, dra) if listing else EMPTY_INDEX
                 if devices:  # before NVML's inventory is known every ID would look unmatched
                     self._log_unmatched(self._index)
+                    if dra is not None:
+                        self._log_unresolved(self._index)
             key = (index_key, view.version, process_input)
             if self._memo is None or self._memo_key != key:
                 self._memo = join_attribution(self._index, listing is not None, process_input, view,
                                               self._workloads)
                 self._memo_key = key
             return self._memo
+
+    def _log_unresolved(self, index: AllocationIndex) -> None:
+        """One line per DRA device when it becomes unresolvable (or its reason changes), one when it
+        resolves again; nothing while its state stays the same."""
+        current: dict[tuple[tuple[str, str, str], tuple[str, ...]], UnresolvedClaim] = {}
+        for item in index.unresolved:
+            current.setdefault((item.device.triple, item.device.cdi_devices), item)
+        for key, item in sorted(current.items(), key=lambda pair: pair[0]):
+            claimed = item.device
+            if item.reason == SLICES_UNAVAILABLE and self.slices is not None \
+                    and self.slices.state.error_kind == "connecting":
+                continue  # the first list is still under way: not a finding yet
+            self._unresolved_log.change(
+                key, item.reason, logging.WARNING,
+                f"DRA device {claimed.described} of claim {claimed.claim_namespace}/{claimed.claim_name} "
+                f"(pod {item.container.namespace}/{item.container.pod}) is not attributed to a GPU: "
+                f"{EXPLAINED[item.reason]}", reason=item.reason, driver=claimed.driver, pool=claimed.pool,
+                device=claimed.device, claim=f"{claimed.claim_namespace}/{claimed.claim_name}")
+            self._logged_unresolved[key] = claimed.described
+        for key in [key for key in self._logged_unresolved if key not in current]:
+            described = self._logged_unresolved.pop(key)
+            self._unresolved_log.forget(key)
+            LOG.info("DRA device %s is attributed now, or no longer claimed", described,
+                     extra={"fields": {"driver": key[0][0], "pool": key[0][1], "device": key[0][2]}})
 
     def _log_unmatched(self, index: AllocationIndex) -> None:
         configured = self.config.kubernetes_gpu_id_type

@@ -331,6 +331,7 @@ class KubernetesMetadata:
             wall_clock=wall_clock, random_fraction=random_fraction)
         self._not_configured: ApiState | None = None
         self._started = False
+        self.api: Any = None  # the API transport, once started (other watches of this node share it)
 
     @property
     def state(self) -> ApiState:
@@ -364,6 +365,7 @@ class KubernetesMetadata:
             self._on_change()
             return
         self._started = True
+        self.api = api
         with contextlib.suppress(AttributeError):
             api.user_agent = user_agent(self.node_name)
         selector = f"spec.nodeName={self.node_name}" if self.node_name else ""

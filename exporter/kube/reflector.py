@@ -88,12 +88,25 @@ class Decoder(Protocol):
 
 @dataclass(frozen=True)
 class WatchedResource:
-    """A collection to mirror: ``name`` for metrics and logs, the API ``path``, server-side selectors."""
+    """A collection to mirror: ``name`` for metrics and logs, the API ``path``, server-side selectors.
+
+    ``alternatives`` are the same collection under other API versions, tried in order when the server
+    answers 404 for the current one (a cluster serving only ``resource.k8s.io/v1beta1``, say); after
+    the last one the next attempt starts again from ``path``. ``rbac_hint`` and ``absent_hint`` end
+    the log line of a 403 and of a 404 from every version.
+    """
 
     name: str  # e.g. "pods"
     path: str  # e.g. "/api/v1/pods"
     field_selector: str = ""  # e.g. "spec.nodeName=node-a": the node's own share, never the cluster
     label_selector: str = ""
+    alternatives: tuple[str, ...] = ()  # e.g. "/apis/resource.k8s.io/v1beta2/resourceslices"
+    rbac_hint: str = "list/watch pods and namespaces"
+    absent_hint: str = ""
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return (self.path, *self.alternatives)
 
 
 @dataclass(frozen=True)
@@ -216,7 +229,7 @@ class _WatchError(Exception):
         self.status = code if isinstance(code, int) else None
 
 
-def classify(resource: str, exc: BaseException) -> Failure:
+def classify(resource: str, exc: BaseException, rbac_hint: str = "list/watch pods and namespaces") -> Failure:
     """What an exception of a list or watch means: its stable kind, one readable line, what to do."""
     if isinstance(exc, _Gone):
         return Failure("gone", f"Kubernetes API: {resource} resourceVersion expired (410 Gone); relisting",
@@ -242,7 +255,7 @@ def classify(resource: str, exc: BaseException) -> Failure:
                            soft=True, relist="too-large", retry_after=retry_after)
         hint = ""
         if status in (401, 403):
-            hint = " (check the service account's RBAC: list/watch pods and namespaces)"
+            hint = f" (check the service account's RBAC: {rbac_hint})"
         elif status == 429:
             hint = " (API Priority and Fairness or max-inflight limit)"
         after = f", Retry-After {retry_after:g} s" if retry_after is not None else ""
@@ -305,6 +318,8 @@ class Reflector:
         self._last_failure_kind = ""
         self._watch_serial = 0
         self._open_watch: int | None = None  # serial of the watch held now
+        self._path_index = 0  # which of resource.paths is in use (another API version after a 404)
+        self._paths_logged: set[int] = set()  # switches to an alternative already logged (once each)
         self._thread = supervised(self._run, name=thread_name or f"kube-watch-{resource.name}", stop=self._stop)
         self.lists = 0  # successful lists, for tests
         self.watches = 0  # watch requests answered 200, for tests
@@ -312,6 +327,11 @@ class Reflector:
     @property
     def status(self) -> ReflectorStatus:
         return self._status
+
+    @property
+    def path(self) -> str:
+        """The API path in use: ``resource.path``, or an alternative the server did serve."""
+        return self.resource.paths[self._path_index]
 
     def start(self) -> None:
         self._counters.relist(self.resource.name, "initial")
@@ -347,13 +367,34 @@ class Reflector:
             except Exception as exc:  # noqa: BLE001 - every failure of a request is classified and paced
                 if self._stop.is_set():
                     return
-                self._failed(classify(self.resource.name, exc))
+                failure = classify(self.resource.name, exc, self.resource.rbac_hint)
+                if failure.kind == "http-404":
+                    if self._next_path():
+                        continue
+                    if self.resource.absent_hint:
+                        failure = replace(failure, message=f"{failure.message} ({self.resource.absent_hint})")
+                self._failed(failure)
                 continue
             if self._stop.is_set():
                 return
             if not ended_normally:
                 self._failed(Failure("ended-early", f"Kubernetes API ended the {self.resource.name} watch long "
                                      "before its timeout", soft=True))
+
+    def _next_path(self) -> bool:
+        """After a 404: move to the next API version of the resource (True), or, when every one was
+        refused, back to the first for the next paced attempt (False: the 404 is a failure)."""
+        paths = self.resource.paths
+        if self._path_index + 1 < len(paths):
+            self._path_index += 1
+            self._resource_version = None  # list afresh under the other version
+            if self._path_index not in self._paths_logged:
+                self._paths_logged.add(self._path_index)
+                LOG.info("%s: %s is not served; trying %s", self.resource.name, paths[self._path_index - 1],
+                         paths[self._path_index])
+            return True
+        self._path_index = 0
+        return False
 
     def _failed(self, failure: Failure) -> None:
         """Pace the next attempt; open, keep or change the failure episode; publish."""
@@ -394,7 +435,7 @@ class Reflector:
 
     def _request(self, verb: str, query: list[tuple[str, str]], timeout: tuple[float, float]) -> Any:
         try:
-            response = self._api.get(self.resource.path, query, timeout)
+            response = self._api.get(self.path, query, timeout)
         except Exception as exc:
             status = getattr(exc, "status", None)
             self._counters.request(self.resource.name, verb,

@@ -57,6 +57,16 @@ Why sums stay correct:
   device first, e.g. ``sum(max by (UUID, GPU_I_ID) (DCGM_FI_DEV_FB_USED))``; per-pod memory
   still comes from ``DCGM_EXP_CONTAINER_FB_USED``, which is never duplicated.
 
+DRA (``--kubernetes-enable-dra``): a device held through a DRA claim carries dcgm-exporter's
+``dra_claim_name, dra_claim_namespace, dra_driver_name, dra_pool_name, dra_device_name`` (+
+``dra_mig_profile, dra_mig_device_uuid`` for a MIG device) after the workload labels, wherever that
+holder's workload labels appear (payload series of an exclusive device, the allocation info, and
+each holder's series with ``--kubernetes-virtual-gpus``). A claim shared by several pods, or a
+device shared between claims (``share_id``), has several holders and follows the sharing rules
+above. ``gpu_pod_exporter_unresolved_devices{reason}`` counts the DRA devices of GPUs that could not
+be attributed, and ``gpu_pod_exporter_dra_resourceslices_up`` says whether the ResourceSlice watch
+is held.
+
 Label dicts are built in the documented order; the renderer's encoder keeps insertion order
 and escapes values (quotes, backslashes, newlines pass through here unmodified).
 """
@@ -69,7 +79,7 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 
 from exporter.config import Config
-from exporter.kube.attribution import NO_UTILIZATION, AttributionSnapshot, Workload
+from exporter.kube.attribution import NO_UTILIZATION, AllocationHolder, AttributionSnapshot, Workload
 from exporter.kube.deviceids import GpuKey
 from exporter.metrics.render import owned_family
 
@@ -110,6 +120,25 @@ def workload_labels(workload: Workload, config: Config,
     return {name: value for name, value in labels.items() if value}
 
 
+def dra_labels(holder: AllocationHolder, config: Config, base: Mapping[str, str]) -> dict[str, str]:
+    """dcgm-exporter's ``dra_*`` labels of the claim ``holder`` holds the device through (its first,
+    when a container holds one device through several claims); empty values are left out."""
+    if not config.kubernetes_enable_dra or not holder.claims:
+        return {}
+    claim = holder.claims[0]
+    labels = {"dra_claim_name": claim.name, "dra_claim_namespace": claim.namespace, "dra_driver_name": claim.driver,
+              "dra_pool_name": claim.pool, "dra_device_name": claim.device, "dra_mig_profile": claim.mig_profile,
+              "dra_mig_device_uuid": claim.mig_device_uuid}
+    return {name: value for name, value in labels.items() if value and name not in base}
+
+
+def holder_labels(holder: AllocationHolder, config: Config, base: Mapping[str, str]) -> dict[str, str]:
+    """A holder's workload labels followed by its ``dra_*`` labels."""
+    labels = workload_labels(holder.workload, config, base)
+    labels.update(dra_labels(holder, config, {**base, **labels}))
+    return labels
+
+
 def workload_label_sets(attribution: AttributionSnapshot, device: LabeledDevice,
                         config: Config) -> list[dict[str, str]]:
     """The workload-label extensions for one device's payload series (see the module docstring)."""
@@ -119,10 +148,10 @@ def workload_label_sets(attribution: AttributionSnapshot, device: LabeledDevice,
     if not config.kubernetes_virtual_gpus:
         if allocation.shared:
             return [{}]
-        return [workload_labels(allocation.holders[0].workload, config, device.labels)]
+        return [holder_labels(allocation.holders[0], config, device.labels)]
     sets: list[dict[str, str]] = []
     for holder in allocation.holders:
-        labels = workload_labels(holder.workload, config, device.labels)
+        labels = holder_labels(holder, config, device.labels)
         if holder.replica_ids and "vgpu" not in device.labels:
             labels["vgpu"] = holder.replica_ids[0]
         sets.append(labels)
@@ -159,7 +188,7 @@ def _allocation_families(attribution: AttributionSnapshot, devices: Sequence[Lab
         holders = allocation.holders if allocation is not None else ()
         allocated.add_sample(allocated.name, dict(device.labels), 1.0 if holders else 0.0)
         for holder in holders:
-            labels = {**device.labels, **workload_labels(holder.workload, config, device.labels)}
+            labels = {**device.labels, **holder_labels(holder, config, device.labels)}
             if holder.replica_ids and "vgpu" not in labels:
                 labels["vgpu"] = holder.replica_ids[0]
             info.add_sample(info.name, labels, 1.0)
@@ -233,6 +262,13 @@ def _self_metrics(attribution: AttributionSnapshot) -> list[Metric]:
         family = owned_family(name)
         family.add_sample(name, {}, value)
         families.append(family)
+    if status.dra_enabled:
+        slices_up = owned_family("gpu_pod_exporter_dra_resourceslices_up")
+        slices_up.add_sample(slices_up.name, {}, 1.0 if status.resourceslices_up else 0.0)
+        unresolved = owned_family("gpu_pod_exporter_unresolved_devices")
+        for reason, count in sorted(attribution.unresolved.items()):
+            unresolved.add_sample(unresolved.name, {"reason": reason}, float(count))
+        families += [slices_up, unresolved]
     requests = owned_family("gpu_pod_exporter_kube_api_requests_total")
     for (resource, verb, code), count in status.api_requests:
         requests.add_sample("gpu_pod_exporter_kube_api_requests_total",

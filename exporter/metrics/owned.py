@@ -110,8 +110,8 @@ KUBERNETES_SELF_METRICS: tuple[OwnedMetric, ...] = (
                 "bookmark or 5 s without an error), else 0: a relist loop that never keeps a watch open is down.",
                 "API watches", "kubernetes"),
     OwnedMetric("gpu_pod_exporter_kube_api_requests_total", "counter", "requests", ("resource", "verb", "code"),
-                "Requests sent to the Kubernetes API by resource (pods, namespaces), verb (list, watch) and HTTP "
-                "status code (<error> when no answer came).", "API watches", "kubernetes"),
+                "Requests sent to the Kubernetes API by resource (pods, namespaces, resourceslices), verb (list, "
+                "watch) and HTTP status code (<error> when no answer came).", "API watches", "kubernetes"),
     OwnedMetric("gpu_pod_exporter_kube_api_relists_total", "counter", "relists", ("resource", "reason"),
                 "Full lists of a resource by reason: initial, expired (410 Gone), too-large (the API server's "
                 "store was reset), malformed, stale (metadata dropped after a long outage).", "API watches",
@@ -124,6 +124,14 @@ KUBERNETES_SELF_METRICS: tuple[OwnedMetric, ...] = (
                 "API watches", "kubernetes"),
     OwnedMetric("gpu_pod_exporter_kubernetes_pods", "gauge", "pods", (),
                 "Pods on this node known from the Kubernetes API watch.", "API watches", "kubernetes"),
+    OwnedMetric("gpu_pod_exporter_dra_resourceslices_up", "gauge", "0/1", (),
+                "1 while the watch of this node's DRA ResourceSlices is held open, else 0 (only with "
+                "--kubernetes-enable-dra).", "ResourceSlice watch", "kubernetes"),
+    OwnedMetric("gpu_pod_exporter_unresolved_devices", "gauge", "devices", ("reason",),
+                "DRA devices held by pods that could not be attributed to a GPU or MIG device of this node, by "
+                "reason (slice-missing, slices-unavailable, no-uuid, not-on-node, driver-unknown, cdi-only); the "
+                "GPU's metrics continue without workload labels (only with --kubernetes-enable-dra).",
+                "kubelet DRA claims joined with ResourceSlices", "kubernetes"),
 )
 
 OWNED: tuple[OwnedMetric, ...] = (*PAYLOAD_METRICS, *KUBERNETES_PAYLOAD_METRICS, *SELF_METRICS,

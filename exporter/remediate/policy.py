@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from exporter import safeyaml
 from exporter.config import ConfigError
 from exporter.web.webconfig import parse_go_duration
 
@@ -114,7 +115,7 @@ class _Walker:
             name = str(key_node.value)
             path = f"{key}.{name}" if key else name
             if allowed is not None and name not in allowed:
-                raise self.fail(key_node, path, f"unknown key (known keys: {', '.join(allowed)})")
+                raise self.fail(key_node, path, safeyaml.unknown_key(name, allowed))
             if name in found:
                 raise self.fail(key_node, path, "duplicate key")
             found[name] = (key_node, value_node)

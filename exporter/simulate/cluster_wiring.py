@@ -46,6 +46,7 @@ from exporter.simulate.kube_scenario import (
     KubernetesScenario,
     SimulatedCluster,
     device_id,
+    dra_plan,
     parse_kubernetes_section,
     start_simulated_cluster,
 )
@@ -104,6 +105,7 @@ class SimulatedClusterRunner:
             for container in pod.containers:
                 for ref in container.gpus:
                     device_id(ref, devices, migs, section.gpu_id_type)
+        dra_plan(section, devices, migs)  # DRA claims' GPUs and slices' GPUs too
         self.workdir = Path(tempfile.mkdtemp(prefix="gpe-sim-"))
         if len(str(self.socket_path)) > MAX_SOCKET_PATH:  # a long TMPDIR: unix socket paths are short
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -121,6 +123,13 @@ class SimulatedClusterRunner:
                 "kubeconfig": str(self.workdir / "kubeconfig"), "proc_root": str(self.workdir / "proc"),
                 "node_name": self.section.node, "kubernetes_gpu_id_type": self.section.gpu_id_type,
                 "process_attribution": self.section.process_attribution}
+
+    def dra_settings(self) -> dict[str, object]:
+        """A ``dra:`` section turns DRA attribution on, for the driver it simulates."""
+        dra = self.section.dra
+        if dra is None:
+            return {}
+        return {"kubernetes_enable_dra": True, "kubernetes_dra_driver_names": (dra.driver,)}
 
     def start(self) -> None:
         with self._lock:
@@ -156,7 +165,8 @@ def simulated_cluster_extensions(config: Config, scenario: Scenario,
     if chosen_by_user(config, "node_name") and config.node_name:
         section = dataclasses.replace(section, node=config.node_name)  # the simulated pods run on your node
     runner = SimulatedClusterRunner(section, scenario_devices(scenario), scenario_migs(scenario))
-    overrides = {attr: value for attr, value in runner.settings().items() if not chosen_by_user(config, attr)}
+    planned = {**runner.settings(), **runner.dra_settings()}
+    overrides = {attr: value for attr, value in planned.items() if not chosen_by_user(config, attr)}
     extensions.on_start.append(runner.start)
     extensions.on_stop.append(runner.stop)
     return dataclasses.replace(config, **overrides), runner  # type: ignore[arg-type]

@@ -26,7 +26,13 @@ cluster:
 * every request is recorded (``log``: arrival time, verb, resource, query, User-Agent, status), so
   tests can count requests per client, per phase and per second.
 
-Pods and namespaces are mutable at runtime (``add_pod``, ``delete_pod``, ``set_pod_labels``,
+DRA: ``ResourceSlice`` objects (``add_resource_slice``, ``delete_resource_slice``) under
+``/apis/resource.k8s.io/<version>/resourceslices`` for the versions in ``resource_versions``
+(default v1 only; a 404 for the others, as a cluster without them answers), listed and watched like
+pods (``fieldSelector=spec.nodeName=<node>``); under ``v1beta1`` a device's attributes sit in
+``basic`` as that version has them.
+
+Pods, namespaces and ResourceSlices are mutable at runtime (``add_pod``, ``delete_pod``, ``set_pod_labels``,
 ``add_namespace``, ...), each change producing the watch event a real server would send. The
 stdlib ``ThreadingHTTPServer`` is enough: one thread per connection, and watches block on a
 condition variable until there is something to send.
@@ -56,6 +62,10 @@ import yaml
 
 from exporter.simulate.fakeaccess import ACCESS_REVIEW_PATH, AccessRules
 
+RESOURCE_GROUP = "resource.k8s.io"
+SLICE_VERSIONS = ("v1", "v1beta2", "v1beta1")
+KINDS = {"pods": "Pod", "namespaces": "Namespace", "resourceslices": "ResourceSlice"}
+
 JsonObject = dict[str, Any]
 
 DEFAULT_HISTORY = 10_000
@@ -80,7 +90,7 @@ class RequestRecord:
 @dataclass(frozen=True)
 class _Event:
     resource_version: int
-    resource: str  # "pods" or "namespaces"
+    resource: str  # "pods", "namespaces" or "resourceslices"
     type: str  # ADDED, MODIFIED, DELETED
     object: JsonObject
 
@@ -126,6 +136,8 @@ class FakeApiServer:
         self._oldest_rv = 1  # the oldest resourceVersion a watch can resume from; older ones get 410
         self._pods: dict[tuple[str, str], JsonObject] = {}
         self._namespaces: dict[str, JsonObject] = {}
+        self._slices: dict[str, JsonObject] = {}
+        self.resource_versions: tuple[str, ...] = ("v1",)  # resource.k8s.io versions served (DRA)
         self._events: list[_Event] = []
         self._watches: set[_Watch] = set()
         self._server: ThreadingHTTPServer | None = None
@@ -416,6 +428,28 @@ class FakeApiServer:
             if obj is not None:
                 self._record("pods", "DELETED", obj)
 
+    def add_resource_slice(self, name: str, driver: str, pool: str,
+                           devices: Sequence[tuple[str, Mapping[str, str | int]]], *,
+                           node_name: str | None = None, generation: int = 1) -> JsonObject:
+        """Create (or replace) a ResourceSlice (see ``resource_slice``) on this server's node by default."""
+        obj = resource_slice(name, driver, pool, devices, node_name=node_name if node_name is not None
+                             else self.node_name, generation=generation)
+        with self._cond:
+            event = "MODIFIED" if name in self._slices else "ADDED"
+            self._slices[name] = obj
+            self._record("resourceslices", event, obj)
+        return copy.deepcopy(obj)
+
+    def delete_resource_slice(self, name: str) -> None:
+        with self._cond:
+            obj = self._slices.pop(name, None)
+            if obj is not None:
+                self._record("resourceslices", "DELETED", obj)
+
+    def resource_slice_names(self) -> list[str]:
+        with self._cond:
+            return sorted(self._slices)
+
     def pod_names(self) -> list[tuple[str, str]]:
         with self._cond:
             return sorted(self._pods)
@@ -449,9 +483,11 @@ class FakeApiServer:
 
     # -- request handling (called from handler threads) ---------------------------------------
 
-    def _objects(self, resource: str, selector: Mapping[str, str]) -> list[JsonObject]:
-        items = list(self._pods.values()) if resource == "pods" else list(self._namespaces.values())
-        return [copy.deepcopy(item) for item in items if _matches(item, selector)]
+    def _objects(self, resource: str, selector: Mapping[str, str], api_version: str = "v1") -> list[JsonObject]:
+        stores: dict[str, dict[Any, JsonObject]] = {"pods": self._pods, "namespaces": self._namespaces,
+                                                    "resourceslices": self._slices}
+        items = list(stores[resource].values())
+        return [served(item, api_version) for item in items if _matches(item, selector)]
 
     def _pause(self) -> bool:
         """Apply the injected delay; False when the server stops meanwhile."""
@@ -460,7 +496,7 @@ class FakeApiServer:
         return True
 
     def handle_list(self, handler: BaseHTTPRequestHandler, resource: str,
-                    selector: Mapping[str, str], query: Mapping[str, str]) -> int:
+                    selector: Mapping[str, str], query: Mapping[str, str], api_version: str = "v1") -> int:
         version = query.get("resourceVersion", "")
         match = query.get("resourceVersionMatch", "")
         if match and (match != "NotOlderThan" or not version):
@@ -474,24 +510,24 @@ class FakeApiServer:
                 self._malformed_lists -= 1
                 return _send(handler, 200, b'{"kind": "PodList", "items": [ {broken')
             body = {
-                "kind": "PodList" if resource == "pods" else "NamespaceList",
-                "apiVersion": "v1",
+                "kind": KINDS[resource] + "List",
+                "apiVersion": f"{RESOURCE_GROUP}/{api_version}" if resource == "resourceslices" else "v1",
                 "metadata": {"resourceVersion": str(self._rv)},
-                "items": self._objects(resource, selector),
+                "items": self._objects(resource, selector, api_version),
             }
         return _send(handler, 200, json.dumps(body).encode())
 
     def handle_watch(self, handler: BaseHTTPRequestHandler, resource: str, selector: Mapping[str, str],
-                     query: Mapping[str, str], record: RequestRecord | None = None) -> int:
+                     query: Mapping[str, str], record: RequestRecord | None = None, *, api_version: str = "v1") -> int:
         since_text = query.get("resourceVersion", "")
         bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
         timeout_s = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
-        kind = "Pod" if resource == "pods" else "Namespace"
+        kind = KINDS[resource]
         watch = _Watch()
         with self._cond:
             if since_text in ("", "0"):
                 since = self._rv
-                initial = [_event_line("ADDED", item) for item in self._objects(resource, selector)]
+                initial = [_event_line("ADDED", item) for item in self._objects(resource, selector, api_version)]
             else:
                 since = int(since_text) if since_text.isdigit() else -1
                 initial = []
@@ -511,7 +547,7 @@ class FakeApiServer:
             for line in initial:
                 _write_chunk(handler, line)
             self._stream(handler, watch, resource=resource, selector=selector, since=since,
-                         bookmarks=bookmarks, timeout_s=timeout_s, kind=kind)
+                         bookmarks=bookmarks, timeout_s=timeout_s, kind=kind, api_version=api_version)
         except OSError:
             return -1  # the client went away
         finally:
@@ -521,7 +557,7 @@ class FakeApiServer:
 
     def _stream(self, handler: BaseHTTPRequestHandler, watch: _Watch, *, resource: str,
                 selector: Mapping[str, str], since: int, bookmarks: bool, timeout_s: float | None,
-                kind: str) -> None:
+                kind: str, api_version: str = "v1") -> None:
         deadline = time.monotonic() + timeout_s if timeout_s else None
         next_bookmark = (time.monotonic() + self.bookmark_interval_s
                          if bookmarks and self.bookmark_interval_s else None)
@@ -551,7 +587,7 @@ class FakeApiServer:
                     fresh = [event for event in self._events[start:] if event.resource == resource]
                     if start < len(self._events):
                         since = self._events[-1].resource_version
-                        lines = [_event_line(event.type, event.object) for event in fresh
+                        lines = [_event_line(event.type, served(event.object, api_version)) for event in fresh
                                  if _matches(event.object, selector)]
                         if lines:
                             break
@@ -587,6 +623,52 @@ class _QuietServer(ThreadingHTTPServer):
         if isinstance(sys.exc_info()[1], OSError):
             return
         super().handle_error(request, client_address)
+
+
+def resource_slice(name: str, driver: str, pool: str, devices: Sequence[tuple[str, Mapping[str, str | int]]], *,
+                   node_name: str, generation: int = 1) -> JsonObject:
+    """A ``resource.k8s.io/v1`` ResourceSlice of ``driver``'s ``pool`` on ``node_name`` publishing
+    ``devices``: ``(device name, {attribute: value})``, values typed as the API types them (text:
+    string, int: int; ``driverVersion`` is a version)."""
+    def typed(key: str, value: str | int) -> JsonObject:
+        if isinstance(value, int):
+            return {"int": value}
+        return {"version": value} if key.endswith("Version") else {"string": value}
+
+    return {
+        "apiVersion": f"{RESOURCE_GROUP}/v1", "kind": "ResourceSlice",
+        "metadata": {"name": name, "uid": stable_uid("resourceslice", name),
+                     "creationTimestamp": "2024-01-01T00:00:00Z"},
+        "spec": {"driver": driver, "nodeName": node_name,
+                 "pool": {"name": pool, "generation": generation, "resourceSliceCount": 1},
+                 "devices": [{"name": device, "attributes": {key: typed(key, value)
+                                                             for key, value in attributes.items()}}
+                             for device, attributes in devices]},
+    }
+
+
+def served(obj: JsonObject, version: str) -> JsonObject:
+    """A copy of ``obj`` as ``version`` serves it: ResourceSlices under v1beta1 keep a device's
+    attributes in ``basic``; everything else is stored as served."""
+    served = copy.deepcopy(obj)
+    if version == "v1" or obj.get("kind") != "ResourceSlice":
+        return served
+    served["apiVersion"] = f"{RESOURCE_GROUP}/{version}"
+    if version == "v1beta1":
+        served["spec"]["devices"] = [{"name": device["name"], "basic": {"attributes": device.get("attributes", {})}}
+                                     for device in served["spec"].get("devices", [])]
+    return served
+
+
+def _route(path: str, served_versions: Sequence[str]) -> tuple[str | None, str, str]:
+    """``(resource, API group, version)`` of a request path; resource None when nothing is served there."""
+    core = {"/api/v1/pods": "pods", "/api/v1/namespaces": "namespaces"}.get(path)
+    if core is not None:
+        return core, "", "v1"
+    for version in served_versions:
+        if path == f"/apis/{RESOURCE_GROUP}/{version}/resourceslices":
+            return "resourceslices", RESOURCE_GROUP, version
+    return None, "", ""
 
 
 def _matches(obj: Mapping[str, Any], selector: Mapping[str, str]) -> bool:
@@ -692,7 +774,7 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             parts = urlsplit(self.path)
             query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
-            resource = {"/api/v1/pods": "pods", "/api/v1/namespaces": "namespaces"}.get(parts.path)
+            resource, group, api_version = _route(parts.path, api.resource_versions)
             watching = query.get("watch", "").lower() in ("true", "1")
             verb = "watch" if watching else "list"
             api.requests.append((verb, resource or parts.path, query))
@@ -700,14 +782,15 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                                    self.headers.get("User-Agent", ""))
             api.log.append(record)
             try:
-                record.status = self._answer(resource, watching, query, record)
+                record.status = self._answer(resource, watching, query, record, group=group, api_version=api_version)
             except OSError:  # the client went away mid-answer: nothing to send, nothing to report
                 record.status = -1
                 self.close_connection = True
             finally:
                 record.answered_at = time.monotonic()
 
-        def _answer(self, resource: str | None, watching: bool, query: dict[str, str], record: RequestRecord) -> int:
+        def _answer(self, resource: str | None, watching: bool, query: dict[str, str], record: RequestRecord, *,
+                    group: str = "", api_version: str = "v1") -> int:
             authorization = self.headers.get("Authorization", "")
             api.authorizations.append(authorization)
             if api.token is not None and authorization != f"Bearer {api.token}":
@@ -728,15 +811,15 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return _send(self, 404, json.dumps(_status(404, "NotFound", "the server could not find the "
                                                            "requested resource")).encode())
             verb = "watch" if watching else "list"
-            if not api.access.allows(verb, resource):
-                return _send(self, 403, json.dumps(api.access.forbidden_status(verb, resource)).encode())
+            if not api.access.allows(verb, resource, group):
+                return _send(self, 403, json.dumps(api.access.forbidden_status(verb, resource, group)).encode())
             selector = _parse_field_selector(query.get("fieldSelector", ""))
             if selector is None:
                 return _send(self, 400, json.dumps(_status(400, "BadRequest", "unsupported field selector "
                                                            f"{query.get('fieldSelector')!r}")).encode())
             if watching:
-                return api.handle_watch(self, resource, selector, query, record)
-            return api.handle_list(self, resource, selector, query)
+                return api.handle_watch(self, resource, selector, query, record, api_version=api_version)
+            return api.handle_list(self, resource, selector, query, api_version)
 
         def do_POST(self) -> None:
             """SelfSubjectAccessReview only (``api.access`` answers it); anything else does not exist here."""

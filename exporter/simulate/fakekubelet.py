@@ -13,6 +13,9 @@ imitates the real kubelet's behaviour that clients trip over (reference/podresou
   "rejected by rate limit";
 * ``Get`` for an unknown pod answering ``UNKNOWN`` "pod X in namespace Y not found";
 * optional padding that makes the List answer arbitrarily large (to prove the 16 MiB limit);
+* DRA claims (``FakeClaim``) in ``dynamic_resources``, as a 1.31+ kubelet names their devices
+  (driver, pool, device, CDI names; ``share_id`` as 1.35 adds it), or as a 1.27-1.30 kubelet does
+  (``FakeClaimDevice.cdi_only``: CDI names only), in random order like the device entries;
 * ``stop()`` removes the socket file and ``start()`` creates a new one (a new inode), which is
   what a kubelet restart looks like to a client holding a channel.
 
@@ -38,12 +41,52 @@ RATE_LIMIT_MESSAGE = "rejected by rate limit"
 
 
 @dataclass(frozen=True)
+class FakeClaimDevice:
+    """One device of a DRA claim. ``cdi_only``: sent as a 1.27-1.30 kubelet does, CDI names only."""
+
+    driver: str
+    pool: str
+    device: str
+    share_id: str | None = None
+    cdi_devices: tuple[str, ...] = ()
+    cdi_only: bool = False
+
+
+@dataclass(frozen=True)
+class FakeClaim:
+    """A ResourceClaim a container uses, and the devices allocated to it."""
+
+    namespace: str
+    name: str
+    devices: tuple[FakeClaimDevice, ...] = ()
+
+
+@dataclass(frozen=True)
 class FakeContainer:
-    """A container and the device IDs the kubelet assigned to it: ``(resource name, device ID)``."""
+    """A container and the device IDs the kubelet assigned to it: ``(resource name, device ID)``,
+    and the DRA claims it uses."""
 
     name: str
     devices: tuple[tuple[str, str], ...] = ()
     sidecar: bool = False  # a restartable init container: the kubelet lists it first
+    claims: tuple[FakeClaim, ...] = ()
+
+
+def claim_message(claim: FakeClaim) -> api_pb2.DynamicResource:
+    """A claim as the kubelet lists it in ``ContainerResources.dynamic_resources``."""
+    resources = []
+    for device in claim.devices:
+        cdi = [api_pb2.CDIDevice(name=name) for name in device.cdi_devices]
+        if device.cdi_only:
+            resources.append(api_pb2.ClaimResource(cdi_devices=cdi))
+            continue
+        resource = api_pb2.ClaimResource(cdi_devices=cdi, driver_name=device.driver, pool_name=device.pool,
+                                         device_name=device.device)
+        if device.share_id is not None:
+            resource.share_id = device.share_id
+        resources.append(resource)
+    return api_pb2.DynamicResource(claim_name=claim.name, claim_namespace=claim.namespace,
+                                   claim_resources=resources)
 
 
 @dataclass(frozen=True)
@@ -222,7 +265,9 @@ class FakeKubelet:
                     resource_name=resource_name, device_ids=[device_id],
                     topology=api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=node)])))
         self._random.shuffle(entries)
-        return api_pb2.ContainerResources(name=container.name, devices=entries)
+        claims = [claim_message(claim) for claim in container.claims]
+        self._random.shuffle(claims)
+        return api_pb2.ContainerResources(name=container.name, devices=entries, dynamic_resources=claims)
 
     def _pod_message(self, pod: FakePod) -> api_pb2.PodResources:
         ordered = [c for c in pod.containers if c.sidecar] + [c for c in pod.containers if not c.sidecar]

@@ -37,11 +37,24 @@ Schema (every key but ``pods[].name`` and ``containers[].name`` is optional)::
                 - {gpu: 2, mig: 3}              # MIG GPU instance 3 of GPU 2
                 - {gpu: 3, resource: nvidia.com/a100}   # a renamed resource
               pids: [4242, 4243]      # host PIDs of this container's GPU processes
+              claims: [train-gpu]     # DRA ResourceClaims (of the pod's namespace) it uses
+      dra:                            # Dynamic Resource Allocation (turns --kubernetes-enable-dra on)
+        driver: gpu.nvidia.com        # the DRA driver publishing the GPUs (default gpu.nvidia.com)
+        api_versions: [v1]            # resource.k8s.io versions the API server serves (v1, v1beta2, v1beta1)
+        claims:
+          - name: train-gpu
+            namespace: ml-training
+            devices: [2, {gpu: 4, mig: 1}]   # whole GPUs by NVML index, MIG GPU instances
+        slices:                       # ResourceSlices of the node; default: one with every claimed GPU
+          - {gpus: [2, 3]}            # a MIG-enabled GPU publishes its MIG devices
+          - {gpus: [4], appears_after_s: 10}   # published only 10 s after start
       faults: {kubelet: missing, api_server: unreachable, forbidden: [namespaces], ...}
                                       # a broken node (exporter.simulate.kube_faults)
 
 Resource names default to ``nvidia.com/gpu`` (whole GPU), ``nvidia.com/gpu.shared`` (replica)
-and ``nvidia.com/mig-<profile>`` (MIG), as the NVIDIA device plugin advertises them.
+and ``nvidia.com/mig-<profile>`` (MIG), as the NVIDIA device plugin advertises them. DRA devices
+are named and published as NVIDIA's DRA driver does (``exporter.simulate.dra_devices``); a claim
+used by several pods is one device shared by them.
 """
 
 from __future__ import annotations
@@ -50,8 +63,10 @@ import hashlib
 import io
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +75,10 @@ import yaml
 from exporter import safeyaml
 from exporter.config import ConfigError
 from exporter.inputfile import InputFileError, read_text
-from exporter.simulate.fakeapiserver import FakeApiServer, stable_uid
-from exporter.simulate.fakekubelet import FakeContainer, FakeKubelet, FakePod
+from exporter.simulate.dra_devices import DRIVER, PublishedDevice, gpu_device, mig_device
+from exporter.simulate.fakeaccess import DRA_GRANTS
+from exporter.simulate.fakeapiserver import SLICE_VERSIONS, FakeApiServer, stable_uid
+from exporter.simulate.fakekubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeKubelet, FakePod
 from exporter.simulate.kube_faults import KubernetesFaults, apply_api_faults, apply_kubelet_faults, parse_faults
 from exporter.simulate.scenario import MAX_SCENARIO_BYTES
 from exporter.snapshot import DeviceIdentity, MigIdentity
@@ -93,6 +110,7 @@ class ScenarioContainer:
     sidecar: bool = False
     gpus: tuple[GpuRef, ...] = ()
     pids: tuple[int, ...] = ()
+    claims: tuple[str, ...] = ()  # DRA ResourceClaims of the pod's namespace
 
 
 @dataclass(frozen=True)
@@ -112,6 +130,31 @@ class ScenarioNamespace:
 
 
 @dataclass(frozen=True)
+class ScenarioClaim:
+    """A DRA ResourceClaim and the GPUs / MIG GPU instances allocated to it."""
+
+    namespace: str
+    name: str
+    devices: tuple[GpuRef, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScenarioSlice:
+    """A ResourceSlice publishing these GPUs (their MIG devices when MIG is on), maybe only after a while."""
+
+    gpus: tuple[GpuRef, ...]
+    appears_after_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ScenarioDra:
+    driver: str = DRIVER
+    api_versions: tuple[str, ...] = ("v1",)
+    claims: tuple[ScenarioClaim, ...] = ()
+    slices: tuple[ScenarioSlice, ...] | None = None  # None: one slice with every claimed GPU
+
+
+@dataclass(frozen=True)
 class KubernetesScenario:
     """A validated ``kubernetes:`` section."""
 
@@ -126,6 +169,7 @@ class KubernetesScenario:
     pods: tuple[ScenarioPod, ...] = ()
     source: str = "<scenario>"
     faults: KubernetesFaults = field(default_factory=KubernetesFaults)
+    dra: ScenarioDra | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,7 +195,7 @@ class _Walker:
         for key_node, value_node in node.value:
             name = str(key_node.value)
             if name not in allowed:
-                raise self.fail(key_node, f"{key}.{name}", f"unknown key (known keys: {', '.join(allowed)})")
+                raise self.fail(key_node, f"{key}.{name}", safeyaml.unknown_key(name, allowed))
             if name in result:
                 raise self.fail(key_node, f"{key}.{name}", "duplicate key")
             result[name] = (key_node, value_node)
@@ -233,8 +277,9 @@ def _gpu_ref(walker: _Walker, node: yaml.Node, key: str) -> GpuRef:
     )
 
 
-def _container(walker: _Walker, node: yaml.Node, key: str, seen_pids: dict[int, str]) -> ScenarioContainer:
-    fields = walker.mapping(node, key, ("name", "sidecar", "gpus", "pids"))
+def _container(walker: _Walker, node: yaml.Node, key: str, seen_pids: dict[int, str],
+               claims: Callable[[str], bool]) -> ScenarioContainer:
+    fields = walker.mapping(node, key, ("name", "sidecar", "gpus", "pids", "claims"))
     if "name" not in fields:
         raise walker.fail(node, f"{key}.name", "missing: every container needs a name")
     pids: list[int] = []
@@ -247,16 +292,72 @@ def _container(walker: _Walker, node: yaml.Node, key: str, seen_pids: dict[int, 
         seen_pids[pid] = key
         pids.append(pid)
     gpus = walker.sequence(fields["gpus"][1], f"{key}.gpus") if "gpus" in fields else []
+    claimed: list[str] = []
+    for index, claim_node in enumerate(walker.sequence(fields["claims"][1], f"{key}.claims")
+                                       if "claims" in fields else []):
+        name = walker.string(claim_node, f"{key}.claims[{index}]", pattern=_is_dns_label, expected="a claim name")
+        if not claims(name):
+            raise walker.fail(claim_node, f"{key}.claims[{index}]",
+                              f"no claim {name!r} in this pod's namespace under kubernetes.dra.claims")
+        claimed.append(name)
     return ScenarioContainer(
         name=walker.string(fields["name"][1], f"{key}.name", pattern=_is_dns_label,
                            expected="a container name"),
         sidecar=walker.boolean(fields["sidecar"][1], f"{key}.sidecar") if "sidecar" in fields else False,
         gpus=tuple(_gpu_ref(walker, gpu, f"{key}.gpus[{index}]") for index, gpu in enumerate(gpus)),
         pids=tuple(pids),
+        claims=tuple(claimed),
     )
 
 
-def _pod(walker: _Walker, node: yaml.Node, key: str, seen_pids: dict[int, str]) -> ScenarioPod:
+def _dra(walker: _Walker, node: yaml.Node, key: str) -> ScenarioDra:
+    fields = walker.mapping(node, key, ("driver", "api_versions", "claims", "slices"))
+    claims: dict[tuple[str, str], ScenarioClaim] = {}
+    for index, item in enumerate(walker.sequence(fields["claims"][1], f"{key}.claims") if "claims" in fields else []):
+        claim_key = f"{key}.claims[{index}]"
+        claim_fields = walker.mapping(item, claim_key, ("name", "namespace", "devices"))
+        if "name" not in claim_fields:
+            raise walker.fail(item, f"{claim_key}.name", "missing: every claim needs a name")
+        name = walker.string(claim_fields["name"][1], f"{claim_key}.name", pattern=_is_dns_label,
+                             expected="a claim name")
+        namespace = (walker.string(claim_fields["namespace"][1], f"{claim_key}.namespace", pattern=_is_dns_label,
+                                   expected="a namespace name") if "namespace" in claim_fields else "default")
+        if (namespace, name) in claims:
+            raise walker.fail(item, f"{claim_key}.name", f"duplicate claim {namespace}/{name}")
+        devices = tuple(_gpu_ref(walker, device, f"{claim_key}.devices[{number}]") for number, device in enumerate(
+            walker.sequence(claim_fields["devices"][1], f"{claim_key}.devices") if "devices" in claim_fields else []))
+        for device in devices:
+            if device.replica is not None or device.resource is not None:
+                raise ConfigError(device.where, device.key, "a DRA device is a GPU or a MIG GPU instance: "
+                                  "replica and resource do not apply")
+        if not devices:
+            raise walker.fail(item, f"{claim_key}.devices", "a claim needs at least one device")
+        claims[(namespace, name)] = ScenarioClaim(namespace, name, devices)
+    slices: list[ScenarioSlice] = []
+    for index, item in enumerate(walker.sequence(fields["slices"][1], f"{key}.slices") if "slices" in fields else []):
+        slice_key = f"{key}.slices[{index}]"
+        slice_fields = walker.mapping(item, slice_key, ("gpus", "appears_after_s"))
+        gpus = tuple(GpuRef(gpu=walker.integer(gpu, f"{slice_key}.gpus[{number}]"), where=walker.where(gpu),
+                            key=f"{slice_key}.gpus[{number}]")
+                     for number, gpu in enumerate(walker.sequence(slice_fields["gpus"][1], f"{slice_key}.gpus")
+                                                  if "gpus" in slice_fields else []))
+        delay = walker.scalar(slice_fields["appears_after_s"][1], f"{slice_key}.appears_after_s") \
+            if "appears_after_s" in slice_fields else 0
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
+            raise walker.fail(slice_fields["appears_after_s"][1], f"{slice_key}.appears_after_s",
+                              f"expected seconds >= 0, got {delay!r}")
+        slices.append(ScenarioSlice(gpus, float(delay)))
+    versions = tuple(walker.choice(item, f"{key}.api_versions[{index}]", SLICE_VERSIONS) for index, item in
+                     enumerate(walker.sequence(fields["api_versions"][1], f"{key}.api_versions"))) \
+        if "api_versions" in fields else ("v1",)
+    return ScenarioDra(
+        driver=walker.string(fields["driver"][1], f"{key}.driver", pattern=_is_dns_label,
+                             expected="a DRA driver name such as gpu.nvidia.com") if "driver" in fields else DRIVER,
+        api_versions=versions, claims=tuple(claims.values()), slices=tuple(slices) if "slices" in fields else None)
+
+
+def _pod(walker: _Walker, node: yaml.Node, key: str, seen_pids: dict[int, str],
+         claims: frozenset[tuple[str, str]] = frozenset()) -> ScenarioPod:
     fields = walker.mapping(node, key, ("name", "namespace", "uid", "labels", "qos", "containers"))
     if "name" not in fields:
         raise walker.fail(node, f"{key}.name", "missing: every pod needs a name")
@@ -266,7 +367,8 @@ def _pod(walker: _Walker, node: yaml.Node, key: str, seen_pids: dict[int, str]) 
     containers: list[ScenarioContainer] = []
     for index, item in enumerate(walker.sequence(fields["containers"][1], f"{key}.containers")
                                  if "containers" in fields else []):
-        container = _container(walker, item, f"{key}.containers[{index}]", seen_pids)
+        container = _container(walker, item, f"{key}.containers[{index}]", seen_pids,
+                               lambda claim: (namespace, claim) in claims)
         if any(existing.name == container.name for existing in containers):
             raise walker.fail(item, f"{key}.containers[{index}].name",
                               f"duplicate container {container.name!r}")
@@ -293,7 +395,7 @@ def parse_kubernetes_section(section: object, source: str = "<scenario>") -> Kub
         return KubernetesScenario(source=source)
     fields = walker.mapping(node, SECTION, ("node", "gpu_id_type", "runtime", "cgroup_driver",
                                             "cgroup_version", "process_attribution", "host_pids", "namespaces",
-                                            "pods", "faults"))
+                                            "pods", "faults", "dra"))
 
     def get(name: str, parse: Callable[[yaml.Node, str], Any], default: Any) -> Any:
         return parse(fields[name][1], f"{SECTION}.{name}") if name in fields else default
@@ -321,9 +423,11 @@ def parse_kubernetes_section(section: object, source: str = "<scenario>") -> Kub
         labels = walker.labels(ns_fields["labels"][1], f"{key}.labels") if "labels" in ns_fields else ()
         namespaces[name] = ScenarioNamespace(name, labels)
 
+    dra: ScenarioDra | None = get("dra", lambda n, k: _dra(walker, n, k), None)
+    claim_names = frozenset((claim.namespace, claim.name) for claim in (dra.claims if dra else ()))
     pods: dict[tuple[str, str], ScenarioPod] = {}
     for index, item in enumerate(get("pods", walker.sequence, [])):
-        pod = _pod(walker, item, f"{SECTION}.pods[{index}]", seen_pids)
+        pod = _pod(walker, item, f"{SECTION}.pods[{index}]", seen_pids, claim_names)
         if (pod.namespace, pod.name) in pods:
             raise walker.fail(item, f"{SECTION}.pods[{index}].name",
                               f"duplicate pod {pod.namespace}/{pod.name}")
@@ -344,6 +448,7 @@ def parse_kubernetes_section(section: object, source: str = "<scenario>") -> Kub
         pods=tuple(pods.values()),
         source=source,
         faults=get("faults", lambda n, k: parse_faults(walker, n, k), KubernetesFaults()),
+        dra=dra,
     )
 
 
@@ -372,13 +477,10 @@ def container_id(pod_uid: str, container: str) -> str:
     return hashlib.sha256(f"{pod_uid}/{container}".encode()).hexdigest()
 
 
-def device_id(ref: GpuRef, devices: Sequence[DeviceIdentity], migs: Sequence[MigIdentity],
-              id_type: str) -> tuple[str, str]:
-    """``(resource name, device ID)`` the fake kubelet reports for a GPU reference.
-
-    Raises ``ConfigError`` (at the reference's file:line) when the GPU or MIG instance does not
-    exist in the simulated inventory.
-    """
+def referenced(ref: GpuRef, devices: Sequence[DeviceIdentity],
+               migs: Sequence[MigIdentity]) -> tuple[DeviceIdentity, MigIdentity | None]:
+    """The GPU and MIG instance a reference names; ``ConfigError`` (at the reference's file:line)
+    when the GPU or MIG instance does not exist in the simulated inventory."""
     by_index = {device.index: device for device in devices}
     device = by_index.get(ref.gpu)
     if device is None:
@@ -392,6 +494,14 @@ def device_id(ref: GpuRef, devices: Sequence[DeviceIdentity], migs: Sequence[Mig
             known = ", ".join(str(m.gpu_instance_id) for m in instances) or "none: MIG is not enabled there"
             raise ConfigError(ref.where, f"{ref.key}.mig",
                               f"GPU {ref.gpu} has no MIG GPU instance {ref.mig} (instances: {known})")
+    return device, mig
+
+
+def device_id(ref: GpuRef, devices: Sequence[DeviceIdentity], migs: Sequence[MigIdentity],
+              id_type: str) -> tuple[str, str]:
+    """``(resource name, device ID)`` the fake kubelet reports for a GPU reference (``ConfigError``
+    when it names no simulated GPU or MIG instance)."""
+    device, mig = referenced(ref, devices, migs)
     if id_type == "device-name":
         text = f"nvidia{device.minor}"
         if mig is not None:
@@ -411,6 +521,58 @@ def device_id(ref: GpuRef, devices: Sequence[DeviceIdentity], migs: Sequence[Mig
     else:
         resource = "nvidia.com/gpu"
     return resource, text
+
+
+def _published(device: DeviceIdentity, mig: MigIdentity | None) -> PublishedDevice:
+    if mig is None:
+        return gpu_device(device.index, device.uuid, device.model)
+    return mig_device(device.index, device.uuid, mig.uuid, mig.profile, mig.gpu_instance_id, product=device.model)
+
+
+@dataclass(frozen=True)
+class DraPlan:
+    """What the fakes serve for a ``dra:`` section: the claims as the kubelet lists them, and the
+    ResourceSlices ``(name, devices, appears_after_s)`` the API server publishes."""
+
+    driver: str
+    claims: Mapping[tuple[str, str], FakeClaim]
+    slices: tuple[tuple[str, tuple[PublishedDevice, ...], float], ...]
+
+
+def dra_plan(section: KubernetesScenario, devices: Sequence[DeviceIdentity],
+             migs: Sequence[MigIdentity]) -> DraPlan | None:
+    """Resolve the ``dra:`` section against the simulated GPUs (``ConfigError`` for a GPU or MIG
+    instance that does not exist)."""
+    dra = section.dra
+    if dra is None:
+        return None
+    claims: dict[tuple[str, str], FakeClaim] = {}
+    claimed_gpus: list[GpuRef] = []
+    for claim in dra.claims:
+        claimed: list[FakeClaimDevice] = []
+        for ref in claim.devices:
+            name, _ = _published(*referenced(ref, devices, migs))
+            uid = stable_uid("resourceclaim", claim.namespace, claim.name)
+            claimed.append(FakeClaimDevice(dra.driver, section.node, name,
+                                           cdi_devices=(f"k8s.gpu.nvidia.com/claim={uid}-{name}",)))
+            claimed_gpus.append(GpuRef(ref.gpu, where=ref.where, key=ref.key))
+        claims[(claim.namespace, claim.name)] = FakeClaim(claim.namespace, claim.name, tuple(claimed))
+    wanted = dra.slices if dra.slices is not None else (ScenarioSlice(tuple(claimed_gpus)),)
+    slices: list[tuple[str, tuple[PublishedDevice, ...], float]] = []
+    for number, item in enumerate(wanted):
+        published: dict[str, PublishedDevice] = {}
+        for ref in item.gpus:
+            device, _ = referenced(ref, devices, migs)
+            instances = sorted((m for m in migs if m.parent_uuid == device.uuid),
+                               key=lambda m: (m.gpu_instance_id, m.compute_instance_id))
+            if not instances:
+                name, attributes = _published(device, None)
+                published[name] = (name, attributes)
+            for mig in instances:
+                name, attributes = _published(device, mig)
+                published.setdefault(name, (name, attributes))  # one device per GPU instance
+        slices.append((f"{section.node}-{dra.driver}-{number}", tuple(published.values()), item.appears_after_s))
+    return DraPlan(dra.driver, claims, tuple(slices))
 
 
 def cgroup_path(scenario: KubernetesScenario, pod: ScenarioPod, cid: str) -> str:
@@ -455,6 +617,7 @@ class SimulatedCluster:
     kubeconfig_path: str
     proc_root: str
     _cleanup: list[Path] = field(default_factory=list)
+    _timers: list[threading.Timer] = field(default_factory=list)
 
     @property
     def node_name(self) -> str:
@@ -467,6 +630,8 @@ class SimulatedCluster:
                 "kubernetes_gpu_id_type": self.scenario.gpu_id_type}
 
     def stop(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
         self.kubelet.stop()
         self.apiserver.stop()
         for path in self._cleanup:
@@ -491,12 +656,14 @@ def start_simulated_cluster(section: KubernetesScenario, devices: Sequence[Devic
 
     scheme = RUNTIMES[section.runtime][0]
     proc_root = root / "proc"
+    plan = dra_plan(section, devices, migs)
     fake_pods: list[FakePod] = []
     for pod in section.pods:
         containers = []
         for container in pod.containers:
             assigned = tuple(device_id(ref, devices, migs, section.gpu_id_type) for ref in container.gpus)
-            containers.append(FakeContainer(container.name, assigned, sidecar=container.sidecar))
+            claims = tuple(plan.claims[(pod.namespace, claim)] for claim in container.claims) if plan else ()
+            containers.append(FakeContainer(container.name, assigned, sidecar=container.sidecar, claims=claims))
             cid = container_id(pod.uid, container.name)
             for pid in container.pids:
                 _write_process(proc_root, pid, _cgroup_file(section, cgroup_path(section, pod, cid)))
@@ -508,7 +675,20 @@ def start_simulated_cluster(section: KubernetesScenario, devices: Sequence[Devic
     apiserver = FakeApiServer(section.node).start()
     kubelet = FakeKubelet(socket_path, fake_pods)
     apply_kubelet_faults(section.faults, kubelet)
+    timers: list[threading.Timer] = []
     try:
+        if plan is not None and section.dra is not None:
+            apiserver.access.grant(DRA_GRANTS)  # the chart's ClusterRole with kubernetesDRA.enabled
+            apiserver.resource_versions = section.dra.api_versions
+            for name, published, delay in plan.slices:
+                publish = partial(apiserver.add_resource_slice, name, plan.driver, section.node, published)
+                if delay <= 0:
+                    publish()
+                    continue
+                timer = threading.Timer(delay, publish)
+                timer.daemon = True
+                timer.start()
+                timers.append(timer)
         for namespace in section.namespaces:
             apiserver.add_namespace(namespace.name, dict(namespace.labels))
         for pod in section.pods:
@@ -525,13 +705,15 @@ def start_simulated_cluster(section: KubernetesScenario, devices: Sequence[Devic
         else:
             socket_dir.mkdir(parents=True, exist_ok=True)  # the directory is there, the kubelet's socket is not
     except BaseException:
+        for timer in timers:
+            timer.cancel()
         apiserver.stop()
         for path in cleanup:
             shutil.rmtree(path, ignore_errors=True)
         raise
     return SimulatedCluster(scenario=section, kubelet=kubelet, apiserver=apiserver,
                             socket_path=str(socket_path), kubeconfig_path=str(kubeconfig),
-                            proc_root=str(proc_root), _cleanup=cleanup)
+                            proc_root=str(proc_root), _cleanup=cleanup, _timers=timers)
 
 
 def default_kubernetes_section(devices: Sequence[DeviceIdentity],

@@ -496,7 +496,7 @@ class YamlValue:
         for key, key_line, value_node in self._pairs():
             name = str(key)
             if name not in known:
-                raise self.error(f"unknown key (known: {', '.join(sorted(known))})",
+                raise self.error(safeyaml.unknown_key(name, known),
                                  path=self._child(name, value_node).path, line=key_line)
             result[name] = self._child(name, value_node)
         return result

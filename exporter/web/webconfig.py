@@ -196,7 +196,7 @@ class _Node:
             child_key = self._child_key(name)
             where = f"{self.path}:{key_node.start_mark.line + 1}"
             if known is not None and name not in known:
-                raise WebConfigError(where, child_key, f"unknown key (known keys: {', '.join(known)})")
+                raise WebConfigError(where, child_key, safeyaml.unknown_key(name, known))
             if name in entries:
                 raise WebConfigError(where, child_key, "duplicate key")
             self.lines[child_key] = key_node.start_mark.line + 1

@@ -98,7 +98,7 @@ def test_customised_values_map_onto_ours(customised: Rendered) -> None:
     assert csv.splitlines()[0].startswith("DCGM_FI_DEV_GPU_TEMP")
     assert customised.env["DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS"] == "true"
     assert customised.env["DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX"] == "^app$"
-    for line in ("debugDump is ignored", "kubernetesDRA.enabled is ignored", "global.imageRegistry"):
+    for line in ("debugDump is ignored", "kubernetesDRA.enabled -> DRA-allocated GPUs", "global.imageRegistry"):
         assert line in customised.notes
 
 

@@ -26,6 +26,7 @@ EXPECTED: dict[str, tuple[int, set[Problem]]] = {
     "consumer-gpu": (0, set()),
     "mig-h100": (0, set()),
     "shared-gpus": (0, set()),
+    "dra-mixed": (0, set()),
     "memory-errors": (0, set()),
     "xid-storm": (0, set()),
     "realistic-latency": (0, set()),

@@ -158,7 +158,7 @@ gpus:
 @pytest.mark.parametrize(("text", "line", "key", "message"), [
     ("gpu_count: 4\ngpus:\n  2:\n    load: {pattern: sinus, low: 1, high: 2}\n",
      4, "gpus[2].load", "unknown pattern 'sinus' (known: constant, noise, ramp, sine, square, steps)"),
-    ("seed: 1\ncolour: blue\n", 2, "colour", "unknown key (known: description, driver, faults"),
+    ("seed: 1\ncolour: blue\n", 2, "colour", "unknown key (known keys: description, driver, faults"),
     ("gpu_count: eight\n", 1, "gpu_count", "expected an integer, got 'eight'"),
     ("gpu_count: 0\n", 1, "gpu_count", "below the minimum 1"),
     ("gpu_defaults:\n  load: 150\n", 2, "gpu_defaults.load", "out of range: expected percent (0..100)"),
@@ -174,7 +174,8 @@ gpus:
     ("gpu_defaults:\n  pci_bus_id: zz:00.0\n", 2, "gpu_defaults.pci_bus_id", "invalid PCI bus id 'zz:00.0'"),
     ("latency:\n  nvmlDeviceGetFanSpeed: 4.5 parsecs\n", 2, "latency.nvmlDeviceGetFanSpeed",
      "unknown duration unit 'parsecs'"),
-    ("latency:\n  nvmlDeviceGetFanSpeedy: 1ms\n", 2, "latency.nvmlDeviceGetFanSpeedy", "unknown key"),
+    ("latency:\n  nvmlDeviceGetFanSpeedy: 1ms\n", 2, "latency.nvmlDeviceGetFanSpeedy",
+     "unknown key (did you mean nvmlDeviceGetFanSpeed or"),
     ("latency_profile: slow\n", 1, "latency_profile",
      "unknown latency profile 'slow' (known: none, realistic)"),
     ("faults:\n  - {type: error, symbol: nvmlDeviceGetPowerUsage, error: Kaput}\n", 2, "faults[0].error",

@@ -100,8 +100,10 @@ class PodResourcesClient:
         monotonic: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         random_fraction: Callable[[], float] = random.random,
+        dra: bool = False,
     ) -> None:
         self.socket_path = socket_path
+        self.dra = dra  # keep the containers' DRA claim devices (--kubernetes-enable-dra)
         self.interval_s = interval_s
         self._accept_resource = accept_resource
         self._on_change = on_change
@@ -179,7 +181,7 @@ class PodResourcesClient:
             if code is grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
                 kind = "TOO_LARGE"
             raise _ListError(kind, self._describe(code, details)) from None
-        return listing_from_response(response, self._accept_resource)
+        return listing_from_response(response, self._accept_resource, dra=self.dra)
 
     def _stub_for_current_socket(self) -> api_pb2_grpc.PodResourcesListerStub:
         """The stub of the channel to the socket that exists now, dialling it when it is new."""
@@ -244,8 +246,8 @@ class PodResourcesClient:
                              last_success_wall=self._wall_clock(), last_success_monotonic=self._monotonic())
         self._state = state
         if previous.condition != state.condition:
-            LOG.info("kubelet PodResources up at %s: %d pods listed, %d holding GPUs",
-                     self.socket_path, listing.pods_listed, len(listing.pods))
+            LOG.info("kubelet PodResources up at %s: %d pods listed, %d holding GPUs%s",
+                     self.socket_path, listing.pods_listed, len(listing.pods), " or DRA claims" if self.dra else "")
         if previous.condition != state.condition or previous.listing != listing:
             self._on_change(state)
 

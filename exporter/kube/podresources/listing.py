@@ -10,6 +10,13 @@ wake anybody up.
 
 Container order inside a pod is kept as the kubelet sends it (restartable init containers, i.e.
 sidecars, first, then regular containers): it is stable, and it is the order people read.
+
+With Dynamic Resource Allocation on (``dra=True``), each container's ``dynamic_resources`` are
+kept too, one ``ClaimedDevice`` per device of every claim, whatever its driver (which drivers are
+GPUs is decided when the devices are resolved, ``exporter.kube.dra``). The proto carries its
+history (reference/podresources.md §1.3): kubelets 1.27-1.30 send only CDI device names (field 1
+of ``DynamicResource``, ``class_name``, is tombstoned and ignored), 1.31 adds the driver, pool and
+device names, 1.35 an optional ``share_id`` for a device shared between claims.
 """
 
 from __future__ import annotations
@@ -49,12 +56,43 @@ class AssignedDevice:
     device_id: str
 
 
+@dataclass(frozen=True, order=True)
+class ClaimedDevice:
+    """One device a DRA ResourceClaim gave a container (``dynamic_resources[].claim_resources[]``).
+
+    ``driver``, ``pool`` and ``device`` name the device uniquely (1.31+); a 1.27-1.30 kubelet leaves
+    them empty and sends only ``cdi_devices`` (fully qualified CDI names, ``vendor.com/class=name``).
+    ``share_id`` is empty unless the kubelet (1.35+) says the device is one share of a shared device.
+    """
+
+    claim_namespace: str
+    claim_name: str
+    driver: str
+    pool: str
+    device: str
+    share_id: str = ""
+    cdi_devices: tuple[str, ...] = ()
+
+    @property
+    def triple(self) -> tuple[str, str, str]:
+        """``(driver, pool, device)``: how ResourceSlices name it (empty parts on 1.27-1.30 kubelets)."""
+        return self.driver, self.pool, self.device
+
+    @property
+    def described(self) -> str:
+        """``driver/pool/device`` or the CDI names, for log lines."""
+        if self.device:
+            return f"{self.driver}/{self.pool}/{self.device}"
+        return ",".join(self.cdi_devices) or "(no device named)"
+
+
 @dataclass(frozen=True)
 class ContainerAssignment:
-    """A container's GPU devices: deduplicated and sorted."""
+    """A container's GPU devices and DRA claim devices: deduplicated and sorted."""
 
     name: str
     devices: tuple[AssignedDevice, ...]
+    claims: tuple[ClaimedDevice, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,14 +114,29 @@ class PodResourcesListing:
     pods_listed: int = field(default=0, compare=False)
 
 
+def claimed_devices(container: api_pb2.ContainerResources) -> set[ClaimedDevice]:
+    """Every device of every DRA claim of one container, as the kubelet of any version sends them."""
+    found: set[ClaimedDevice] = set()
+    for claim in container.dynamic_resources:
+        for resource in claim.claim_resources:
+            cdi = tuple(sorted({device.name for device in resource.cdi_devices if device.name}))
+            if not (resource.device_name or cdi):
+                continue  # names no device at all: nothing to resolve
+            found.add(ClaimedDevice(
+                claim_namespace=claim.claim_namespace, claim_name=claim.claim_name,
+                driver=resource.driver_name, pool=resource.pool_name, device=resource.device_name,
+                share_id=resource.share_id if resource.HasField("share_id") else "", cdi_devices=cdi))
+    return found
+
+
 def listing_from_response(response: api_pb2.ListPodResourcesResponse,
-                          accept_resource: Callable[[str], bool]) -> PodResourcesListing:
+                          accept_resource: Callable[[str], bool], *, dra: bool = False) -> PodResourcesListing:
     """Reduce a List answer to its canonical GPU allocation (see the module docstring).
 
     A pod or container listed twice (never seen from a healthy kubelet, but cheap to survive)
-    is merged rather than duplicated.
+    is merged rather than duplicated. ``dra``: keep the containers' DRA claim devices too.
     """
-    pods: dict[tuple[str, str], dict[str, set[AssignedDevice]]] = {}
+    pods: dict[tuple[str, str], dict[str, tuple[set[AssignedDevice], set[ClaimedDevice]]]] = {}
     for pod in response.pod_resources:
         containers = pods.setdefault((pod.namespace, pod.name), {})
         for container in pod.containers:
@@ -93,11 +146,15 @@ def listing_from_response(response: api_pb2.ListPodResourcesResponse,
                 if accept_resource(entry.resource_name)
                 for device_id in entry.device_ids
             }
-            if devices:
-                containers.setdefault(container.name, set()).update(devices)
+            claims = claimed_devices(container) if dra else set()
+            if devices or claims:
+                held, claimed = containers.setdefault(container.name, (set(), set()))
+                held.update(devices)
+                claimed.update(claims)
     assignments = tuple(
-        PodAssignment(namespace, name, tuple(ContainerAssignment(container, tuple(sorted(devices)))
-                                             for container, devices in containers.items()))
+        PodAssignment(namespace, name, tuple(
+            ContainerAssignment(container, tuple(sorted(devices)), tuple(sorted(claims)))
+            for container, (devices, claims) in containers.items()))
         for (namespace, name), containers in sorted(pods.items())
         if containers
     )

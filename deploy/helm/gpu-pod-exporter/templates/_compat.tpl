@@ -170,7 +170,7 @@ ignored in another.
 {{- with ($v.basicAuth | default dict).users }}{{ $lines = append $lines (printf "basicAuth.users -> web.basicAuth.passwords; Prometheus scrapes as %s" $v.serviceMonitor.basicAuth.username) }}{{ end -}}
 {{- with $v.initContainers }}{{ $lines = append $lines "initContainers -> the pod's initContainers" }}{{ end -}}
 {{- if ($v.debugDump | default dict).enabled }}{{ $lines = append $lines "debugDump is ignored: this exporter writes no debug dumps (/metrics, /health and --debug logs show its state)" }}{{ end -}}
-{{- if ($v.kubernetesDRA | default dict).enabled }}{{ $lines = append $lines "kubernetesDRA.enabled is ignored: DRA claims are not mapped, GPUs are attributed through the device plugin's PodResources devices" }}{{ end -}}
+{{- if ($v.kubernetesDRA | default dict).enabled }}{{ $lines = append $lines "kubernetesDRA.enabled -> DRA-allocated GPUs carry their pods and dra_* labels (KUBERNETES_ENABLE_DRA); the ClusterRole reads resourceslices" }}{{ end -}}
 {{- with ($v.global | default dict).imageRegistry }}{{ $lines = append $lines (printf "global.imageRegistry -> the image comes from %s" .) }}{{ end -}}
 {{- with ($v.global | default dict).imagePullSecrets }}{{ $lines = append $lines "global.imagePullSecrets -> imagePullSecrets" }}{{ end -}}
 {{- with include "gpu-pod-exporter.configMapData" . }}{{ $lines = append $lines (printf "-m %s: a Role grants get on that ConfigMap" .) }}{{ end -}}
