@@ -25,6 +25,7 @@ from exporter.kube.attribution import (
     join_attribution,
 )
 from exporter.kube.deviceids import DeviceCatalog
+from exporter.kube.dra import DraContext
 from exporter.kube.metadata import MetadataView, PodMetadata, WatchTimeouts
 from exporter.kube.podresources.listing import (
     AssignedDevice,
@@ -564,9 +565,10 @@ def test_an_unchanged_kubelet_answer_is_not_matched_again(cluster: Cluster, monk
     """A render costs a few comparisons while nothing changed (the kubelet answers every 20 ms here)."""
     builds: list[PodResourcesListing] = []
 
-    def counting(listing: PodResourcesListing, catalog: DeviceCatalog) -> AllocationIndex:
+    def counting(listing: PodResourcesListing, catalog: DeviceCatalog,
+                 dra: DraContext | None = None) -> AllocationIndex:
         builds.append(listing)
-        return build_allocation_index(listing, catalog)
+        return build_allocation_index(listing, catalog, dra)
 
     monkeypatch.setattr(attribution_module, "build_allocation_index", counting)
     attribution = _started(cluster.config)
