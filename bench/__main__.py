@@ -7,6 +7,7 @@
     python -m bench profile --gpus 8 --pods 110 # py-spy under load: where the Python time goes
     python -m bench counters --before A.csv --after B.csv   # NVML cost of a counters CSV, before/after
     python -m bench process-utilization --report   # what per-process utilization adds per cycle
+    python -m bench docs [--check]              # rewrite (check) docs/benchmarks.md's generated sections
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import counters  # noqa: PLC0415
 
         return counters.main(arguments[1:])
+    if arguments[:1] == ["docs"]:  # its own options (bench/docs.py)
+        from bench import docs  # noqa: PLC0415
+
+        return docs.main(arguments[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="measure both exporters")
@@ -65,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shared.add_argument("--report", action="store_true", help="also rewrite docs/benchmarks.md's section")
     shared.add_argument("--report-only", type=Path, metavar="RESULTS", help="only rewrite the section from RESULTS")
     commands.add_parser("counters", help="NVML cost of a counters CSV, before/after (see bench/counters.py)")
+    commands.add_parser("docs", help="rewrite (or --check) docs/benchmarks.md's generated sections (bench/docs.py)")
     args = parser.parse_args(arguments)
 
     if args.command == "process-utilization":
@@ -96,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = suite.run_suite(settings, gpu_counts=args.gpus, pod_counts=args.pods, exporters=exporters,
                                   progress=lambda line: print(line, flush=True))
         results["preset"] = "full" if args.full else "quick"
+        results["command"] = "python -m bench " + " ".join(arguments)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1, allow_nan=True) + "\n", encoding="utf-8")
         print(f"results: {args.out}")

@@ -40,6 +40,8 @@ from urllib.parse import urlsplit
 PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
                      "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
 RECV_BYTES = 256 * 1024
+SCRAPE_TIMEOUT_S = 10.0  # Prometheus' default scrape_timeout
+OK_STATUS = b"200"
 
 
 def build_request(host: str, port: int, path: str, profile: str) -> bytes:
@@ -64,7 +66,7 @@ def check_response(data: bytes) -> str | None:
     parts = status_line.split(b" ", 2)
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
         return "malformed status line"
-    if parts[1] != b"200":
+    if parts[1] != OK_STATUS:
         return f"status {parts[1].decode('ascii', 'replace')}"
     for line in header_lines:
         name, _, value = line.partition(b":")
@@ -99,7 +101,7 @@ class Result:
 
 
 class LoadGenerator:
-    def __init__(self, url: str, profile: str = "prometheus", timeout_s: float = 10.0) -> None:
+    def __init__(self, url: str, profile: str = "prometheus", timeout_s: float = SCRAPE_TIMEOUT_S) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or parts.hostname is None:
             raise ValueError(f"only http://host:port/path URLs are supported, got {url!r}")
@@ -224,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds (closed: stop sending after)")
     parser.add_argument("--interval", type=float, default=1.0, help="paced mode: each scraper's interval")
     parser.add_argument("--profile", choices=("prometheus", "plain"), default="prometheus")
-    parser.add_argument("--timeout", type=float, default=10.0)
+    parser.add_argument("--timeout", type=float, default=SCRAPE_TIMEOUT_S)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     generator = LoadGenerator(args.url, args.profile, args.timeout)
     cpu = _cpu_s()

@@ -8,9 +8,13 @@ the busy-wait it uses to inject sub-millisecond latencies), which a real driver 
 same way. A symbol the fake does not implement answers FunctionNotFound, as an old driver would; such
 attempts are counted separately (``missing_calls``), because on a real driver they would be real calls.
 
-Call counts per symbol come from the fake's own ``calls`` counter. The driver latency a cycle would
-cost on a real GPU is computed from those counts and the scenario's per-call latencies (realistic
-profile), plus the per-entry latency of ``nvmlDeviceGetFieldValues``.
+Call counts per symbol come from the fake's own ``calls`` counter. Calls whose meaning depends on an
+argument (which clock ``nvmlDeviceGetClockInfo`` reads, which direction ``nvmlDeviceGetPcieThroughput``
+samples) are also counted per argument (``keyed_calls``), so the like-with-like comparison can tell
+the SM clock from the video clock (bench/callsets.py). The driver latency a cycle would cost on a
+real GPU is computed from those counts and the scenario's per-call latencies (realistic profile),
+plus the per-entry latency of ``nvmlDeviceGetFieldValues``, plus the sampling window of the calls that
+block in the driver for a fixed time whatever the latency profile (``BLOCKING_WINDOW_S``).
 
 ``ProbeServer`` serves all of it, plus a sampling-cycle counter the launcher bumps, as JSON on a side
 port, so the harness can take readings at the edges of a measurement window. Because a window's edges
@@ -32,8 +36,22 @@ from contextlib import contextmanager
 from typing import Any
 
 from exporter.simulate.fakenvml import FakeNvmlLibrary
+from exporter.simulate.fakenvml.abi import PCIE_THROUGHPUT_WINDOW_S
 
 FIELD_VALUES_SYMBOL = "nvmlDeviceGetFieldValues"
+# Calls that block in the driver for a fixed sampling window, on top of their per-call latency: the
+# realistic latency table lists them at 0.0 because the fake always simulates the window (it sleeps
+# for it, holding the driver lock), whatever the latency profile. A real driver blocks just as long.
+BLOCKING_WINDOW_S: dict[str, float] = {"nvmlDeviceGetPcieThroughput": PCIE_THROUGHPUT_WINDOW_S}
+# Symbols whose second argument (after the device handle) selects what they read: counted per value.
+KEYED_BY_ARGUMENT = frozenset({"nvmlDeviceGetClockInfo", "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetClock",
+                               "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetTemperature",
+                               "nvmlDeviceGetTemperatureThreshold"})
+
+
+def keyed(symbol: str, argument: int) -> str:
+    """The name a call is counted under per argument: ``nvmlDeviceGetClockInfo[1]``."""
+    return f"{symbol}[{argument}]"
 
 
 def _count_of(arg: Any) -> int:
@@ -50,6 +68,7 @@ class ProbeStats:
         self.nvml_wall_s = 0.0
         self.field_entries = 0
         self.missing_calls: Counter[str] = Counter()
+        self.keyed_calls: Counter[str] = Counter()
         self.cycles = 0
         self.cycle_thread_cpu_s = 0.0
         self.cycle_wall_s = 0.0
@@ -62,6 +81,10 @@ class ProbeStats:
             self.nvml_thread_cpu_s += cpu_s
             self.nvml_wall_s += wall_s
             self.field_entries += entries
+
+    def add_keyed(self, name: str) -> None:
+        with self._lock:
+            self.keyed_calls[name] += 1
 
     def add_missing(self, name: str) -> None:
         with self._lock:
@@ -85,6 +108,7 @@ class ProbeStats:
             "nvml_wall_s": self.nvml_wall_s,
             "field_entries": self.field_entries,
             "missing_calls": dict(self.missing_calls),
+            "keyed_calls": dict(self.keyed_calls),
             "cycles": self.cycles,
             "cycle_thread_cpu_s": self.cycle_thread_cpu_s,
             "cycle_wall_s": self.cycle_wall_s,
@@ -129,8 +153,11 @@ class CountingLibrary:
         thread_time = time.thread_time
         perf_counter = time.perf_counter
         is_field_values = name == FIELD_VALUES_SYMBOL
+        is_keyed = name in KEYED_BY_ARGUMENT
 
         def call(*args: Any) -> int:
+            if is_keyed and len(args) > 1:
+                stats.add_keyed(keyed(name, _count_of(args[1])))
             cpu = thread_time()
             wall = perf_counter()
             try:
@@ -167,9 +194,13 @@ def _copy_counter(counter: Counter[str]) -> dict[str, int]:
 
 def driver_latency_s(calls: dict[str, int], field_entries: int, latency: dict[str, float],
                      field_value_latency: float) -> float:
-    """Seconds a real driver would spend answering these calls (the fake's realistic profile)."""
-    return sum(count * latency.get(symbol, 0.0) for symbol, count in calls.items()) \
-        + field_entries * field_value_latency
+    """Seconds a real driver would spend answering these calls (the fake's realistic profile).
+
+    Each call costs its per-call latency plus its fixed sampling window where it has one
+    (``BLOCKING_WINDOW_S``): ``nvmlDeviceGetPcieThroughput`` blocks 20 ms however fast the driver is.
+    """
+    return sum(count * (latency.get(symbol, 0.0) + BLOCKING_WINDOW_S.get(symbol, 0.0))
+               for symbol, count in calls.items()) + field_entries * field_value_latency
 
 
 class ProbeServer:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import callsets
 from bench.stats import median, paired_ratio
 
 START = "<!-- results:start -->"
@@ -55,20 +56,47 @@ def idle_value(key: str, scale: float = 1.0) -> Getter:
     return get
 
 
-# NVML symbols behind a metric family nvitop-exporter does not have (DCP-class profiling through GPM):
-# left out of the like-with-like call count.
-PROFILING_SYMBOL_PREFIX = "nvmlGpm"
+def shared_calls(shared: set[str] | None) -> Getter:
+    """NVML calls per GPU per cycle that feed a metric family both exporters serve (bench/callsets.py)."""
+
+    def get(run: Run) -> float | None:
+        if shared is None or not run.get("idle", {}).get("calls_per_cycle_by_symbol"):
+            return None
+        return callsets.shared_calls(callsets.calls_per_gpu(run), shared)
+
+    return get
 
 
-def calls_without_profiling(run: Run) -> float | None:
-    """NVML calls per GPU per cycle for the metrics both exporters have (GPM profiling calls left out)."""
-    idle = run.get("idle", {})
-    by_symbol = idle.get("calls_per_cycle_by_symbol")
-    gpus = run.get("gpus")
-    if not isinstance(by_symbol, dict) or not gpus:
+def shared_driver_time(shared: set[str] | None, model: dict[str, Any]) -> Getter:
+    """Driver ms per cycle of the like-with-like calls only (the same calls ``shared_calls`` counts).
+
+    Each call costs its per-call latency plus its sampling window (the results' ``driver_model``);
+    ``nvmlDeviceGetFieldValues`` adds its per-entry cost for the entries the run asked for.
+    """
+    latency, windows = model.get("latency_s", {}), model.get("blocking_window_s", {})
+    per_entry = float(model.get("field_value_latency_s", 0.0))
+
+    def get(run: Run) -> float | None:
+        if shared is None or not latency or not run.get("idle", {}).get("calls_per_cycle_by_symbol"):
+            return None
+        gpus = float(run["gpus"])
+        total = 0.0
+        for call, count in callsets.calls_per_gpu(run).items():
+            if callsets.families_of(call) & shared:
+                symbol = call.partition("[")[0]
+                total += count * gpus * (float(latency.get(symbol, 0.0)) + float(windows.get(symbol, 0.0)))
+                if symbol == "nvmlDeviceGetFieldValues":
+                    total += float(run["idle"].get("field_entries_per_cycle", 0.0)) * per_entry
+        return total * 1e3
+
+    return get
+
+
+def all_calls(run: Run) -> float | None:
+    """Every NVML call per GPU per cycle, attempts at symbols the fake lacks included."""
+    if not run.get("idle", {}).get("calls_per_cycle_by_symbol"):
         return None
-    return sum(float(count) for name, count in by_symbol.items()
-               if not name.startswith(PROFILING_SYMBOL_PREFIX)) / float(gpus)
+    return sum(callsets.calls_per_gpu(run).values())
 
 
 def value(path: Sequence[str], scale: float = 1.0) -> Getter:
@@ -92,6 +120,7 @@ class Row:
 
 
 def _scrape_rows(concurrencies: Sequence[int], paced: tuple[int, float] | None) -> list[Row]:
+    """Percentiles count every failed scrape as the scrape timeout; the failures are shown beside them."""
     rows = [Row("CPU per scrape, ms (c=1)", phase_value("closed", 1, "server_cpu_per_scrape_s", 1e3), 3)]
     for concurrency in concurrencies:
         rows += [
@@ -110,7 +139,10 @@ def _scrape_rows(concurrencies: Sequence[int], paced: tuple[int, float] | None) 
     return rows
 
 
-def rows_for(settings: dict[str, Any]) -> list[Row]:
+def rows_for(settings: dict[str, Any], shared: set[str] | None = None,
+             model: dict[str, Any] | None = None) -> list[Row]:
+    """The rows of a configuration table; ``shared``: the metric families both exporters serve there;
+    ``model``: the driver latencies the run used (results' ``driver_model``)."""
     paced = (settings["paced_scrapers"], settings["paced_interval_s"]) if settings.get("paced_s") else None
     return [
         Row("first complete /metrics, s", value(["startup_s"])),
@@ -118,11 +150,13 @@ def rows_for(settings: dict[str, Any]) -> list[Row]:
         Row("  of which inside (fake) NVML, ms", idle_value("nvml_thread_cpu_per_cycle_s", 1e3), 3),
         Row("CPU per cycle without NVML, ms", idle_value("cpu_excl_nvml_per_cycle_s", 1e3), 3),
         Row("CPU without NVML, % of a core", idle_value("cpu_excl_nvml_percent_of_core"), 3),
-        Row("NVML calls per GPU per cycle", idle_value("nvml_calls_per_gpu_per_cycle"), 1),
-        Row("  without GPM profiling calls (like with like)", calls_without_profiling, 1),
-        Row("  + calls to symbols the fake lacks", idle_value("missing_calls_per_gpu_per_cycle"), 1),
+        Row("NVML calls per GPU per cycle, all", all_calls, 1),
+        Row("  of which attempts at symbols the fake lacks", idle_value("missing_calls_per_gpu_per_cycle"), 1),
+        Row("  of which for metric families both serve (like with like)", shared_calls(shared), 1),
         Row("Xid event waits per second (not per cycle)", idle_value("event_wait_calls_per_s"), 1),
-        Row("driver latency per cycle, ms (realistic)", idle_value("driver_latency_per_cycle_s", 1e3), 2),
+        Row("driver time per cycle, ms (realistic latencies and sampling windows)",
+            idle_value("driver_latency_per_cycle_s", 1e3), 2),
+        Row("  of which for metric families both serve (like with like)", shared_driver_time(shared, model or {}), 2),
         Row("sampling cycle wall time, ms", idle_value("cycle_wall_s", 1e3), 1),
         Row("RSS steady, MiB", value(["memory", "rss_steady_bytes"], 1 / MIB), 1),
         Row("RSS peak (VmHWM), MiB", value(["memory", "peak_rss_bytes"], 1 / MIB), 1),
@@ -177,6 +211,19 @@ class Results:
         b = [theirs[r] for r in shared if ours[r] is not None and theirs[r] is not None]
         return paired_ratio([float(x) for x in a if x is not None], [float(x) for x in b if x is not None])
 
+    def calls(self, exporter: str, gpus: int, pods: int = 0) -> dict[str, float]:
+        """Median NVML calls per GPU per cycle by call over the runs of one configuration."""
+        per_run = [callsets.calls_per_gpu(run) for run in self.group(exporter, gpus, pods)]
+        names = sorted({name for calls in per_run for name in calls})
+        return {name: median([calls.get(name, 0.0) for calls in per_run]) for name in names}
+
+    def shared_families(self, gpus: int) -> set[str] | None:
+        """The metric families both exporters serve at ``gpus`` (None without runs of both)."""
+        ours, theirs = self.calls("ours", gpus), self.calls("nvitop", gpus)
+        if not ours or not theirs:
+            return None
+        return callsets.shared_families(ours, theirs)
+
     @property
     def gpu_counts(self) -> list[int]:
         return sorted({run["gpus"] for run in self.data["runs"]})
@@ -187,7 +234,7 @@ class Results:
 
 
 def config_table(results: Results, gpus: int) -> list[str]:
-    rows = rows_for(results.data["settings"])
+    rows = rows_for(results.data["settings"], results.shared_families(gpus), results.data.get("driver_model"))
     with_pods = [pods for pods in results.pod_counts if pods and results.group("ours", gpus, pods)]
     floors = [pods for pods in [0, *with_pods] if results.group("floor", gpus, pods)]
     header = ["", "ours", "nvitop-exporter", "ours / nvitop"]
@@ -203,6 +250,36 @@ def config_table(results: Results, gpus: int) -> list[str]:
         cells += [_fmt(results.figure("ours", gpus, pods, row.get), row.digits) for pods in with_pods]
         cells += [_blank_nan(results.figure("floor", gpus, pods, row.get), row.digits) for pods in floors]
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def calls_table(results: Results, gpus: int) -> list[str]:
+    """Every NVML call per GPU per cycle, by call, both exporters; what it feeds and what it costs a driver."""
+    shared = results.shared_families(gpus) or set()
+    ours, theirs = results.calls("ours", gpus), results.calls("nvitop", gpus)
+    model = results.data.get("driver_model", {})
+    latency, windows = model.get("latency_s", {}), model.get("blocking_window_s", {})
+    lines = ["| NVML call | feeds | driver time per call, ms | ours | nvitop-exporter | counted like with like |",
+             "|---|---|---|---|---|---|"]
+    for name in sorted(set(ours) | set(theirs)):
+        symbol = name.partition("[")[0]
+        if symbol in latency or symbol in windows:
+            cost = 1e3 * (float(latency.get(symbol, 0.0)) + float(windows.get(symbol, 0.0)))
+            per_call = f"{cost:.4g}" + (" (sampling window)" if symbol in windows else "")
+        else:
+            per_call = "n/a (the fake lacks it)"
+        families = ", ".join(sorted(callsets.families_of(name)))
+        counted = "yes" if callsets.families_of(name) & shared else "no"
+        lines.append(f"| `{name}` | {families} | {per_call} | {_fmt(ours.get(name, 0.0), 1)} | "
+                     f"{_fmt(theirs.get(name, 0.0), 1)} | {counted} |")
+    lines.append(f"| **all** | | | {_fmt(sum(ours.values()), 1)} | {_fmt(sum(theirs.values()), 1)} | |")
+    lines.append(f"| **like with like** | | | {_fmt(callsets.shared_calls(ours, shared), 1)} | "
+                 f"{_fmt(callsets.shared_calls(theirs, shared), 1)} | |")
+    field_us = 1e6 * float(model.get("field_value_latency_s", 0.0))
+    lines += ["", f"Metric families both serve here: {', '.join(sorted(shared)) or 'none'}. "
+              f"`nvmlDeviceGetFieldValues` costs its per-call time plus {field_us:g} us per requested field. "
+              "`[n]`: the argument that selects what the call reads (the clock: 0 graphics, 1 SM, 2 memory, "
+              "3 video; the PCIe direction: 0 TX, 1 RX)."]
     return lines
 
 
@@ -251,17 +328,14 @@ def _targets() -> list[Target]:
         return worst[0], f"slowest run: {_fmt(worst[0], 2)} s at {worst[1]} GPUs, {worst[2]} pods"
 
     def calls_target(results: Results) -> tuple[float, str]:
-        """Judged like with like: ours' GPM profiling calls serve metrics nvitop-exporter does not have."""
-        ratio = results.ratio(8, 0, calls_without_profiling)
-        ours = results.figure("ours", 8, 0, calls_without_profiling)
-        ours_all = results.figure("ours", 8, 0, idle_value("nvml_calls_per_gpu_per_cycle"))
-        theirs = results.figure("nvitop", 8, 0, idle_value("nvml_calls_per_gpu_per_cycle"))
-        missing = results.figure("nvitop", 8, 0, idle_value("missing_calls_per_gpu_per_cycle"))
-        with_missing = ours / (theirs + missing) if theirs + missing else math.nan
-        return ratio, (f"{_fmt(ours, 1)} vs {_fmt(theirs, 1)} for the metrics both have: ratio {_fmt_ratio(ratio)}, "
-                       f"{_fmt_ratio(with_missing)} counting nvitop's {_fmt(missing, 1)} call(s) to a symbol the "
-                       f"fake lacks; with ours' GPM profiling calls (a family nvitop-exporter lacks) "
-                       f"{_fmt(ours_all, 1)}, ratio {_fmt_ratio(ours_all / theirs if theirs else math.nan)}")
+        """Judged like with like: on both sides only the calls that feed a family both serve."""
+        shared = shared_calls(results.shared_families(8))
+        ratio = results.ratio(8, 0, shared)
+        ours, theirs = results.figure("ours", 8, 0, shared), results.figure("nvitop", 8, 0, shared)
+        ours_all, theirs_all = results.figure("ours", 8, 0, all_calls), results.figure("nvitop", 8, 0, all_calls)
+        return ratio, (f"for the metric families both serve: {_fmt(ours, 1)} vs {_fmt(theirs, 1)}, ratio "
+                       f"{_fmt_ratio(ratio)}; all calls (each side's whole product): {_fmt(ours_all, 1)} vs "
+                       f"{_fmt(theirs_all, 1)}, ratio {_fmt_ratio(results.ratio(8, 0, all_calls))}")
 
     return [
         Target("p99 scrape latency, 8 GPUs x 110 pods, 64 concurrent scrapers: closed loop (64 always in flight)",
@@ -291,8 +365,9 @@ def machine_lines(data: dict[str, Any]) -> list[str]:
     packages = ", ".join(f"{name} {version}" for name, version in machine["packages"].items())
     pinning = ("server on CPU 0, load generator (and simulated cluster) on CPU 1" if data["pinned"]
                else "none")
+    command = data.get("command") or f"python -m bench run --{data.get('preset', 'quick')}"
     return [
-        f"- Run: `python -m bench run --{data.get('preset', 'quick')}` at {data['started']} "
+        f"- Run: `{command}` at {data['started']} "
         f"(commit {data['commit']}), {data['duration_s'] / 60:.1f} min, "
         f"{settings['repetitions']} repetition(s) per exporter, order alternating.",
         f"- Machine: {machine['cpus']} CPUs ({machine['cpu_model']}), Linux {machine['kernel']}, "
@@ -313,10 +388,17 @@ def results_section(data: dict[str, Any]) -> str:
     for run in results.failed:
         lines.append(f"- Failed run: {run['exporter']}, {run['gpus']} GPUs, {run['pods']} pods: "
                      f"{'; '.join(run['errors'])}")
+    timeout = data.get("scrape_timeout_s", 10.0)
     lines += ["", "### Targets", "", *targets_table(results), "",
               "Tables: medians over repetitions; \"ours / nvitop\" is the median ratio of neighbouring runs "
               "(below 1 favours ours, except where higher is better); \"floor\" is bench/floor.py serving "
-              "ours' bytes (see Method); n/a: not measured or not applicable.", ""]
+              "ours' bytes (see Method); n/a: not measured or not applicable. Scrape percentiles count every "
+              f"failed scrape as {timeout:g} s (the scrape timeout), for every server alike; the failures are "
+              "in the row beside them.", ""]
+    calls_gpus = 8 if 8 in results.gpu_counts else (results.gpu_counts or [0])[0]
+    if results.group("ours", calls_gpus, 0) or results.group("nvitop", calls_gpus, 0):
+        lines += [f"### NVML calls per GPU per cycle, by call ({calls_gpus} GPUs, no pods)", "",
+                  *calls_table(results, calls_gpus), ""]
     for gpus in results.gpu_counts:
         lines += [f"### {gpus} GPU{'s' if gpus > 1 else ''}", "", *config_table(results, gpus), ""]
     lines += [f"![scrape latency against concurrency]({LATENCY_PLOT})", "",

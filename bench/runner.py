@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import exposition, nvmlprobe, procstat
-from bench.loadgen import PROMETHEUS_ACCEPT
-from bench.stats import percentile
+from bench.loadgen import PROMETHEUS_ACCEPT, SCRAPE_TIMEOUT_S
+from bench.stats import percentile, percentile_counting_failures
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Blocking waits for Xid events: not sampling work (the thread sleeps in the driver until an event or
@@ -42,6 +42,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 EVENT_WAIT_SYMBOLS = frozenset({"nvmlEventSetWait_v2", "nvmlEventSetWait"})
 SERVER_CPU = "0"
 CLIENT_CPU = "1"
+STARTUP_POLL_S = 0.01  # how often /metrics is polled for the first complete answer
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def _text(port: int) -> str | None:
 
 
 def _wait(check: Callable[[], Any], timeout_s: float, what: str, process: subprocess.Popen[bytes],
-          interval_s: float = 0.01) -> Any:
+          interval_s: float = STARTUP_POLL_S) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -211,6 +212,7 @@ def _idle_window(server: RunningExporter, settings: Settings, gpus: int) -> dict
     event_waits = sum(count for name, count in calls.items() if name in EVENT_WAIT_SYMBOLS)
     sampling = {name: count for name, count in calls.items() if name not in EVENT_WAIT_SYMBOLS}
     missing = _diff(last["missing_calls"], first["missing_calls"])
+    keyed = _diff(last.get("keyed_calls", {}), first.get("keyed_calls", {}))
     entries = last["field_entries"] - first["field_entries"]
 
     def per_cycle(value: float) -> float:
@@ -243,6 +245,7 @@ def _idle_window(server: RunningExporter, settings: Settings, gpus: int) -> dict
         "missing_calls_per_gpu_per_cycle": per_cycle(sum(missing.values())) / gpus,
         "calls_per_cycle_by_symbol": {name: per_cycle(count) for name, count in sampling.items()},
         "missing_calls_per_cycle_by_symbol": {name: per_cycle(count) for name, count in missing.items()},
+        "calls_per_cycle_by_argument": {name: per_cycle(count) for name, count in keyed.items()},
         "field_entries_per_cycle": per_cycle(entries),
         "rss_steady_bytes": int(percentile(rss, 50)) if rss else None,
         "threads": after["threads"],
@@ -281,7 +284,7 @@ def _load_phases(port: int, pid: int, settings: Settings, idle_rate: float, name
 def _load_phase(port: int, pid: int, settings: Settings, idle_cpu_rate: float, mode: str,
                 concurrency: int) -> dict[str, Any]:
     command = [sys.executable, "-m", "bench.loadgen", f"http://127.0.0.1:{port}/metrics",
-               "--mode", mode, "--concurrency", str(concurrency)]
+               "--mode", mode, "--concurrency", str(concurrency), "--timeout", str(SCRAPE_TIMEOUT_S)]
     if mode == "closed":
         command += ["--requests", str(settings.phase_requests), "--duration", str(settings.phase_s)]
     else:
@@ -295,20 +298,30 @@ def _load_phase(port: int, pid: int, settings: Settings, idle_cpu_rate: float, m
     result = json.loads(completed.stdout)
     latencies = result["latencies_s"]
     scrapes = len(latencies)
+    failed = sum(result["failures"].values())
     scrape_cpu = max(0.0, cpu - idle_cpu_rate * wall)
+
+    def counted(q: float) -> float:
+        return percentile_counting_failures(latencies, failed, SCRAPE_TIMEOUT_S, q)
+
     return {
         "mode": mode,
         "concurrency": concurrency,
         "interval_s": settings.paced_interval_s if mode == "paced" else None,
         "scrapes": scrapes,
         "failures": result["failures"],
-        "failed": sum(result["failures"].values()),
+        "failed": failed,
         "wall_s": result["wall_s"],
         "throughput_per_s": scrapes / result["wall_s"] if result["wall_s"] else float("nan"),
-        "p50_s": percentile(latencies, 50),
-        "p90_s": percentile(latencies, 90),
-        "p99_s": percentile(latencies, 99),
-        "max_s": max(latencies) if latencies else float("nan"),
+        # Percentiles count every failed scrape as the scrape timeout (see percentile_counting_failures);
+        # the successful_* ones leave failures out, for reference only.
+        "failed_counted_as_s": SCRAPE_TIMEOUT_S,
+        "p50_s": counted(50),
+        "p90_s": counted(90),
+        "p99_s": counted(99),
+        "max_s": counted(100),
+        "successful_p50_s": percentile(latencies, 50),
+        "successful_p99_s": percentile(latencies, 99),
         "server_cpu_s": cpu,
         "server_cpu_per_scrape_s": scrape_cpu / scrapes if scrapes else float("nan"),
         "generator_cpu_s": result["cpu_s"],

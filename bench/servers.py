@@ -36,6 +36,7 @@ from typing import Any
 
 from bench import procstat
 from bench.runner import QUICK, REPO_ROOT, SERVER_CPU, _load_phases, _text, _wait, free_port, pinned, terminate
+from bench.suite import git_commit
 
 CANDIDATES = ("floor", "asyncio", "aiohttp", "threads")
 CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -182,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     candidates = [name.strip() for name in args.candidates.split(",") if name.strip()]
     body, headers = _body(args.body_gpus)
     results: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                               "body_bytes": len(body), "settings": {"phase_s": QUICK.phase_s,
+                               "commit": git_commit(), "body_bytes": len(body), "settings": {"phase_s": QUICK.phase_s,
                                                                      "paced_s": QUICK.paced_s},
                                "runs": []}
     with tempfile.TemporaryDirectory(prefix="bench-servers-") as tmp:

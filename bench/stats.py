@@ -24,6 +24,18 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def percentile_counting_failures(latencies: Sequence[float], failed: int, failed_as_s: float, q: float) -> float:
+    """The q-th percentile with each of ``failed`` scrapes counted as taking ``failed_as_s`` seconds.
+
+    A failed scrape (refused, reset, timed out, short or non-200) is no faster than the scrape
+    timeout for whoever waited on it: counted as the timeout, it can only push a percentile up, so an
+    exporter that fails under load is never flattered by its failures being left out.
+    """
+    if failed < 0:
+        raise ValueError(f"failed must not be negative, got {failed}")
+    return percentile([*latencies, *([failed_as_s] * failed)], q)
+
+
 def median(values: Sequence[float]) -> float:
     finite = [value for value in values if not math.isnan(value)]
     return percentile(finite, 50) if finite else math.nan

@@ -22,8 +22,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import runner, scenarios
+from bench import loadgen, nvmlprobe, runner, scenarios
 from bench.runner import REPO_ROOT, Settings
+from exporter.simulate.scenario import REALISTIC_FIELD_VALUE_LATENCY_S, REALISTIC_LATENCY_S
 
 GPU_COUNTS = (1, 8, 64)
 POD_COUNTS = (0, 110)
@@ -55,15 +56,28 @@ def machine_info() -> dict[str, Any]:
             "kernel": platform.release(), "loadavg_at_start": load, "packages": packages}
 
 
+# What the harness itself writes: a results file or the report left uncommitted does not change what
+# was measured, so it does not make the measured commit "dirty".
+HARNESS_OUTPUTS = ("docs/benchmarks", "bench/results/")
+
+
 def git_commit() -> str:
+    """The short commit measured, with "-dirty" when tracked code differs from it (harness outputs aside)."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                               text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                                 capture_output=True, text=True, check=True).stdout.splitlines()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    dirty = [line[3:] for line in changed if not line[3:].startswith(HARNESS_OUTPUTS)]
     return head + ("-dirty" if dirty else "")
+
+
+def driver_model() -> dict[str, Any]:
+    """The per-call driver latencies behind "driver latency per cycle", recorded with the results."""
+    return {"latency_s": dict(REALISTIC_LATENCY_S), "blocking_window_s": dict(nvmlprobe.BLOCKING_WINDOW_S),
+            "field_value_latency_s": REALISTIC_FIELD_VALUE_LATENCY_S}
 
 
 def kubernetes_wiring_available() -> bool:
@@ -106,6 +120,8 @@ def run_suite(settings: Settings, *, gpu_counts: tuple[int, ...] = GPU_COUNTS,
         "machine": machine_info(),
         "settings": asdict(settings),
         "pinned": settings.pin and runner.pinned(["x"], "0", True) != ["x"],
+        "scrape_timeout_s": loadgen.SCRAPE_TIMEOUT_S,
+        "driver_model": driver_model(),
         "skipped": [],
         "runs": [],
     }

@@ -7,7 +7,7 @@ import pynvml
 import pytest
 
 from bench import scenarios
-from bench.nvmlprobe import ProbeServer, ProbeStats, driver_latency_s, put_in_front
+from bench.nvmlprobe import BLOCKING_WINDOW_S, ProbeServer, ProbeStats, driver_latency_s, put_in_front
 from exporter.simulate.fakenvml import FakeNvmlLibrary
 from exporter.simulate.scenario import REALISTIC_FIELD_VALUE_LATENCY_S, REALISTIC_LATENCY_S, parse_scenario
 
@@ -63,6 +63,28 @@ def test_driver_latency_is_calls_times_per_call_latency_plus_field_entries():
     assert driver_latency_s(calls, 4, latency, 5e-6) == pytest.approx(2 * 137e-6 + 10e-6 + 4 * 5e-6)
 
 
+def test_the_pcie_throughput_call_costs_its_20_ms_sampling_window():
+    # The realistic table lists it at 0.0 (the fake always simulates the window); the driver time must not.
+    assert REALISTIC_LATENCY_S["nvmlDeviceGetPcieThroughput"] == 0.0
+    assert BLOCKING_WINDOW_S["nvmlDeviceGetPcieThroughput"] == pytest.approx(0.020)
+    calls = {"nvmlDeviceGetPcieThroughput": 2, "nvmlDeviceGetUtilizationRates": 1}
+    assert driver_latency_s(calls, 0, dict(REALISTIC_LATENCY_S), REALISTIC_FIELD_VALUE_LATENCY_S) == pytest.approx(
+        2 * 0.020 + REALISTIC_LATENCY_S["nvmlDeviceGetUtilizationRates"])
+
+
+def test_calls_whose_argument_selects_what_they_read_are_counted_per_argument(
+        probed: tuple[FakeNvmlLibrary, ProbeStats]):
+    fake, stats = probed
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+    pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+    pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_VIDEO)
+    pynvml.nvmlDeviceGetPcieThroughput(handle, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+    assert stats.snapshot()["keyed_calls"] == {"nvmlDeviceGetClockInfo[1]": 2, "nvmlDeviceGetClockInfo[3]": 1,
+                                               "nvmlDeviceGetPcieThroughput[1]": 1}
+    assert fake.calls["nvmlDeviceGetClockInfo"] == 3
+
+
 def test_probe_endpoint_serves_the_fakes_counts(probed: tuple[FakeNvmlLibrary, ProbeStats]):
     fake, stats = probed
     with socket.socket() as sock:
@@ -77,6 +99,7 @@ def test_probe_endpoint_serves_the_fakes_counts(probed: tuple[FakeNvmlLibrary, P
     assert reading["installed"] is True
     assert reading["cycles"] == 1
     assert reading["calls"]["nvmlDeviceGetMemoryInfo"] == 1
-    expected = sum(count * fake.scenario.latency.get(name, 0.0) for name, count in reading["calls"].items())
+    expected = sum(count * (fake.scenario.latency.get(name, 0.0) + BLOCKING_WINDOW_S.get(name, 0.0))
+                   for name, count in reading["calls"].items())
     assert reading["driver_latency_s"] == pytest.approx(expected + reading["field_entries"]
                                                          * REALISTIC_FIELD_VALUE_LATENCY_S)

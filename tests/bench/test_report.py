@@ -57,10 +57,12 @@ def test_ratios_pair_runs_of_the_same_repetition():
 def test_targets_say_which_are_met():
     section = report.results_section(_results(RUNS))
     lines = {line.split(" | ")[0].lstrip("| "): line for line in section.splitlines() if line.startswith("| ")}
-    # 12 calls per GPU against 20 is 0.6 in all, but 2 are GPM (a family nvitop lacks): 10 vs 20 = 0.5.
+    # 12 calls per GPU against 20 is 0.6 in all; here nvitop serves no PCIe bytes, so ours' 2 GPM calls
+    # feed only families nvitop lacks: like with like, 10 vs 20 = 0.5.
     calls = lines["NVML calls per GPU per cycle vs nvitop-exporter, like with like"]
     assert "| yes |" in calls
-    assert "10.0 vs 20.0 for the metrics both have" in calls and "12.0, ratio 0.60" in calls
+    assert "for the metric families both serve: 10.0 vs 20.0, ratio 0.50" in calls
+    assert "all calls (each side's whole product): 12.0 vs 20.0, ratio 0.60" in calls
     assert "| **no** |" in lines["RSS"]  # the worst run's peak counts (90 MiB), not the median
     assert "| yes |" in lines["first complete metrics after start"]
 
@@ -92,3 +94,65 @@ def test_write_report_makes_the_document_and_both_plots(tmp_path: Path):
     assert report.START in document and report.END in document
     for name in (report.LATENCY_PLOT, report.CPU_PLOT):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _with_calls(run: dict[str, Any], by_symbol: dict[str, float], by_argument: dict[str, float]) -> dict[str, Any]:
+    gpus = run["gpus"]
+    run["idle"]["calls_per_cycle_by_symbol"] = {name: count * gpus for name, count in by_symbol.items()}
+    run["idle"]["calls_per_cycle_by_argument"] = {name: count * gpus for name, count in by_argument.items()}
+    run["idle"]["nvml_calls_per_gpu_per_cycle"] = sum(by_symbol.values())
+    return run
+
+
+OURS_CALLS = {"nvmlDeviceGetMemoryInfo_v2": 1.0, "nvmlDeviceGetClockInfo": 2.0, "nvmlGpmSampleGet": 1.0,
+              "nvmlGpmMetricsGet": 1.0, "nvmlDeviceGetCurrentClocksEventReasons": 1.0}
+OURS_ARGUMENTS = {"nvmlDeviceGetClockInfo[1]": 1.0, "nvmlDeviceGetClockInfo[2]": 1.0}
+NVITOP_CALLS = {"nvmlDeviceGetMemoryInfo_v2": 1.0, "nvmlDeviceGetClockInfo": 4.0, "nvmlDeviceGetPcieThroughput": 2.0,
+                "nvmlDeviceGetFanSpeed": 1.0, "nvmlDeviceGetComputeRunningProcesses_v3": 2.0}
+NVITOP_ARGUMENTS = {f"nvmlDeviceGetClockInfo[{kind}]": 1.0 for kind in range(4)} | {
+    "nvmlDeviceGetPcieThroughput[0]": 1.0, "nvmlDeviceGetPcieThroughput[1]": 1.0}
+
+
+def _symmetric_runs() -> list[dict[str, Any]]:
+    return [_with_calls(_run("ours", r, calls=6, rss_mib=30, p99_ms=4), OURS_CALLS, OURS_ARGUMENTS) for r in (0, 1)] \
+        + [_with_calls(_run("nvitop", r, calls=10, rss_mib=30, p99_ms=40), NVITOP_CALLS, NVITOP_ARGUMENTS)
+           for r in (0, 1)]
+
+
+def test_like_with_like_keeps_gpm_calls_when_the_peer_serves_pcie_bytes_and_drops_one_sided_families():
+    section = report.results_section(_results(_symmetric_runs()))
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in section.splitlines() if line.startswith("| ")}
+    # Shared: memory, SM and memory clocks, PCIe bytes. ours: memory 1 + clocks 2 + GPM 2 = 5 (clock-event
+    # reasons left out); nvitop: memory 1 + SM/memory clocks 2 + PCIe 2 = 5 (graphics/video clocks, fan and
+    # process lists left out). The same rule on both sides: 5 vs 5, not 4 vs 10.
+    calls = lines["NVML calls per GPU per cycle vs nvitop-exporter, like with like"]
+    assert "for the metric families both serve: 5.0 vs 5.0, ratio 1.00" in calls
+    assert "| **no** |" in calls
+    assert "all calls (each side's whole product): 6.0 vs 10.0, ratio 0.60" in calls
+    assert "| `nvmlGpmSampleGet` | PCIe bytes, profiling (engine, tensor, DRAM activity) |" in section
+    assert lines["`nvmlDeviceGetClockInfo[3]`"].endswith("| 0.0 | 1.0 | no |")
+    assert lines["`nvmlDeviceGetPcieThroughput[0]`"].endswith("| 0.0 | 1.0 | yes |")
+    assert lines["`nvmlDeviceGetCurrentClocksEventReasons`"].endswith("| 1.0 | 0.0 | no |")
+
+
+def test_the_pcie_call_costs_its_sampling_window_in_the_calls_table():
+    data = _results(_symmetric_runs())
+    data["driver_model"] = {"latency_s": {"nvmlDeviceGetPcieThroughput": 0.0, "nvmlDeviceGetFanSpeed": 137e-6},
+                            "blocking_window_s": {"nvmlDeviceGetPcieThroughput": 0.020},
+                            "field_value_latency_s": 5e-6}
+    section = report.results_section(data)
+    assert "| `nvmlDeviceGetPcieThroughput[1]` | PCIe bytes | 20 (sampling window) | 0.0 | 1.0 | yes |" in section
+    assert "| `nvmlDeviceGetFanSpeed` | fan speed | 0.137 | 0.0 | 1.0 | no |" in section
+    # Like with like, nvitop's driver time is its two PCIe calls per GPU (8 GPUs x 2 x 20 ms); its fan
+    # speed (not served by ours) is left out, as ours' calls for families nvitop lacks would be.
+    assert "| &nbsp;&nbsp;of which for metric families both serve (like with like) | 0.00 | 320.00 |" in section
+
+
+def test_a_failed_scrape_is_stated_beside_the_percentiles():
+    runs = _symmetric_runs()
+    for run in runs:
+        if run["exporter"] == "nvitop":
+            run["load"][2]["failed"] = 33
+    section = report.results_section(_results(runs))
+    assert "| failed scrapes (c=64) | 0 | 33 |" in section
+    assert "Scrape percentiles count every failed scrape as 10 s (the scrape timeout)" in section

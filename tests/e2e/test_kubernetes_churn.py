@@ -6,9 +6,11 @@ with a new start time, as when a PID is reused). After each round's pods are del
 in /metrics may name any of them, and the exporter's resident memory (VmRSS of the process, from
 /proc/<pid>/status) must come back to where it was after a warm-up round.
 
-Why a warm-up round and a tolerance: CPython's allocator keeps freed arenas and glibc keeps freed
+Why warm-up rounds and a tolerance: CPython's allocator keeps freed arenas and glibc keeps freed
 heap pages, so the first round of N live pods raises RSS to a high-water mark that is not given
-back (measured: +2.9 to +3.2 MiB for 200 pods), and later rounds reuse that memory. What must not
+back (measured: +2.9 to +3.2 MiB for 200 pods), and later rounds reuse that memory. Under load the
+second round sometimes sets a higher mark once (+2.3 MiB seen, then flat for four rounds), so two
+rounds warm up. What must not
 happen is growth with the number of pods ever seen. Measured on the 2-core dev machine: after the
 warm-up, 5 rounds (1,000 pods) grew RSS by 0.63-0.69 MiB, and 25 rounds (5,000 pods) by 0.84 MiB,
 nearly flat over the last fifteen rounds (fragmentation settling, not a leak). Keeping each deleted pod's
@@ -29,7 +31,8 @@ from tests.e2e.kube_cluster import NodeCluster, PodSpec, node_cluster, replica, 
 SCENARIO = Path(__file__).resolve().parents[1] / "fixtures" / "attribution-node.yaml"
 GPUS = scenario_gpus(SCENARIO)
 ROUNDS = 5
-PODS_PER_ROUND = 200  # 5 rounds x 200 = 1,000 pods created and deleted after the warm-up round
+PODS_PER_ROUND = 200  # 5 rounds x 200 = 1,000 pods created and deleted after the warm-up rounds
+WARM_UP_ROUNDS = 2
 NAMESPACES = tuple(f"team-{index}" for index in range(4))
 PIDS = (1001, 1101, 2001, 2002, 2003, 3001)  # the scenario's GPU processes (GPUs 0, 1, 2, 2, 2, 3)
 BULKY_LABELS = 16  # ~1.5 KiB of label text per pod that the exporter keeps while the pod lives
@@ -99,10 +102,11 @@ def test_churn_returns_memory_to_baseline() -> None:
             exporter.wait_healthy()
             wait_for(lambda: exporter.samples("gpu_pod_exporter_kube_api_up") == [({}, 1.0)], 20.0, "API up")
             start_kib = _rss_kib(exporter)
-            _run_round(cluster, exporter, 0)  # warm-up: the allocator's high-water mark for a round
+            for round_number in range(WARM_UP_ROUNDS):  # the allocator's high-water mark for a round
+                _run_round(cluster, exporter, round_number)
             baseline_kib = _rss_kib(exporter)
             readings = []
-            for round_number in range(1, ROUNDS + 1):
+            for round_number in range(WARM_UP_ROUNDS, WARM_UP_ROUNDS + ROUNDS):
                 _run_round(cluster, exporter, round_number)
                 readings.append(_rss_kib(exporter))
 
@@ -113,7 +117,7 @@ def test_churn_returns_memory_to_baseline() -> None:
             unattributed = sum(value for _, value in exporter.samples("DCGM_EXP_UNATTRIBUTED_FB_USED"))
             assert unattributed == (10 + 20 + 5 + 3 + 1 + 2) * 1024.0
             growth = readings[-1] - baseline_kib
-            report = (f"RSS KiB: before any pod {start_kib}, after the warm-up round {baseline_kib} "
+            report = (f"RSS KiB: before any pod {start_kib}, after {WARM_UP_ROUNDS} warm-up rounds {baseline_kib} "
                       f"(+{baseline_kib - start_kib}), after each of {ROUNDS} rounds of {PODS_PER_ROUND} pods "
                       f"{readings}; growth {growth} KiB, tolerance {RSS_TOLERANCE_KIB} KiB")
             print(report)  # the measurement, visible with pytest -s
