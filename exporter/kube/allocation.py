@@ -124,10 +124,6 @@ class AllocationIndex:
 EMPTY_INDEX = AllocationIndex(by_key=MappingProxyType({}))
 
 
-def _replica_order(replica: str) -> tuple[int, str]:
-    return (int(replica), replica) if replica.isdigit() else (1 << 62, replica)
-
-
 def build_allocation_index(listing: PodResourcesListing, catalog: DeviceCatalog,
                            dra: DraContext | None = None) -> AllocationIndex:
     """Group the listing's device IDs, and with ``dra`` its DRA claim devices, by the GPU or MIG
@@ -166,9 +162,10 @@ def build_allocation_index(listing: PodResourcesListing, catalog: DeviceCatalog,
                 claims.setdefault(resolution.key, {}).setdefault(ref, set()).add(HeldClaim(
                     claimed.claim_namespace, claimed.claim_name, claimed.driver, claimed.pool, claimed.device,
                     claimed.share_id, resolution.mig_profile, resolution.mig_device_uuid))
+    # Replica IDs are decimal numbers (parse_device_id accepts nothing else), ordered as numbers: 2 before 10.
     by_key = {
         key: GpuAllocation(key, tuple(
-            DeviceHolder(ref, tuple(sorted(held, key=_replica_order)),
+            DeviceHolder(ref, tuple(sorted(held, key=int)),
                          tuple(sorted(resources.get(key, {}).get(ref, ()))),
                          tuple(sorted(claims.get(key, {}).get(ref, ()))))
             for ref, held in sorted(holders.items())

@@ -40,6 +40,7 @@ Reference nvml.md section 3 drives the details:
 from __future__ import annotations
 
 import ctypes
+import enum
 import logging
 import threading
 import time
@@ -114,6 +115,16 @@ def handle_value(handle: Any) -> int | None:
         return None
 
 
+class _Outcome(enum.Enum):
+    """What registering one GPU on an event set came to."""
+
+    REGISTERED = enum.auto()
+    SKIPPED = enum.auto()  # it does not support (Xid) events: left out for good
+    FAILED = enum.auto()  # lost, reset, transient: left out, tried again every REREGISTER_S
+    SET_UNDEFINED = enum.auto()  # Unknown: the set is undefined, rebuild it without this GPU
+    NVML_DOWN = enum.auto()  # NVML went away: give the set up
+
+
 @dataclass
 class _Registration:
     """An event set and the GPUs registered on it (owned by the watcher thread)."""
@@ -163,7 +174,6 @@ class EventWatcher:
         self._lost_in_a_row = 0
         self._rebuild_due = False  # a registered GPU was lost: its registration may not survive a reset
         self.registrations = 0  # event sets built so far (a new one per new inventory)
-        self.events = 0  # events taken out of NVML and handed on
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -291,7 +301,6 @@ class EventWatcher:
         event = DeviceEvent(identity=device.identity, event_type=int(data.eventType), data=int(data.eventData),
                             gpu_instance_id=mig_instance_id(int(data.gpuInstanceId)),
                             compute_instance_id=mig_instance_id(int(data.computeInstanceId)))
-        self.events += 1
         try:
             self._on_event(event)
         except Exception:
@@ -334,15 +343,15 @@ class EventWatcher:
                 if device.identity.index in excluded:
                     continue
                 outcome = self._register_device(device, event_set)
-                if outcome == "registered":
+                if outcome is _Outcome.REGISTERED:
                     devices[handle_value(device.handle) or 0] = device
-                elif outcome == "failed":
+                elif outcome is _Outcome.FAILED:
                     missing.append(device.identity.index)
-                elif outcome == "set_undefined":
+                elif outcome is _Outcome.SET_UNDEFINED:
                     excluded.add(device.identity.index)
                     restart = True
                     break
-                elif outcome == "nvml_down":
+                elif outcome is _Outcome.NVML_DOWN:
                     self._free_set(event_set)
                     return None
             if restart:
@@ -363,9 +372,8 @@ class EventWatcher:
                                  missing=tuple(sorted(missing)))
         return None  # pragma: no cover - every attempt excludes one more GPU
 
-    def _register_device(self, device: Device, event_set: Any) -> str:
+    def _register_device(self, device: Device, event_set: Any) -> _Outcome:
         identity = device.identity
-        self.nvml.gpu = identity.index
         try:
             supported = int(self.nvml.call(pynvml.nvmlDeviceGetSupportedEventTypes, device.handle))
             mask = self._requested & supported
@@ -374,34 +382,32 @@ class EventWatcher:
                                "GPU does not report Xid events through NVML; its Xid metrics stay at 0",
                                gpu=identity.index, supported=f"0x{supported:x}")
             if not mask:
-                return "skipped"
+                return _Outcome.SKIPPED
             self.nvml.call(pynvml.nvmlDeviceRegisterEvents, device.handle, mask, event_set)
         except pynvml.NVMLError as exc:
             return self._registration_failed(identity, exc)
-        finally:
-            self.nvml.gpu = None
         self._log.forget(("register", identity.uuid))
-        return "registered"
+        return _Outcome.REGISTERED
 
-    def _registration_failed(self, identity: DeviceIdentity, exc: pynvml.NVMLError) -> str:
+    def _registration_failed(self, identity: DeviceIdentity, exc: pynvml.NVMLError) -> _Outcome:
         reason = describe(exc)
         if exc.value == pynvml.NVML_ERROR_UNKNOWN:
             self._log.change(("register", identity.uuid), reason, logging.WARNING,
                              "event registration failed with Unknown; the set is rebuilt without this GPU",
                              gpu=identity.index, error=reason)
-            return "set_undefined"
+            return _Outcome.SET_UNDEFINED
         kind = classify(exc)
         if kind is ErrorClass.NVML_DOWN:
-            return "nvml_down"
+            return _Outcome.NVML_DOWN
         if kind is ErrorClass.UNSUPPORTED:
             self._log.change(("register", identity.uuid), reason, logging.WARNING,
                              "GPU does not support NVML events; it is skipped, its Xid metrics stay at 0",
                              gpu=identity.index, error=reason)
-            return "skipped"
+            return _Outcome.SKIPPED
         self._log.change(("register", identity.uuid), reason, logging.WARNING,
                          "cannot register this GPU for NVML events; it is skipped and tried again later",
                          gpu=identity.index, error=reason)
-        return "failed"
+        return _Outcome.FAILED
 
     # -- teardown ------------------------------------------------------------------------------
 

@@ -273,7 +273,9 @@ class Sampler:
                         for device in inventory.devices]
         self._log.change("nvml", ("up", len(inventory.devices)), logging.INFO, "NVML initialised",
                          driver_version=inventory.system.driver_version, gpus=len(inventory.devices))
-        if not inventory.devices:
+        if inventory.devices:
+            self._log.forget("devices")  # said again should the GPUs go away later
+        else:
             self._log.change("devices", "none", logging.WARNING, "NVML found no GPU")
         self._publish_status(nvml_up=True)
         return True
@@ -718,12 +720,12 @@ class Sampler:
                 result.extend((state.device.identity.index, name) for name in PROCESS_UTILIZATION_FAMILIES)
         return tuple(result)
 
-    def _status(self, **overrides: Any) -> SamplerStatus:
+    def _status(self, *, nvml_up: bool, **overrides: Any) -> SamplerStatus:
         """The current status: fresh inventory facts, carried-over timings, then ``overrides``."""
         inventory = self._inventory
         current = dataclasses.replace(
             self._snapshot.status,
-            nvml_up=inventory is not None,
+            nvml_up=nvml_up,
             nvml_error="",
             driver_version=inventory.system.driver_version if inventory else "",
             nvml_version=inventory.system.nvml_version if inventory else "",
@@ -735,10 +737,8 @@ class Sampler:
         return dataclasses.replace(current, **overrides)
 
     def _publish_status(self, nvml_up: bool, nvml_error: str = "") -> None:
-        devices = self._snapshot.devices if nvml_up else ()
-        migs = self._snapshot.migs if nvml_up else ()
-        self._set_snapshot(Snapshot(devices=devices, migs=migs,
-                                    status=self._status(nvml_up=nvml_up, nvml_error=nvml_error)))
+        """A snapshot without readings: NVML just initialised (no cycle yet) or went away (readings dropped)."""
+        self._set_snapshot(Snapshot(status=self._status(nvml_up=nvml_up, nvml_error=nvml_error)))
 
     def _set_snapshot(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot

@@ -89,11 +89,6 @@ class BasicAuth:
                 found = hashed
         return found
 
-    def check(self, user: str, password: str) -> bool:
-        """Verify now, in this thread (bcrypt may run): True when the credentials are right."""
-        job = self.prepare(user, password)
-        return job if isinstance(job, bool) else job()
-
     def prepare(self, user: str, password: str) -> bool | Callable[[], bool]:
         """The answer when it needs no bcrypt (cached, or refused outright), else the job that finds it.
 

@@ -97,3 +97,33 @@ def test_the_fatal_class_matches_the_alert_rules_and_leaves_application_faults_o
     assert not {13, 31, 43, 45, 68, 109} & FATAL_XIDS
     assert xid_message(79) == "GPU has fallen off the bus"
     assert xid_message(12345) == "Unknown Error"
+
+
+def test_xid_one_is_an_error_and_an_empty_burst_is_no_event() -> None:
+    ledger = XidLedger(300.0)
+    ledger.record(GPU0, 13, count=0)
+    assert ledger.view().tallies == {}  # nothing happened: no series, no "last Xid"
+    ledger.record(GPU0, 1)
+    view = ledger.view()
+    assert view.last_xid("GPU-0") == 1 and dict(view.tallies[GPU0].totals) == {1: 1}
+
+
+def test_arrivals_within_ten_milliseconds_leave_the_window_together() -> None:
+    """The documented bucketing: an arrival less than 10 ms after the bucket's first shares its time."""
+    clock = FixedClock(0.0)
+    ledger = XidLedger(10.0, clock)
+    ledger.record(GPU0, 13)
+    clock.t = 0.005
+    ledger.record(GPU0, 13)  # same bucket as the first
+    clock.t = 0.010
+    ledger.record(GPU0, 13)  # 10 ms after the bucket's first: a bucket of its own
+    clock.t = 10.0
+    assert ledger.view().tallies[GPU0].in_window[13] == 1  # the first two left together
+    clock.t = 10.02
+    assert ledger.view().tallies[GPU0].in_window[13] == 0
+    clock.t = 100.0  # and later in the run, the same holds
+    ledger.record(GPU1, 31)
+    clock.t = 100.005
+    ledger.record(GPU1, 31)
+    clock.t = 110.0
+    assert ledger.view().tallies[GPU1].in_window[31] == 0

@@ -140,3 +140,12 @@ def test_the_id_families_that_matched_are_reported() -> None:
         _listing(("a", "p", [("c", [GPU0, "nvidia1/gi3"])])), DeviceCatalog(DEVICES, MIGS)
     )
     assert index.id_types == frozenset({"uid", "device-name"})
+
+
+def test_replica_ids_are_ordered_as_numbers() -> None:
+    """The lowest replica names a container's ``vgpu`` label: replica 2 comes before replica 10."""
+    index = build_allocation_index(
+        _listing(("ml", "trainer", [("main", [f"{GPU0}::10", f"{GPU0}::2", f"{GPU0}::9"])]), resource=SHARED),
+        DeviceCatalog(DEVICES, MIGS))
+    allocation = index.get(GpuKey(GPU0))
+    assert allocation is not None and allocation.holders[0].replica_ids == ("2", "9", "10")

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from exporter.config import Config
-from exporter.kube.allocation import build_allocation_index
+from exporter.kube import attribution as attribution_module
+from exporter.kube.allocation import AllocationIndex, build_allocation_index
+from exporter.kube.attribution import LOG as attribution_log
 from exporter.kube.attribution import (
     AttributionSnapshot,
     KubernetesAttribution,
@@ -19,7 +25,8 @@ from exporter.kube.attribution import (
     join_attribution,
 )
 from exporter.kube.deviceids import DeviceCatalog
-from exporter.kube.metadata import MetadataView, WatchTimeouts
+from exporter.kube.dra import DraContext
+from exporter.kube.metadata import MetadataView, PodMetadata, WatchTimeouts
 from exporter.kube.podresources.listing import (
     AssignedDevice,
     ContainerAssignment,
@@ -387,3 +394,211 @@ def test_virtual_gpu_mode_repeats_per_container_with_its_lowest_replica() -> Non
     holders, uuid, gpu_instance_id = _REPLICA_CASES["several replicas of one GPU"]
     assert _replica_labels(holders, uuid, gpu_instance_id, config) == [
         {"container": "trainer", "namespace": "ml", "pod": "trainer-0", "vgpu": "1"}]
+
+
+# --- what mutation testing found unguarded (docs/testing.md) --------------------------------------
+
+def _started(config: Config) -> KubernetesAttribution:
+    attribution = KubernetesAttribution(config, Counter(), watch_timeouts=FAST)
+    attribution.start()
+    return attribution
+
+
+def _render_through_polls(attribution: KubernetesAttribution, cluster: Cluster, polls: int = 5) -> None:
+    """Render (snapshot) until the kubelet has been asked ``polls`` more times: a deadline, not a sleep."""
+    target = cluster.kubelet.list_calls + polls
+    poll(lambda: attribution.snapshot(DEVICES, MIGS) and cluster.kubelet.list_calls >= target,
+         what=f"{polls} more kubelet polls")
+
+
+def _messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [record.getMessage() for record in caplog.records
+            if record.name == attribution_log.name and record.levelno == level]
+
+
+UNKNOWN_IDS = [f"GPU-{number:08x}-0000-0000-0000-000000000000" for number in range(12)]
+FORMS = ("(forms understood: GPU-<uuid>, MIG-<uuid>, MIG-GPU-<uuid>/<gi>/<ci>, nvidia<minor>[/gi<id>][/vgpu<n>], "
+         "each optionally with ::<replica>)")
+
+
+def test_device_ids_that_name_no_gpu_here_are_logged_once_per_change(cluster: Cluster,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """The first thing to read when pods get no labels: which IDs, and which forms would have matched."""
+    ghost = FakePod("ml", "ghost", (FakeContainer("ghost", tuple(("nvidia.com/gpu", i) for i in UNKNOWN_IDS)),))
+    cluster.kubelet.add_pod(ghost)
+    trainer = next(pod for pod in cluster.kubelet.pods() if pod.name == "trainer-0")
+    warning = (f"kubelet lists GPU device IDs that match no GPU on this node: {', '.join(UNKNOWN_IDS[:10])} "
+               + FORMS)
+    with caplog.at_level(logging.INFO, logger=attribution_log.name):
+        attribution = _started(cluster.config)
+        try:
+            poll(lambda: _ready(attribution), what="kubelet and API data joined")
+            _render_through_polls(attribution, cluster)
+            assert _messages(caplog, logging.WARNING) == [warning]  # ten IDs at most, once
+
+            cluster.kubelet.remove_pod("ml", "ghost")
+            cluster.kubelet.remove_pod("ml", "trainer-0")
+            poll(lambda: attribution.snapshot(DEVICES, MIGS).allocation(GPU0) is None, what="the new listing")
+            _render_through_polls(attribution, cluster)
+            assert _messages(caplog, logging.WARNING) == [warning]  # nothing to say when they are gone
+
+            cluster.kubelet.add_pod(ghost)
+            cluster.kubelet.add_pod(trainer)
+            poll(lambda: attribution.snapshot(DEVICES, MIGS).allocation(GPU0), what="the listing with them again")
+            assert _messages(caplog, logging.WARNING) == [warning, warning]
+        finally:
+            attribution.stop()
+    assert _messages(caplog, logging.INFO) == []  # the plugin names GPUs as configured (uid)
+
+
+def test_a_device_plugin_naming_gpus_otherwise_than_configured_is_said_once(cluster: Cluster,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    config = dataclasses.replace(cluster.config, kubernetes_gpu_id_type="device-name")
+    with caplog.at_level(logging.INFO, logger=attribution_log.name):
+        attribution = _started(config)
+        try:
+            poll(lambda: _ready(attribution), what="kubelet and API data joined")
+            cluster.kubelet.remove_pod("ml", "trainer-0")  # a new listing is matched again
+            poll(lambda: attribution.snapshot(DEVICES, MIGS).allocation(GPU0) is None, what="the new listing")
+            _render_through_polls(attribution, cluster)
+        finally:
+            attribution.stop()
+    assert _messages(caplog, logging.INFO) == [
+        "the device plugin names GPUs as uid, not device-name as --kubernetes-gpu-id-type says; both forms are "
+        "understood, so attribution works either way"]
+
+
+def test_without_node_name_it_says_once_which_node_it_watches(cluster: Cluster,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    attribution = KubernetesAttribution(dataclasses.replace(cluster.config, node_name=""), Counter(),
+                                        watch_timeouts=FAST)
+    with caplog.at_level(logging.WARNING, logger=attribution_log.name):
+        attribution.start()
+        attribution.start()  # a second start is a no-op
+    attribution.stop()
+    assert _messages(caplog, logging.WARNING) == [
+        f"NODE_NAME is not set; watching pods with spec.nodeName={socket.gethostname()} (this machine's hostname). "
+        "Set NODE_NAME from the downward API (spec.nodeName)."]
+
+
+def test_outside_kubernetes_mode_no_source_is_started(cluster: Cluster) -> None:
+    before = set(threading.enumerate())
+    attribution = KubernetesAttribution(dataclasses.replace(cluster.config, kubernetes=False), Counter())
+    attribution.start()
+    try:
+        assert [thread.name for thread in set(threading.enumerate()) - before] == []
+        attribution.update_processes({GPU0: [GpuProcess(100, 1)]})
+        assert attribution.snapshot(DEVICES, MIGS) == AttributionSnapshot()
+    finally:
+        attribution.stop()
+
+
+def test_the_status_says_when_each_source_last_answered_and_why_it_is_down(cluster: Cluster) -> None:
+    attribution = _started(cluster.config)
+    try:
+        status = poll(lambda: _ready(attribution), what="kubelet and API data joined").status
+        assert status.enabled and status.process_attribution is cluster.config.process_attribution
+        assert 0 < status.kubelet_last_success <= time.time() and 0 < status.api_last_success <= time.time()
+        cluster.api.set_outage("503")
+        # first "resuming the Kubernetes API watches" (the watch ended), then the failed relist's answer
+        down = poll(lambda: (s := attribution.snapshot(DEVICES, MIGS).status) and not s.api_up
+                    and "answered 503" in s.api_error and s, what="the API seen down with its answer")
+        assert down.api_last_success >= status.api_last_success  # when it last worked stays visible
+    finally:
+        attribution.stop()
+
+
+def test_process_lists_are_ignored_while_process_attribution_is_off(cluster: Cluster) -> None:
+    """The default install: allocation labels only; no process or per-container memory series."""
+    changes = Counter()
+    attribution = KubernetesAttribution(dataclasses.replace(cluster.config, process_attribution=False), changes,
+                                        watch_timeouts=FAST)
+    attribution.start()
+    try:
+        snapshot = poll(lambda: _ready(attribution), what="kubelet and API data joined")
+        assert not snapshot.status.process_attribution
+        before = changes.count
+        attribution.update_processes({GPU0: [GpuProcess(100, 8 << 30)]})
+        snapshot = attribution.snapshot(DEVICES, MIGS)
+        assert (snapshot.container_memory, snapshot.processes, snapshot.process_gpus) == ((), (), frozenset())
+        assert changes.count == before
+    finally:
+        attribution.stop()
+
+
+@pytest.mark.parametrize("process_attribution", [True], ids=["process-attribution"])  # process lists need it
+def test_container_memory_counts_exactly_what_nvml_reported_per_gpu_instance(cluster: Cluster) -> None:
+    attribution = _started(cluster.config)
+    try:
+        poll(lambda: _ready(attribution), what="kubelet and API data joined")
+        attribution.update_processes({
+            # GPU0 (held by trainer-0) has no process list: NVML did not read one, so nothing is claimed
+            GPU1: [GpuProcess(200, None),  # eval-0: NVML does not know this process's memory
+                   GpuProcess(100, 5 << 20)],  # trainer-0 uses a GPU it was not allocated
+            GPU2: [GpuProcess(300, 2 << 20, gpu_instance_id=5, compute_instance_id=0),
+                   GpuProcess(100, 1 << 20, gpu_instance_id=3, compute_instance_id=0)],
+        })
+        snapshot = attribution.snapshot(DEVICES, MIGS)
+    finally:
+        attribution.stop()
+    assert [(m.uuid, m.gpu_instance_id, m.workload.pod, m.used_bytes) for m in snapshot.container_memory] == [
+        (GPU1, None, "nb", 0),  # holds a replica, runs nothing there
+        (GPU1, None, "eval-0", 0),
+        (GPU1, None, "trainer-0", 5 << 20),
+        (GPU2, 3, "nb", 0),  # per GPU instance, in instance order
+        (GPU2, 3, "trainer-0", 1 << 20),
+        (GPU2, 5, "nb", 2 << 20),
+    ]
+    assert [(p.uuid, p.gpu_instance_id, p.pid, p.used_bytes, p.workload.pod if p.workload else None)
+            for p in snapshot.processes] == [
+        (GPU1, None, 100, 5 << 20, "trainer-0"),
+        (GPU1, None, 200, None, "eval-0"),
+        (GPU2, 3, 100, 1 << 20, "trainer-0"),
+        (GPU2, 5, 300, 2 << 20, "nb"),
+    ]
+    assert dict(snapshot.unattributed_bytes) == {}
+    mig = snapshot.allocation(GPU2, 3)
+    assert mig is not None and (mig.uuid, mig.gpu_instance_id) == (GPU2, 3)
+
+
+def test_an_unchanged_kubelet_answer_is_not_matched_again(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A render costs a few comparisons while nothing changed (the kubelet answers every 20 ms here)."""
+    builds: list[PodResourcesListing] = []
+
+    def counting(listing: PodResourcesListing, catalog: DeviceCatalog,
+                 dra: DraContext | None = None) -> AllocationIndex:
+        builds.append(listing)
+        return build_allocation_index(listing, catalog, dra)
+
+    monkeypatch.setattr(attribution_module, "build_allocation_index", counting)
+    attribution = _started(cluster.config)
+    try:
+        poll(lambda: _ready(attribution), what="kubelet and API data joined")
+        matched = len(builds)
+        _render_through_polls(attribution, cluster, polls=10)
+        assert len(builds) == matched
+    finally:
+        attribution.stop()
+
+
+def test_only_allowlisted_pod_labels_are_copied() -> None:
+    pod = PodMetadata("ml", "trainer-0", "uid-1", labels=(("app", "trainer"), ("tier", "batch")))
+    view = MetadataView(pods_by_name={("ml", "trainer-0"): pod})
+    config = Config(kubernetes=True, kubernetes_enable_pod_labels=True, kubernetes_pod_label_allowlist_regex=("^app$",))
+    assert WorkloadFactory(config).build("ml", "trainer-0", "trainer", view).pod_labels == (("app", "trainer"),)
+
+
+def test_a_failing_callback_is_logged_with_its_traceback(cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    def broken() -> None:
+        raise RuntimeError("renderer bug")
+
+    attribution = KubernetesAttribution(cluster.config, broken, watch_timeouts=FAST)
+    with caplog.at_level(logging.ERROR, logger=attribution_log.name):
+        attribution.start()
+        try:
+            poll(lambda: _messages(caplog, logging.ERROR), what="the callback's failure logged")
+        finally:
+            attribution.stop()
+    record = next(record for record in caplog.records if record.levelno == logging.ERROR)
+    assert record.getMessage() == "attribution on_change callback failed"
+    assert record.exc_info is not None and str(record.exc_info[1]) == "renderer bug"

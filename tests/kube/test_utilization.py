@@ -199,6 +199,7 @@ def test_the_facade_joins_samples_of_a_pid_that_left_and_of_no_pod(cluster: Clus
         lists = {GPU1: [GpuProcess(200, 1 << 30), GpuProcess(300, 1 << 30), GpuProcess(400, 1 << 20)]}
         attribution.update_processes(lists, {GPU1: ProcessUtilization((sample(200, 45), sample(400, 5)), 5.0)})
         snapshot = attribution.snapshot(DEVICES, MIGS)
+        assert snapshot.utilization_gpus == {GPU1}  # the GPUs the utilization families are served for
         assert {item.workload.pod: item.utilization.sm for item in snapshot.utilization(GPU1)} == {
             "eval-0": 45.0, "nb": 0.0}
         assert snapshot.unattributed_utilization[GPU1].sm == 5.0
@@ -221,3 +222,32 @@ def test_the_facade_joins_samples_of_a_pid_that_left_and_of_no_pod(cluster: Clus
             "eval-0": 0.0, "nb": 0.0}
     finally:
         attribution.stop()
+
+
+def test_holders_of_a_sampled_gpu_show_idle_even_when_its_process_list_was_not_read() -> None:
+    lists = {uuid: listed for uuid, listed in LISTS.items() if uuid != GPU0}
+    config = Config(kubernetes=True, process_attribution=True)
+    parts = join_attribution(index(), True, _ProcessInput(lists, identities(), UTILIZATION), view(),
+                             WorkloadFactory(config))
+    used = {item.workload.pod: item.utilization for item in parts.container_utilization if item.uuid == GPU0}
+    assert used == {"chat-0": Utilization(60, 30, 0, 12), "embed-0": Utilization(25, 10, 0, 0),
+                    "rerank-0": Utilization()}
+
+
+def test_a_container_with_a_process_on_a_gpu_it_does_not_hold_shows_there_even_when_idle() -> None:
+    """solver-0 (a holder of GPU1) has a process listed on GPU0 too, without a sample: it shows there at 0."""
+    lists = {**LISTS, GPU0: (*LISTS[GPU0], GpuProcess(203, 1 << 20))}
+    config = Config(kubernetes=True, process_attribution=True)
+    parts = join_attribution(index(), True, _ProcessInput(lists, identities(), UTILIZATION), view(),
+                             WorkloadFactory(config))
+    used = {item.workload.pod: item.utilization for item in parts.container_utilization if item.uuid == GPU0}
+    assert used["solver-0"] == Utilization()
+    assert set(used) == {"chat-0", "embed-0", "rerank-0", "solver-0"}
+
+
+def test_every_engine_adds_up_per_container_and_for_no_pod() -> None:
+    snapshot = joined({GPU1: ProcessUtilization((sample(201, 50, 20, 10, 5), sample(202, 30, 10, 20, 1),
+                                                 sample(HOST_PID, 2, 1, 7, 3)), 5.0)})
+    assert {item.workload.pod: item.utilization for item in snapshot.utilization(GPU1)} == {
+        "sim-0": Utilization(80, 30, 30, 6), "solver-0": Utilization()}
+    assert snapshot.unattributed_utilization[GPU1] == Utilization(2, 1, 7, 3)

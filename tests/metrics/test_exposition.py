@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 
+import pytest
 from prometheus_client.core import Metric
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
@@ -95,3 +96,84 @@ def test_openmetrics_when_it_loses_nothing_or_is_all_the_client_takes() -> None:
     assert wants_openmetrics("application/openmetrics-text; version=1.0.0", counters_need_text=True)
     assert not wants_openmetrics("text/plain", counters_need_text=False)
     assert not wants_openmetrics("application/openmetrics-text;q=0", counters_need_text=False)
+
+
+def _gauge(name: str, value: float, kind: str = "gauge") -> Metric:
+    family = Metric(name, f"{name} help.", kind)
+    family.add_sample(name, {"gpu": "0"}, value)
+    return family
+
+
+def test_a_family_without_samples_between_others_hides_only_itself() -> None:
+    empty = Metric("DCGM_FI_DEV_FAN_SPEED", "Fan speed (in %).", "gauge")
+    exposed = [_gauge("DCGM_FI_DEV_GPU_TEMP", 40), empty, _gauge("DCGM_FI_DEV_POWER_USAGE", 300)]
+    for encode in (encode_text, encode_openmetrics):
+        text = encode(exposed).decode()
+        assert "FAN_SPEED" not in text
+        assert 'DCGM_FI_DEV_POWER_USAGE{gpu="0"} 300\n' in text
+
+
+def test_an_untyped_family_is_untyped_in_text_and_unknown_in_openmetrics() -> None:
+    family = _gauge("DCGM_FI_DEV_VBIOS_VERSION", 1, "untyped")
+    assert "# TYPE DCGM_FI_DEV_VBIOS_VERSION untyped\n" in encode_text([family]).decode()
+    [parsed] = parse_text(encode_text([family]).decode())
+    assert parsed.type == "unknown" and parsed.samples[0].value == 1
+    assert "# TYPE DCGM_FI_DEV_VBIOS_VERSION unknown\n" in encode_openmetrics([family]).decode()
+
+
+def test_a_counter_family_named_with_total_is_a_counter_in_both_formats() -> None:
+    """Our own counters are named like their samples (``..._total``); OpenMetrics names the family without it."""
+    calls = _gauge("gpu_pod_exporter_nvml_calls_total", 7, "counter")
+    text = encode_text([calls]).decode()
+    assert "# TYPE gpu_pod_exporter_nvml_calls_total counter\n" in text
+    openmetrics = encode_openmetrics([calls]).decode()
+    assert "# TYPE gpu_pod_exporter_nvml_calls counter\n" in openmetrics
+    [parsed] = parse_openmetrics(openmetrics)
+    assert parsed.type == "counter" and parsed.samples[0].name == "gpu_pod_exporter_nvml_calls_total"
+
+
+def test_backslashes_survive_exactly_in_label_values_and_help() -> None:
+    r"""A backslash before ``n`` must come back as a backslash and an ``n``, not as a newline."""
+    family = Metric("DCGM_FI_DEV_GPU_TEMP", r"C:\new\ help \ end", "gauge")
+    family.add_sample("DCGM_FI_DEV_GPU_TEMP", {"pod": "C:\\new\\", "team": 'a\\"b'}, 40)
+    text = encode_text([family]).decode()
+    assert r'{pod="C:\\new\\",team="a\\\"b"}' in text
+    assert r"# HELP DCGM_FI_DEV_GPU_TEMP C:\\new\\ help \\ end" + "\n" in text
+    for parse, encode in ((parse_text, encode_text), (parse_openmetrics, encode_openmetrics)):
+        [parsed] = parse(encode([family]).decode())
+        assert parsed.samples[0].labels == {"pod": "C:\\new\\", "team": 'a\\"b'}
+        assert parsed.documentation == r"C:\new\ help \ end"
+
+
+def test_boolean_readings_print_as_one_and_zero() -> None:
+    text = encode_text([_gauge("up_true", True), _gauge("up_false", False)]).decode()
+    assert 'up_true{gpu="0"} 1\n' in text and 'up_false{gpu="0"} 0\n' in text
+
+
+def test_gzip_carries_no_timestamp_so_a_body_compresses_to_the_same_bytes_at_any_time() -> None:
+    compressed = gzip_bytes(encode_text(families()))
+    assert compressed[4:8] == b"\0\0\0\0"  # RFC 1952 MTIME: zero means "no time stamp"
+
+
+@pytest.mark.parametrize(("accept", "counters_need_text_", "openmetrics"), [
+    # equal weights: OpenMetrics, whether the weight is written or implied
+    ("application/openmetrics-text, text/plain", False, True),
+    ("application/openmetrics-text;q=1.0, text/plain", False, True),
+    ("text/plain;q=0.5, application/openmetrics-text;q=0.5", False, True),
+    # text weighed higher, under each name a client may use for it
+    ("application/openmetrics-text;q=0.5, text/plain", False, False),
+    ("application/openmetrics-text;q=0.5, */*", False, False),
+    ("application/openmetrics-text;q=0.5, text/*", False, False),
+    ("application/openmetrics-text;q=0.5, TEXT/PLAIN;Q=0.9", False, False),
+    # a client that accepts text in any of its names gets DCGM's counters as counters
+    ("application/openmetrics-text, */*;q=0.1", True, False),
+    ("application/openmetrics-text, text/*;q=0.1", True, False),
+    # a client that refuses text (q=0) gets OpenMetrics even for DCGM's counters
+    ("application/openmetrics-text, text/plain;q=0", True, True),
+    # a weight that is not a number means "not acceptable", never "fully acceptable"
+    ("application/openmetrics-text;q=high, text/plain;q=0.1", False, False),
+    ("application/openmetrics-text;q=0=1, text/plain;q=0.1", False, False),
+])
+def test_content_negotiation_follows_the_clients_weights(accept: str, counters_need_text_: bool,
+                                                         openmetrics: bool) -> None:
+    assert wants_openmetrics(accept, counters_need_text=counters_need_text_) is openmetrics

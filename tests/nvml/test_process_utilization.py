@@ -191,3 +191,46 @@ def test_a_lost_gpu_or_nvml_going_away_is_not_mistaken_for_no_support(monkeypatc
     with pytest.raises(pynvml.NVMLError_GpuIsLost):
         reader.read(NvmlClient(), None, 1.0, 1.0)
     assert not reader.unsupported
+
+
+# -- what an operator reads when the per-process read fails ----------------------------------------------
+
+TWO_GPUS = "gpu_count: 2\ngpus:\n  0:\n    processes: [{pid: 1, load: 30}]\n"
+SIZE_RACE = (f"the process sample count changed between NVML's size query and the fill {SIZE_RETRIES} times in a "
+             "row")
+
+
+def sampler_lines(logs: Any, level: int) -> list[tuple[str, dict[str, Any]]]:
+    return [(record.getMessage(), dict(getattr(record, "fields", {}))) for record in logs.records
+            if record.levelno == level and record.name == "gpu_pod_exporter.sampler"]
+
+
+@pytest.mark.parametrize(("code", "error"), [
+    (pynvml.NVML_ERROR_INSUFFICIENT_SIZE, SIZE_RACE), (pynvml.NVML_ERROR_TIMEOUT, "NVMLError_Timeout: Timeout")],
+    ids=["size-race", "timeout"])
+def test_a_failed_read_is_logged_once_per_gpu_and_keeps_the_previous_value(
+        monkeypatch: pytest.MonkeyPatch, code: int, error: str) -> None:
+    with captured_logs() as logs, sampling(TWO_GPUS, process_interval_s=5.0) as rig:
+        before = rig.cycle(10.0).devices[0].process_utilization
+        assert before is not None and sm_by_pid(rig.sampler.snapshot) == {1: 30.0}
+        monkeypatch.setattr(pynvml, INFO, fake_call(raises(code)))
+        for at in (15.0, 20.0):
+            assert rig.cycle(at).devices[0].process_utilization is before  # the next good read covers the gap
+    assert sampler_lines(logs, logging.WARNING) == [
+        ("reading failed; skipped this cycle", {"gpu": gpu, "reading": "process utilization", "error": error})
+        for gpu in (0, 1)]
+
+
+def test_a_gpu_without_per_process_utilization_is_named_with_why_once() -> None:
+    text = "gpu_count: 2\ngpu_defaults: {mig: [3g.40gb]}\n"
+    with captured_logs() as logs, sampling(text, process_interval_s=5.0) as rig:
+        for at in (10.0, 15.0):
+            snapshot = rig.cycle(at)
+        reasons = [rig.sampler._states[gpu].utilization.unsupported for gpu in (0, 1)]
+    lines = [(message, fields) for message, fields in sampler_lines(logs, logging.INFO)
+             if message.startswith("per-process utilization")]
+    assert lines == [("per-process utilization is not supported on this GPU or driver; its per-container "
+                      "utilization families are omitted",
+                      {"gpu": gpu, "uuid": snapshot.devices[gpu].identity.uuid, "error": reasons[gpu]})
+                     for gpu in (0, 1)]
+    assert all(reason.startswith(f"{INFO}: NVMLError_NotSupported") for reason in reasons)

@@ -66,3 +66,16 @@ def test_the_memory_errors_scenario_is_read_through_the_new_rows(nvml: Any, cloc
     assert gpu3.values["DCGM_FI_DEV_RETIRED_SBE"] == 4 and gpu3.values["DCGM_FI_DEV_RETIRED_PENDING"] == 1
     assert "DCGM_FI_DEV_RETIRED_SBE" not in gpu1.values  # A100: page retirement not supported, omitted
     assert gpu0.values["DCGM_FI_DEV_THERMAL_VIOLATION"] == 0  # read, and no thermal throttling in this scenario
+
+
+def test_a_new_counters_csv_keeps_the_health_gauges_readings(nvml: Any, clock: FixedClock) -> None:
+    """A reload (SIGHUP) swaps the plan as the app does: the health flags stay read whatever the new CSV says."""
+    nvml("gpu_count: 1\ngpus:\n  0: {model: A100-SXM4-80GB, remapped_rows: {pending: true}}\n", init=False)
+    sampler = Sampler(parse_counters("DCGM_FI_DEV_GPU_TEMP, gauge, t\n", "c.csv").field_specs(), 1.0, clock=clock,
+                      dependencies=health_dependencies())
+    assert sampler.initialise()
+    sampler.set_specs(parse_counters("DCGM_FI_DEV_POWER_USAGE, gauge, p\n", "new.csv").field_specs(),
+                      health_dependencies())
+    values = sampler.run_cycle().devices[0].values
+    assert set(values) == {"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_ROW_REMAP_FAILURE"}
+    assert values["DCGM_FI_DEV_ROW_REMAP_PENDING"] == 1

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import bcrypt
 import pytest
 
+from exporter.web import auth as auth_module
 from exporter.web.auth import REALM, BasicAuth, dummy_hash, parse_basic_authorization
 from tests.e2e.exporter_process import wait_for
 
@@ -166,3 +167,45 @@ def test_the_dummy_hash_is_a_real_bcrypt_hash_that_matches_nothing() -> None:
     assert len(hashed) == 60 and hashed.startswith(b"$2b$%02d$" % COST)
     assert bcrypt.checkpw(b"", hashed) is False  # runs bcrypt's full work, then does not match
     assert dummy_hash(COST) != hashed  # fresh salt each time
+
+
+def test_a_stored_hash_bcrypt_cannot_read_lets_nobody_in() -> None:
+    """The parser accepts the shape ``$2b$03$...``; bcrypt refuses cost 3: that user must not get in."""
+    auth = BasicAuth({**USERS, "broken": "$2b$03$" + "a" * 53})
+    assert auth(header("broken", "anything")) == REALM
+    assert auth(header("prometheus", "scrape-pass")) is None
+
+
+@pytest.mark.parametrize("value", [
+    "Bearer " + base64.b64encode(b"prometheus:scrape-pass").decode(),  # right credentials, wrong scheme
+    "Basic " + base64.b64encode(b"prometheus:scrape-pass").decode() + "!!",  # junk after the token
+    "Basic " + base64.b64encode(b"prometheus:scrape-pass").decode()[:4] + "*" + base64.b64encode(
+        b"prometheus:scrape-pass").decode()[4:],  # a character outside base64 inside it
+])
+def test_credentials_in_the_wrong_scheme_or_with_junk_are_refused(value: str) -> None:
+    assert BasicAuth(USERS)({"Authorization": value}) == REALM
+
+
+def test_spaces_between_the_scheme_and_the_token_are_allowed() -> None:
+    token = base64.b64encode(b"prometheus:scrape-pass").decode()
+    assert BasicAuth(USERS)({"Authorization": f"Basic   {token}  "}) is None
+
+
+def test_a_password_of_exactly_bcrypts_72_bytes_works() -> None:
+    password = "p" * 72
+    auth = BasicAuth({"long": bcrypt.hashpw(password.encode(), bcrypt.gensalt(COST)).decode()})
+    assert auth(header("long", password)) is None
+    assert auth(header("long", password + "p")) == REALM
+
+
+def test_the_cache_of_verified_logins_holds_at_most_cache_size_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full cache is emptied before the next login is remembered, so its memory stays bounded."""
+    monkeypatch.setattr(auth_module, "CACHE_SIZE", 2)
+    users = {name: bcrypt.hashpw(name.encode(), bcrypt.gensalt(COST)).decode() for name in ("a", "b", "c")}
+    spy = Spy()
+    auth = BasicAuth(users, verify=spy)
+    for name in ("a", "b", "a", "c", "a"):
+        assert auth(header(name, name)) is None
+    # a and b fill it; a is then answered from it; c finds it full, empties it and is remembered alone,
+    # so a costs a bcrypt again
+    assert spy.calls == [users[name].encode() for name in ("a", "b", "c", "a")]
