@@ -87,14 +87,32 @@ def test_a_slice_that_appears_late_is_picked_up_and_logged_once_per_device(
             _snapshot(attribution)
         poll(lambda: node.kubelet.list_calls > 10, what="more kubelet polls")
         _snapshot(attribution)
-        missing = [r.getMessage() for r in caplog.records if "is not attributed to a GPU" in r.getMessage()]
-        assert sorted(m.split()[2] for m in missing) == [f"{DRIVER}/{NODE}/{GPU1_DEVICE[0]}",
-                                                        f"{DRIVER}/{NODE}/{MIG_A_DEVICE[0]}"], missing
+        missing = sorted(((r.levelno, r.getMessage(), r.__dict__["fields"]) for r in caplog.records
+                          if "is not attributed to a GPU" in r.getMessage()), key=lambda line: line[1])
+        explained = dra.EXPLAINED[dra.SLICE_MISSING]
+        assert missing == [  # what an operator reads, with the fields a log search filters on
+            (logging.WARNING, f"DRA device {DRIVER}/{NODE}/{GPU1_DEVICE[0]} of claim ml/train-gpu (pod ml/trainer-0) "
+             f"is not attributed to a GPU: {explained}",
+             {"reason": dra.SLICE_MISSING, "driver": DRIVER, "pool": NODE, "device": GPU1_DEVICE[0],
+              "claim": "ml/train-gpu"}),
+            (logging.WARNING, f"DRA device {DRIVER}/{NODE}/{MIG_A_DEVICE[0]} of claim ml/nb-mig (pod ml/nb) "
+             f"is not attributed to a GPU: {explained}",
+             {"reason": dra.SLICE_MISSING, "driver": DRIVER, "pool": NODE, "device": MIG_A_DEVICE[0],
+              "claim": "ml/nb-mig"}),
+        ]
 
         node.api.add_resource_slice(f"{NODE}-gpus", DRIVER, NODE, [GPU1_DEVICE, MIG_A_DEVICE])
         snapshot = poll(lambda: _pod(s := _snapshot(attribution), GPU1) and s, what="the late slice resolving")
         assert _pod(snapshot, GPU1) == "trainer-0" and _pod(snapshot, GPU2, 3) == "nb"
         assert dict(snapshot.unresolved) == dict.fromkeys(dra.REASONS, 0)
+        resolved = sorted(((r.levelno, r.getMessage(), r.__dict__["fields"]) for r in caplog.records
+                           if "is attributed now" in r.getMessage()), key=lambda line: line[1])
+        assert resolved == [
+            (logging.INFO, f"DRA device {DRIVER}/{NODE}/{device} is attributed now, or no longer claimed",
+             {"driver": DRIVER, "pool": NODE, "device": device})
+            for device in sorted((GPU1_DEVICE[0], MIG_A_DEVICE[0]))]
+        for _ in range(5):  # resolved devices are not announced again
+            _snapshot(attribution)
         assert sum("is attributed now" in r.getMessage() for r in caplog.records) == 2
         assert ("resourceslices", "list", "200") in {key for key, _ in snapshot.status.api_requests}
     finally:
