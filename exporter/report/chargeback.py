@@ -50,6 +50,8 @@ HOLDER_SHARE = "gpu_container:gpu_allocation_share:ratio"
 HOLDER_UTILIZATION = "gpu_container:gpu_utilization:percent"
 HOLDER_ENERGY = "gpu_container:gpu_energy_joules:increase5m"
 DEVICE_FRACTION = "gpu:gpu_fraction:ratio"
+# The recorded series the chargeback reads (all of group gpu-pod-exporter.cost-report or below it).
+RECORDED_SERIES = (HOLDER_FRACTION, HOLDER_SHARE, HOLDER_UTILIZATION, HOLDER_ENERGY, DEVICE_FRACTION)
 
 
 @dataclass(frozen=True)
@@ -395,13 +397,15 @@ def _totals(lines: Sequence[ChargeLine]) -> dict[tuple[str, str], GroupTotal]:
         grouped[(line.cluster, line.group)].append(line)
     result = {}
     for (cluster, group), items in grouped.items():
-        own = [line for line in items if line.kind == "allocated"]
-        shared = [line for line in items if line.kind == "unallocated"]
+        # a group's GPU-hours are what it held; the (unallocated) line's are the capacity nobody held
+        own = [line for line in items if line.kind == "allocated" or group == UNALLOCATED]
+        shared = [line for line in items if line.kind == "unallocated"]  # shared back by --share-idle
         result[(cluster, group)] = GroupTotal(
             cluster, group, math.fsum(line.gpu_hours for line in own),
             math.fsum(line.idle_gpu_hours or 0.0 for line in own),
             _money([line.gpu_cost for line in own]), _money([line.energy_cost for line in own]),
-            _money([line.gpu_cost for line in shared]), _money([line.cost for line in items]), None)
+            _money([line.gpu_cost for line in shared]) if group != UNALLOCATED else None,
+            _money([line.cost for line in items]), None)
     return result
 
 

@@ -322,6 +322,10 @@ def render(report: Report, opts: Options) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["budget-rules"]:
+        from exporter.report.budgets import main as budget_rules  # noqa: PLC0415
+
+        return budget_rules(arguments[1:])
     try:
         opts = options(arguments, time.time())
         if opts.output_format == "html":
