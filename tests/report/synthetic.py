@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 WINDOW_START = 1748822400  # 2025-06-02T00:00:00Z
 WINDOW_HOURS = 48
@@ -116,8 +117,14 @@ def _target(cluster: str, host: str) -> dict[str, str]:
 Samples = dict[str, dict[tuple[tuple[str, str], ...], list[tuple[float, float]]]]
 
 
-def samples(cluster: Cluster, offset_s: float = 0.0, until_h: float = WINDOW_HOURS) -> Samples:
+def samples(cluster: Cluster, offset_s: float = 0.0, until_h: float = WINDOW_HOURS, *,
+            origin: float = WINDOW_START, sample_s: int = SAMPLE_S, from_h: float = DATA_FROM_H,
+            energy_lead_s: float | None = None) -> Samples:
     """metric -> label set -> [(unix time, value)]: one sample a minute, ``offset_s`` after the minute.
+
+    (``sample_s`` apart from ``origin + from_h`` hours in general; ``energy_lead_s`` adds an energy
+    sample that long before each one, so that a rule's ``increase(...[5m])`` sees two samples even
+    when ``sample_s`` is longer than 5 minutes.)
 
     The sample taken ``offset_s`` after minute m shows the state of the minute that ends at m + 1
     (the slot a report point at m + 1 stands for): the recording rules, evaluated ``offset_s``
@@ -130,10 +137,10 @@ def samples(cluster: Cluster, offset_s: float = 0.0, until_h: float = WINDOW_HOU
 
     physical = {d.uuid: d for d in cluster.devices}
     shared = {h.device for h in cluster.holdings if h.replica is not None}
-    steps = round((until_h - DATA_FROM_H) * 3600 / SAMPLE_S)
+    steps = round((until_h - from_h) * 3600 / sample_s)
     for step in range(steps):
-        timestamp = WINDOW_START + DATA_FROM_H * 3600 + step * SAMPLE_S + offset_s
-        hour = DATA_FROM_H + (step + 1) * SAMPLE_S / 3600.0
+        timestamp = origin + from_h * 3600 + step * sample_s + offset_s
+        hour = from_h + (step + 1) * sample_s / 3600.0
         for device in cluster.devices:
             target = _target(cluster.name, device.host)
             holders = cluster.holders(device, hour)
@@ -155,19 +162,23 @@ def samples(cluster: Cluster, offset_s: float = 0.0, until_h: float = WINDOW_HOU
             whole = [d for d in cluster.devices if d.uuid == uuid]
             holders = cluster.holders(device, hour) if len(whole) == 1 and device not in shared else []
             workload = holders[0].workload() if len(holders) == 1 else {}
-            millijoules = watts * 1000.0 * (step * SAMPLE_S + 86400)  # linear in time: constant power
-            add("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", device.physical_labels() | workload
-                | _target(cluster.name, device.host), timestamp, millijoules)
+            energy_labels = device.physical_labels() | workload | _target(cluster.name, device.host)
+            elapsed = step * sample_s + 86400  # linear in time: constant power
+            if energy_lead_s is not None:
+                add("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", energy_labels, timestamp - energy_lead_s,
+                    watts * 1000.0 * (elapsed - energy_lead_s))
+            add("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", energy_labels, timestamp, watts * 1000.0 * elapsed)
         for metric, labels in cluster.ksm_series():
             add(metric, labels, timestamp, 1.0)
     return out
 
 
-def openmetrics(clusters: Iterable[Cluster], offset_s: float = 0.0, until_h: float = WINDOW_HOURS) -> Iterator[str]:
+def openmetrics(clusters: Iterable[Cluster], offset_s: float = 0.0, until_h: float = WINDOW_HOURS,
+                **timing: Any) -> Iterator[str]:
     """OpenMetrics text lines (families contiguous, samples in time order), ending with ``# EOF``."""
     merged: Samples = defaultdict(dict)
     for cluster in clusters:
-        for metric, series in samples(cluster, offset_s, until_h).items():
+        for metric, series in samples(cluster, offset_s, until_h, **timing).items():
             merged[metric].update(series)
     for metric in sorted(merged):
         yield f"# TYPE {metric} gauge\n"

@@ -71,8 +71,8 @@ def test_a_budget_alert_fires_in_a_promtool_test(tmp_path: Path) -> None:
             "input_series": [series("research", H100, 2), series("serving", "NVIDIA A100-SXM4-80GB", 1),
                              series("batch", "NVIDIA A100-SXM4-80GB", 1)],
             "promql_expr_test": [{"expr": "team:gpu_cost_per_hour:budget", "eval_time": "10m", "exp_samples": [
-                {"labels": 'team:gpu_cost_per_hour:budget{team="research"}', "value": 5}, {"labels": 'team:gpu_cost_per_hour:budget{team="serving"}', "value": 1},
-                {"labels": 'team:gpu_cost_per_hour:budget{team="batch"}', "value": 1}]}],
+                {"labels": f'team:gpu_cost_per_hour:budget{{team="{team}"}}', "value": value}
+                for team, value in (("research", 5), ("serving", 1), ("batch", 1))]}],
             "alert_rule_test": [
                 {"eval_time": "20m", "alertname": "GpuTeamBudgetForecastExceeded",
                  "exp_alerts": [forecast_alert("research"), forecast_alert("batch")]},

@@ -67,8 +67,9 @@ def rule_levels(rule_file: Path, wanted: Iterable[str]) -> list[list[dict[str, o
 class BackfilledPrometheus:
     """Prometheus serving a TSDB built from OpenMetrics files and backfilled rules."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, lookback: str = "60s") -> None:
         self.workdir = workdir
+        self.lookback = lookback
         self.data = workdir / "data"
         self.data.mkdir(parents=True, exist_ok=True)
         self.harness: PrometheusHarness | None = None
@@ -153,7 +154,7 @@ class BackfilledPrometheus:
     def start(self) -> None:
         if self.harness is None:
             self.harness = PrometheusHarness([], storage_path=self.data, retention="100y",
-                                             extra_flags=["--query.lookback-delta=60s"]).start()
+                                             extra_flags=[f"--query.lookback-delta={self.lookback}"]).start()
 
     def stop(self) -> None:
         if self.harness is not None:
