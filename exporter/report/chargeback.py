@@ -437,7 +437,8 @@ def build_chargeback(current: ChargebackData, previous: ChargebackData | None, g
     if group_by.kind in ("label", "annotation"):
         source = (f"the pod label {group_by.key} on the exporter's series ({group_by.series_label}; it needs "
                   "--kubernetes-enable-pod-labels with the key in --kubernetes-pod-label-allowlist-regex, the "
-                  "chart's kubernetes.podLabels), then kube_namespace_labels"
+                  "chart's kubernetes.enablePodLabels and kubernetes.podLabelAllowlistRegex), then "
+                  "kube_namespace_labels"
                   if group_by.kind == "label" else
                   f"kube_pod_annotations then kube_namespace_annotations ({group_by.ksm_label}; kube-state-"
                   "metrics' --metric-annotations-allowlist)")

@@ -33,7 +33,8 @@ def header_lines(report: Report) -> list[str]:
         if prices:
             lines.append("Price: " + "; ".join(prices))
     if settings.pricing_file is not None:
-        lines.append(f"Prices: {settings.pricing_file}")
+        lines.append(f"Prices: {settings.pricing_file} (the usage table prices each model's GPU-hours; the "
+                     "chargeback applies node pools, MIG profiles and energy too)")
     return lines
 
 

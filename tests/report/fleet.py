@@ -1,9 +1,9 @@
 """A simulated two-cluster fleet over May and June 2025, for the sample monthly chargeback in docs/cost-report/.
 
 Two months of a fleet are too many points for the 2-minute test data (tests/report/synthetic.py), so
-the rules here are evaluated every 10 minutes and the raw gauges sampled as often (energy twice
-within each 5 minutes before an evaluation, so that ``increase(...[5m])`` sees two samples). Every
-value is constant over whole hours, so a 10-minute step is exact.
+the rules here are evaluated every hour and the raw gauges sampled as often (energy twice within
+the 5 minutes before an evaluation, so that ``increase(...[5m])`` sees two samples). Every value is
+constant over whole hours, so an hourly step is exact.
 
 ``eu-west``: node eu-gpu-1 with four H100s (node pool "on-demand"), node eu-gpu-2 with an A100 in
 MIG mode (3g.40gb + 3g.40gb + 1g.10gb, node pool "spot"), both pools from kube-state-metrics'
@@ -20,7 +20,7 @@ from tests.report.synthetic import A100, H100, Cluster, Device, Holding
 ORIGIN = 1748736000  # 2025-06-01T00:00:00Z; May is hours -744 .. 0
 FROM_H = -744.0
 UNTIL_H = 720.0
-INTERVAL_S = 600
+INTERVAL_S = 3600
 ENERGY_LEAD_S = 150.0
 L40S = "NVIDIA L40S"
 MAY = (FROM_H - 1.0, 0.0)

@@ -65,7 +65,7 @@ def generate(url: str, directory: Path = SAMPLE_DIR) -> None:
 
 
 FLEET_PRICING = SAMPLE_DIR / "fleet-pricing.yaml"
-FLEET_ARGS = ["--period", "2025-06", "--step", "10m", "--pricing", "FLEET_PRICING", "--group-by", "label:cost-center",
+FLEET_ARGS = ["--period", "2025-06", "--step", "1h", "--pricing", "FLEET_PRICING", "--group-by", "label:cost-center",
               "--share-idle", "proportional"]
 FLEET_COMMAND = ("gpu-pod-exporter report --prometheus " + SHOWN_URL + " "
                  + " ".join(FLEET_ARGS).replace("FLEET_PRICING", "fleet-pricing.yaml"))
@@ -81,8 +81,9 @@ def build_fleet(prometheus: object) -> str:
 
     assert isinstance(prometheus, BackfilledPrometheus)
     offset = prometheus.rule_offset(fleet.INTERVAL_S)
-    # a report point reads the evaluation 600 - offset old; a rule must not see the raw sample 600 s old
-    prometheus.lookback = f"{fleet.INTERVAL_S - offset / 2:.3f}s"
+    # a report point reads the evaluation (interval - offset) old; a rule must not see the raw sample one
+    # interval old
+    prometheus.lookback = f"{int(fleet.INTERVAL_S - offset / 2)}s"
     prometheus.add_openmetrics("fleet", synthetic.openmetrics(
         fleet.fleet(), offset, fleet.UNTIL_H, origin=fleet.ORIGIN, sample_s=fleet.INTERVAL_S, from_h=fleet.FROM_H,
         energy_lead_s=fleet.ENERGY_LEAD_S))
@@ -121,7 +122,7 @@ def _main() -> int:
 
     if sys.argv[1:] == ["--fleet"]:
         with tempfile.TemporaryDirectory(prefix="report-fleet-") as workdir:
-            prometheus = BackfilledPrometheus(Path(workdir))
+            prometheus = BackfilledPrometheus(Path(workdir), max_block_duration="240h")
             try:
                 generate_fleet(build_fleet(prometheus))
             finally:
