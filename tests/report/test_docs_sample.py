@@ -11,11 +11,9 @@ import csv
 import io
 from collections import defaultdict
 
-import pytest
-
 from exporter.report.export import COLUMNS, parquet_schema
 from tests.report.conftest import Backfilled
-from tests.report.plotting import require_matplotlib
+from tests.report.plotting import require_matplotlib, require_pyarrow
 from tests.report.sample import (
     COMMAND,
     FLEET_COMMAND,
@@ -56,7 +54,7 @@ def test_docs_cost_md_shows_the_committed_sample() -> None:
 
 def test_the_fleet_chargeback_files_agree_with_each_other_and_the_export_schema() -> None:
     """The monthly fleet sample is regenerated on request (minutes of backfill): its files must still agree."""
-    pytest.importorskip("pyarrow", reason="pyarrow comes with the report extra")
+    require_pyarrow()
     rows = list(csv.DictReader(io.StringIO(FLEET_CSV.read_text(encoding="utf-8"))))
     assert rows and tuple(rows[0]) == COLUMNS
     assert {row["period_start"] for row in rows} == {"2025-06-01T00:00:00Z"}

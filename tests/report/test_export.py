@@ -12,6 +12,7 @@ import pytest
 from exporter.report.chargeback import Chargeback, ChargeLine, GroupTotal
 from exporter.report.export import COLUMNS, PARQUET_METADATA_KEY, SCHEMA, SCHEMA_VERSION, export, render_csv
 from exporter.report.model import Window
+from tests.report.plotting import require_pyarrow
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cost.md"
 JUNE = Window(1748736000.0, 1751328000.0, 600.0)
@@ -42,7 +43,9 @@ def test_the_csv_has_the_schema_columns_and_empty_cells_for_what_does_not_apply(
 
 
 def test_the_parquet_file_has_the_schema_its_version_and_the_same_rows(tmp_path: Path) -> None:
-    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow comes with the report extra")
+    require_pyarrow()
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
     csv_path, parquet_path = export(sample(), tmp_path)
     assert csv_path.name == "chargeback-20250601T000000Z_20250701T000000Z.csv"
     assert parquet_path.name == "chargeback-20250601T000000Z_20250701T000000Z.parquet"
