@@ -65,10 +65,6 @@ class Options:
     previous: Window | None = None
     export_dir: Path | None = None
 
-    @property
-    def chargeback(self) -> bool:
-        return self.group_by is not None
-
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
