@@ -278,7 +278,6 @@ class _Sums:
     idle: float = 0.0
     energy_kwh: float = 0.0
     gpu_cost: float = 0.0
-    idle_cost: float = 0.0
     unpriced: bool = False
 
 
@@ -326,7 +325,6 @@ def _period_lines(data: ChargebackData, group_by: GroupBy, prices: PriceSheet,
                 continue
             cost = gpu_hours * price
         line.gpu_cost += cost
-        line.idle_cost += cost * idle_hours / gpu_hours if gpu_hours > EPSILON else 0.0
     lines = []
     for (cluster, group, model, profile, pool), item in sums.items():
         priced = not item.unpriced and not prices.empty
