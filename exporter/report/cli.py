@@ -8,18 +8,25 @@ be asked or holds no GPU allocation data for the window.
 from __future__ import annotations
 
 import argparse
+import calendar
+import dataclasses
+import re
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
+from exporter.report.chargeback import SHARE_MODES, UNLABELLED, GroupBy, build_chargeback, fetch_chargeback
 from exporter.report.collect import Queries, cluster_matcher, fetch
 from exporter.report.compute import build_report
+from exporter.report.export import MissingParquetLibraryError, export, require_pyarrow
 from exporter.report.html import render_html
 from exporter.report.model import Report, Settings, Window
 from exporter.report.plots import MissingPlotLibraryError, require_matplotlib
 from exporter.report.pricing import PriceSheet, parse_prices
+from exporter.report.pricingfile import PricingFileError, load_pricing
 from exporter.report.promclient import (
     PROMETHEUS_MAX_POINTS,
     Connection,
@@ -53,6 +60,10 @@ class Options:
     top_pods: int
     max_points: int
     max_samples: int
+    group_by: GroupBy | None = None
+    share_idle: str = "none"
+    previous: Window | None = None
+    export_dir: Path | None = None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -71,6 +82,9 @@ def parser() -> argparse.ArgumentParser:
                        help=f"Length of the window ending at --end (default {DEFAULT_RANGE} without --start).")
     where.add_argument("--start", metavar="TIME", help="Start of the window.")
     where.add_argument("--end", metavar="TIME", help="End of the window (default: now, rounded down to the step).")
+    where.add_argument("--period", metavar="YYYY-MM|previous-month",
+                       help="A calendar month (UTC) instead of --start/--end/--range; the chargeback compares it "
+                            "with the month before.")
     where.add_argument("--step", default="1m", metavar="DURATION",
                        help="Resolution: each point stands for this long (default 1m; the rule evaluation interval "
                             "makes every evaluation count once).")
@@ -81,7 +95,19 @@ def parser() -> argparse.ArgumentParser:
     money.add_argument("--price-per-gpu-hour", action="append", default=[], metavar="PRICE|MODEL=PRICE",
                        help="Price of one whole-GPU hour: a number for every model, or 'MODEL=PRICE' for one "
                             "modelName (repeatable).")
-    money.add_argument("--currency", default="USD", help="Currency name printed beside costs (default USD).")
+    money.add_argument("--pricing", metavar="FILE",
+                       help="Pricing file (YAML): prices per model, MIG profile and node pool, on-prem amortisation, "
+                            "energy per kWh, cloud list prices (docs/cost.md, 'The pricing file'). Adds the "
+                            "chargeback table.")
+    money.add_argument("--currency", help="Currency name printed beside costs (default: the pricing file's, or USD).")
+    money.add_argument("--group-by", metavar="team|namespace|label:KEY|annotation:KEY",
+                       help="Cost groups of the chargeback table (default: --by): a pod label or annotation, then the "
+                            "namespace's, else the line 'unlabelled' (or the namespace, --group-fallback namespace).")
+    money.add_argument("--group-fallback", choices=(UNLABELLED, "namespace"), default=UNLABELLED,
+                       help="Where pods without the --group-by label go (default: the line 'unlabelled').")
+    money.add_argument("--share-idle", choices=SHARE_MODES, default=None,
+                       help="Unallocated capacity: billed to '(unallocated)' (none, the default), shared evenly among "
+                            "each cluster's cost groups, or in proportion to their GPU cost.")
     money.add_argument("--idle-threshold", type=float, default=5.0, metavar="PERCENT",
                        help="Utilisation below this counts as idle (default 5, as the GpuAllocatedButIdle alert).")
     money.add_argument("--reclaim-by", choices=("p95", "peak"), default="p95",
@@ -91,6 +117,9 @@ def parser() -> argparse.ArgumentParser:
     out.add_argument("--format", choices=("text", "csv", "json", "html"), default="text")
     out.add_argument("--table", choices=tuple(TABLES), default="usage", help="The table --format csv writes.")
     out.add_argument("--output", "-o", metavar="FILE", help="Write here instead of standard output.")
+    out.add_argument("--export-dir", metavar="DIR",
+                     help="Also write the chargeback of the period as chargeback-<start>_<end>.csv and .parquet "
+                          "(versioned schema, docs/cost.md) into DIR.")
     conn = p.add_argument_group("connection")
     conn.add_argument("--tenant", metavar="ID", help="Tenant for Mimir/Cortex/Thanos (X-Scope-OrgID header).")
     conn.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
@@ -134,7 +163,38 @@ def _headers(values: Sequence[str]) -> dict[str, str]:
     return headers
 
 
+_MONTH = re.compile(r"^(\d{4})-(\d{2})$")
+
+
+def _month_start(year: int, month: int) -> float:
+    return float(calendar.timegm((year, month, 1, 0, 0, 0)))
+
+
+def _period(text: str, now: float) -> tuple[float, float, float]:
+    """(start, end, start of the month before) of ``--period``."""
+    if text == "previous-month":
+        today = datetime.fromtimestamp(now, UTC)
+        year, month = (today.year, today.month - 1) if today.month > 1 else (today.year - 1, 12)
+    else:
+        match = _MONTH.match(text)
+        if match is None or not 1 <= int(match.group(2)) <= 12:
+            raise UsageError(f"--period {text!r}: expected YYYY-MM (a calendar month) or previous-month")
+        year, month = int(match.group(1)), int(match.group(2))
+    after = (year, month + 1) if month < 12 else (year + 1, 1)
+    before = (year, month - 1) if month > 1 else (year - 1, 12)
+    return _month_start(year, month), _month_start(*after), _month_start(*before)
+
+
 def _window(args: argparse.Namespace, now: float) -> Window:
+    if args.period:
+        if args.start or args.end or args.range:
+            raise UsageError("--period with --start, --end or --range: give the month or the window, not both")
+        try:
+            step = parse_duration(args.step)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        first, last, _ = _period(args.period, now)
+        return Window(first, first + int((last - first) // step) * step, step)
     try:
         step = parse_duration(args.step)
         length = parse_duration(args.range) if args.range else None
@@ -168,11 +228,21 @@ def options(argv: Sequence[str], now: float) -> Options:
         raise UsageError("--basic-auth-user and --basic-auth-password-file go together")
     if args.bearer_token_file and args.basic_auth_user:
         raise UsageError("give either --bearer-token-file or basic auth, not both")
+    if args.pricing and args.price_per_gpu_hour:
+        raise UsageError("give either --pricing or --price-per-gpu-hour, not both")
     try:
-        prices = parse_prices(args.price_per_gpu_hour)
+        prices = load_pricing(args.pricing) if args.pricing else parse_prices(args.price_per_gpu_hour)
         timeout = parse_duration(args.timeout)
+        chargeback = bool(args.pricing or args.group_by or args.share_idle or args.export_dir)
+        group_by = GroupBy.parse(args.group_by or args.by, args.group_fallback) if chargeback else None
+    except PricingFileError as error:
+        raise UsageError(f"--pricing {error}") from None
     except ValueError as error:
         raise UsageError(str(error)) from None
+    currency = args.currency or prices.currency or "USD"
+    export_dir = Path(args.export_dir) if args.export_dir else None
+    if export_dir is not None and not export_dir.is_dir():
+        raise UsageError(f"--export-dir {export_dir}: no such directory")
     if args.ca_file and not Path(args.ca_file).is_file():
         raise UsageError(f"--ca-file {args.ca_file}: no such file")
     basic = None
@@ -193,10 +263,18 @@ def options(argv: Sequence[str], now: float) -> Options:
     settings = Settings(
         prometheus=shown_url,
         by=args.by, idle_threshold_percent=args.idle_threshold, reclaim_by=args.reclaim_by,
-        currency=args.currency, default_price=prices.default, model_prices=tuple(sorted(prices.per_model.items())),
-        clusters=tuple(args.cluster))
-    return Options(connection, _window(args, now), settings, prices, args.format, args.table, output,
-                   args.top_pods, args.max_points_per_query, args.max_samples)
+        currency=currency, default_price=prices.default, model_prices=tuple(sorted(prices.per_model.items())),
+        clusters=tuple(args.cluster), pricing_file=args.pricing)
+    window = _window(args, now)
+    if args.period:
+        previous_start = _period(args.period, now)[2]
+        previous = Window(previous_start, previous_start + int((window.start - previous_start) // window.step)
+                          * window.step, window.step)
+    else:
+        previous = Window(2 * window.start - window.end, window.start, window.step)
+    return Options(connection, window, settings, prices, args.format, args.table, output,
+                   args.top_pods, args.max_points_per_query, args.max_samples, group_by,
+                   args.share_idle or "none", previous, export_dir)
 
 
 def make_report(opts: Options) -> Report:
@@ -211,7 +289,21 @@ def make_report(opts: Options) -> Report:
             + (f" for cluster {', '.join(opts.settings.clusters)}" if opts.settings.clusters else "")
             + f": neither the exporter's {' / '.join(ALLOCATION_INPUTS)} (run it with -k / --kubernetes) nor the "
               f"recorded {FRACTION.series} ({RULE_FILE}) is there")
-    return build_report(fetched, opts.settings, opts.prices, opts.top_pods)
+    report = build_report(fetched, opts.settings, opts.prices, opts.top_pods)
+    if opts.group_by is None:
+        return report
+    pool_label = opts.prices.pool_label
+    threshold = opts.settings.idle_threshold_percent
+    current = fetch_chargeback(client, opts.window, opts.group_by, matcher=queries.matcher,
+                               idle_threshold=threshold, pool_label=pool_label)
+    previous = None
+    if opts.previous is not None and opts.previous.points >= 1:
+        previous = fetch_chargeback(client, opts.previous, opts.group_by, matcher=queries.matcher,
+                                    idle_threshold=threshold, pool_label=pool_label)
+    chargeback = build_chargeback(current, previous, opts.group_by, prices=opts.prices, share_idle=opts.share_idle,
+                                  currency=opts.settings.currency)
+    return dataclasses.replace(report, chargeback=chargeback, notes=(*report.notes, *chargeback.notes),
+                               warnings=tuple(client.warnings))
 
 
 def render(report: Report, opts: Options) -> str:
@@ -226,11 +318,17 @@ def render(report: Report, opts: Options) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["budget-rules"]:
+        from exporter.report.budgets import main as budget_rules  # noqa: PLC0415
+
+        return budget_rules(arguments[1:])
     try:
         opts = options(arguments, time.time())
         if opts.output_format == "html":
             require_matplotlib()
-    except (UsageError, MissingPlotLibraryError) as error:
+        if opts.export_dir is not None:
+            require_pyarrow()
+    except (UsageError, MissingPlotLibraryError, MissingParquetLibraryError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     try:
@@ -239,6 +337,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return EXIT_RUNTIME
     output = render(report, opts)
+    if opts.export_dir is not None and report.chargeback is not None:
+        try:
+            written = export(report.chargeback, opts.export_dir)
+        except OSError as error:
+            print(f"{PROG}: error: --export-dir {opts.export_dir}: {error.strerror or error}", file=sys.stderr)
+            return EXIT_USAGE
+        for path in written:
+            print(f"{PROG}: wrote {path}", file=sys.stderr)
     for warning in report.warnings:
         print(f"{PROG}: warning: Prometheus: {warning}", file=sys.stderr)
     if opts.output is None:

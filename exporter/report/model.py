@@ -9,6 +9,10 @@ the report's notes say which), never zero.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from exporter.report.chargeback import Chargeback
 
 
 @dataclass(frozen=True)
@@ -153,10 +157,11 @@ class Settings:
     default_price: float | None
     model_prices: tuple[tuple[str, float], ...] = ()
     clusters: tuple[str, ...] = ()
+    pricing_file: str | None = None
 
     @property
     def priced(self) -> bool:
-        return self.default_price is not None or bool(self.model_prices)
+        return self.default_price is not None or bool(self.model_prices) or self.pricing_file is not None
 
 
 @dataclass(frozen=True)
@@ -172,6 +177,7 @@ class Report:
     splits: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    chargeback: Chargeback | None = None
 
     @property
     def multi_cluster(self) -> bool:

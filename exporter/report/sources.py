@@ -17,6 +17,7 @@ used. DRA allocations (#17) would add a ``Source`` here with their own split.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 RULE_FILE = "deploy/rules/gpu-pod-exporter-recording.yaml"
@@ -24,6 +25,12 @@ RULE_GROUP = "gpu-pod-exporter.cost-report"
 ALLOCATION_INPUTS = ("DCGM_EXP_GPU_ALLOCATION_INFO", "DCGM_EXP_GPU_ALLOCATED")
 UTILIZATION_INPUTS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
 CLUSTER_LABEL = "cluster"
+NODE_LABEL = "Hostname"  # the exporter's node-name label; read it only through node_name()
+
+
+def node_name(labels: Mapping[str, str]) -> str:
+    """The node a series comes from. The one place that knows how the exporter spells the label."""
+    return labels.get(NODE_LABEL, "")
 
 
 @dataclass(frozen=True)

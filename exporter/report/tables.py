@@ -7,10 +7,12 @@ cannot disagree about what a column is called or what it holds.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter.report.model import Report, Usage
+from exporter.report.timespec import format_time
 
 Cell = str | float | None
 
@@ -128,11 +130,45 @@ def pods_table(report: Report) -> Table:
     return Table("pods", title, tuple(columns), tuple(rows))
 
 
-TABLES = {"usage": usage_table, "capacity": capacity_table, "reclaim": reclaim_table, "pods": pods_table}
+def chargeback_table(report: Report) -> Table:
+    """Per cluster and cost group: what it pays, the unallocated capacity shared to it, the previous period."""
+    chargeback = report.chargeback
+    currency = chargeback.currency if chargeback is not None else report.settings.currency
+    columns = (Column("cluster", decimals=None), Column("cost group", decimals=None),
+               Column("allocated", "GPU-h"), Column("idle", "GPU-h"), Column("GPU cost", currency),
+               Column("energy cost", currency), Column("unallocated share", currency), Column("total", currency),
+               Column("previous period", currency), Column("change", "%", 1))
+    if chargeback is None:
+        return Table("chargeback", "Chargeback", columns, (), empty="(no chargeback: give --pricing or --group-by)")
+    rows = tuple((t.cluster, t.group, t.gpu_hours, t.idle_gpu_hours, t.gpu_cost, t.energy_cost, t.unallocated_cost,
+                  t.cost, t.previous_cost, t.change_percent) for t in chargeback.totals)
+
+    def add(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return math.fsum(known) if known else None
+
+    totals = chargeback.totals
+    now, before = add([t.cost for t in totals]), add([t.previous_cost for t in totals])
+    total: tuple[Cell, ...] = ("", "total", math.fsum(t.gpu_hours for t in totals),
+                               math.fsum(t.idle_gpu_hours for t in totals), add([t.gpu_cost for t in totals]),
+                               add([t.energy_cost for t in totals]), add([t.unallocated_cost for t in totals]),
+                               now, before,
+                               100.0 * (now - before) / before if now is not None and before else None)
+    title = (f"Chargeback by {chargeback.group_by} (unallocated capacity: "
+             + {"none": "billed to (unallocated)", "even": "shared evenly among each cluster's cost groups",
+                "proportional": "shared in proportion to each cost group's GPU cost"}[chargeback.share_idle]
+             + "; previous period: " + (f"{format_time(chargeback.previous.start)} to "
+                                        f"{format_time(chargeback.previous.end)}" if chargeback.previous else "none")
+             + ")")
+    return Table("chargeback", title, columns, rows, total)
+
+
+TABLES = {"usage": usage_table, "capacity": capacity_table, "reclaim": reclaim_table, "pods": pods_table,
+          "chargeback": chargeback_table}
 
 
 def all_tables(report: Report) -> list[Table]:
-    return [build(report) for build in TABLES.values()]
+    return [build(report) for key, build in TABLES.items() if key != "chargeback" or report.chargeback is not None]
 
 
 def formatted(table: Table) -> tuple[list[str], list[list[str]], list[str] | None]:

@@ -30,7 +30,11 @@ def header_lines(report: Report) -> list[str]:
         prices = [] if settings.default_price is None else [
             f"{settings.default_price:g} {settings.currency} per GPU-hour"]
         prices += [f"{model}: {price:g}" for model, price in settings.model_prices]
-        lines.append("Price: " + "; ".join(prices))
+        if prices:
+            lines.append("Price: " + "; ".join(prices))
+    if settings.pricing_file is not None:
+        lines.append(f"Prices: {settings.pricing_file} (the usage table prices each model's GPU-hours; the "
+                     "chargeback applies node pools, MIG profiles and energy too)")
     return lines
 
 
@@ -115,6 +119,15 @@ def report_dict(report: Report) -> dict[str, Any]:
         "splits": report.splits,
         "notes": list(report.notes),
         "warnings": list(report.warnings),
+        "chargeback": None if report.chargeback is None else {
+            "group_by": report.chargeback.group_by, "share_idle": report.chargeback.share_idle,
+            "currency": report.chargeback.currency,
+            "previous_period": None if report.chargeback.previous is None else [
+                format_time(report.chargeback.previous.start), format_time(report.chargeback.previous.end)],
+            "lines": [{**asdict(line), "cost": line.cost} for line in report.chargeback.lines],
+            "totals": [{**asdict(total), "change_percent": total.change_percent}
+                       for total in report.chargeback.totals],
+        },
     }
 
 

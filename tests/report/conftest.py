@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from exporter.report.chargeback import RECORDED_SERIES
 from exporter.report.sources import SOURCES
 from tests.report import synthetic
 from tests.report.tsdb import BackfilledPrometheus
@@ -25,7 +26,7 @@ def build(prometheus: BackfilledPrometheus) -> Backfilled:
     prometheus.add_openmetrics("east", synthetic.openmetrics([synthetic.east()], offset))
     start = synthetic.WINDOW_START + synthetic.DATA_FROM_H * 3600
     end = synthetic.WINDOW_START + synthetic.WINDOW_HOURS * 3600
-    prometheus.backfill_rules([source.series for source in SOURCES], start, end, interval)
+    prometheus.backfill_rules([*(source.series for source in SOURCES), *RECORDED_SERIES], start, end, interval)
     prometheus.add_openmetrics("west", synthetic.openmetrics([synthetic.west()], offset))
     prometheus.start()
     return Backfilled(prometheus.url, offset)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 WINDOW_START = 1748822400  # 2025-06-02T00:00:00Z
 WINDOW_HOURS = 48
@@ -62,10 +63,11 @@ class Holding:
     start_h: float
     end_h: float
     replica: str | None = None
+    pod_labels: tuple[tuple[str, str], ...] = ()  # as the exporter copies them (sanitised names)
 
     def workload(self) -> dict[str, str]:
         labels = {"container": self.container, "namespace": self.namespace, "pod": self.pod}
-        return labels | ({"team": self.team} if self.team else {})
+        return labels | ({"team": self.team} if self.team else {}) | dict(self.pod_labels)
 
 
 Pieces = tuple[tuple[float, float, float], ...]  # (from_h, to_h, value) over (from, to]
@@ -79,6 +81,23 @@ class Cluster:
     utilization: dict[Device, Pieces] = field(default_factory=dict)  # % (GPU_UTIL) or 0-1 (MIG GR_ENGINE_ACTIVE)
     memory_mib: dict[Device, Pieces] = field(default_factory=dict)
     power_w: dict[str, float] = field(default_factory=dict)  # per physical GPU UUID
+    # kube-state-metrics' series (label_* / annotation_* labels), constant over the data
+    namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    namespace_annotations: dict[str, dict[str, str]] = field(default_factory=dict)
+    pod_annotations: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def ksm_series(self) -> list[tuple[str, dict[str, str]]]:
+        """(metric, labels) of every kube-state-metrics series of the cluster."""
+        target = {"cluster": self.name, "instance": "kube-state-metrics:8080", "job": "kube-state-metrics"}
+        out = [("kube_namespace_labels", {"namespace": ns} | labels | target)
+               for ns, labels in self.namespace_labels.items()]
+        out += [("kube_namespace_annotations", {"namespace": ns} | labels | target)
+                for ns, labels in self.namespace_annotations.items()]
+        out += [("kube_pod_annotations", {"namespace": ns, "pod": pod} | labels | target)
+                for (ns, pod), labels in self.pod_annotations.items()]
+        out += [("kube_node_labels", {"node": node} | labels | target) for node, labels in self.node_labels.items()]
+        return out
 
     def holders(self, device: Device, hour: float) -> list[Holding]:
         return [h for h in self.holdings if h.device == device and h.start_h < hour <= h.end_h]
@@ -98,8 +117,14 @@ def _target(cluster: str, host: str) -> dict[str, str]:
 Samples = dict[str, dict[tuple[tuple[str, str], ...], list[tuple[float, float]]]]
 
 
-def samples(cluster: Cluster, offset_s: float = 0.0, until_h: float = WINDOW_HOURS) -> Samples:
+def samples(cluster: Cluster, offset_s: float = 0.0, until_h: float = WINDOW_HOURS, *,
+            origin: float = WINDOW_START, sample_s: int = SAMPLE_S, from_h: float = DATA_FROM_H,
+            energy_lead_s: float | None = None) -> Samples:
     """metric -> label set -> [(unix time, value)]: one sample a minute, ``offset_s`` after the minute.
+
+    (``sample_s`` apart from ``origin + from_h`` hours in general; ``energy_lead_s`` adds an energy
+    sample that long before each one, so that a rule's ``increase(...[5m])`` sees two samples even
+    when ``sample_s`` is longer than 5 minutes.)
 
     The sample taken ``offset_s`` after minute m shows the state of the minute that ends at m + 1
     (the slot a report point at m + 1 stands for): the recording rules, evaluated ``offset_s``
@@ -112,10 +137,10 @@ def samples(cluster: Cluster, offset_s: float = 0.0, until_h: float = WINDOW_HOU
 
     physical = {d.uuid: d for d in cluster.devices}
     shared = {h.device for h in cluster.holdings if h.replica is not None}
-    steps = round((until_h - DATA_FROM_H) * 3600 / SAMPLE_S)
+    steps = round((until_h - from_h) * 3600 / sample_s)
     for step in range(steps):
-        timestamp = WINDOW_START + DATA_FROM_H * 3600 + step * SAMPLE_S + offset_s
-        hour = DATA_FROM_H + (step + 1) * SAMPLE_S / 3600.0
+        timestamp = origin + from_h * 3600 + step * sample_s + offset_s
+        hour = from_h + (step + 1) * sample_s / 3600.0
         for device in cluster.devices:
             target = _target(cluster.name, device.host)
             holders = cluster.holders(device, hour)
@@ -137,17 +162,23 @@ def samples(cluster: Cluster, offset_s: float = 0.0, until_h: float = WINDOW_HOU
             whole = [d for d in cluster.devices if d.uuid == uuid]
             holders = cluster.holders(device, hour) if len(whole) == 1 and device not in shared else []
             workload = holders[0].workload() if len(holders) == 1 else {}
-            millijoules = watts * 1000.0 * (step * SAMPLE_S + 86400)  # linear in time: constant power
-            add("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", device.physical_labels() | workload
-                | _target(cluster.name, device.host), timestamp, millijoules)
+            energy_labels = device.physical_labels() | workload | _target(cluster.name, device.host)
+            elapsed = step * sample_s + 86400  # linear in time: constant power
+            if energy_lead_s is not None:
+                add("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", energy_labels, timestamp - energy_lead_s,
+                    watts * 1000.0 * (elapsed - energy_lead_s))
+            add("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", energy_labels, timestamp, watts * 1000.0 * elapsed)
+        for metric, labels in cluster.ksm_series():
+            add(metric, labels, timestamp, 1.0)
     return out
 
 
-def openmetrics(clusters: Iterable[Cluster], offset_s: float = 0.0, until_h: float = WINDOW_HOURS) -> Iterator[str]:
+def openmetrics(clusters: Iterable[Cluster], offset_s: float = 0.0, until_h: float = WINDOW_HOURS,
+                **timing: Any) -> Iterator[str]:
     """OpenMetrics text lines (families contiguous, samples in time order), ending with ``# EOF``."""
     merged: Samples = defaultdict(dict)
     for cluster in clusters:
-        for metric, series in samples(cluster, offset_s, until_h).items():
+        for metric, series in samples(cluster, offset_s, until_h, **timing).items():
             merged[metric].update(series)
     for metric in sorted(merged):
         yield f"# TYPE {metric} gauge\n"
@@ -167,13 +198,18 @@ _B_1G = Device("east", "node-b", 0, "GPU-b0", A100, "1g.10gb", "7")
 _B1 = Device("east", "node-b", 1, "GPU-b1", A100)
 
 
+# pod labels the exporter copies with --kubernetes-enable-pod-labels and the allowlist "^cost-center$"
+CC_100 = (("cost_center", "cc-100"),)
+CC_200 = (("cost_center", "cc-200"),)
+
+
 def east() -> Cluster:
     """The cluster with known answers (see the module docstring; totals in test_backfill_exact)."""
     a0, a1, a2, a3, a4 = _A
     holdings = [
         # research: one training pod on two whole H100s, busy 90 %
-        Holding(a0, "ml-training", "train-0", "trainer", "research", *ALWAYS),
-        Holding(a1, "ml-training", "train-0", "trainer", "research", *ALWAYS),
+        Holding(a0, "ml-training", "train-0", "trainer", "research", *ALWAYS, pod_labels=CC_100),
+        Holding(a1, "ml-training", "train-0", "trainer", "research", *ALWAYS, pod_labels=CC_100),
         # research: a notebook that sat idle on a whole GPU for the first day, then let it go
         Holding(a2, "notebooks", "nb-alice", "notebook", "research", ALWAYS[0], 24.0),
         # research: a notebook on a MIG 1g slice whose device reports no utilisation (unmeasured)
@@ -186,7 +222,7 @@ def east() -> Cluster:
         Holding(_B1, "inference", "chat-1", "server", "serving", *ALWAYS, replica="1"),
         Holding(_B1, "inference", "embed-0", "embedder", "serving", 12.0, 36.0, replica="2"),
         # recsys (team from the pod label): a 3g.40gb slice, busy 50 % on day one, 2 % on day two
-        Holding(_B_3G, "batch", "sweep-1", "sweep", "recsys", *ALWAYS),
+        Holding(_B_3G, "batch", "sweep-1", "sweep", "recsys", *ALWAYS, pod_labels=CC_200),
         # no team: a 2g.20gb slice for hours 6-18, busy 30 %
         Holding(_B_2G, "batch", "etl-0", "etl", None, 6.0, 18.0),
     ]
@@ -213,6 +249,15 @@ def east() -> Cluster:
         },
         power_w={"GPU-a0": 400.0, "GPU-a1": 400.0, "GPU-a2": 100.0, "GPU-a3": 70.0, "GPU-a4": 300.0,
                  "GPU-b0": 350.0, "GPU-b1": 300.0},
+        # chargeback metadata (kube-state-metrics): cost centres of two namespaces, a project annotation on
+        # the chat pods and on ml-training, and node-b in the node pool "spot"
+        namespace_labels={"notebooks": {"label_cost_center": "cc-300"}, "inference": {"label_cost_center": "cc-200"},
+                          "sandbox": {"label_owner": "someone"}},
+        namespace_annotations={"ml-training": {"annotation_billing_example_com_project": "training"}},
+        pod_annotations={("inference", "chat-0"): {"annotation_billing_example_com_project": "chat"},
+                         ("inference", "chat-1"): {"annotation_billing_example_com_project": "chat"}},
+        node_labels={"node-a": {"label_kubernetes_io_os": "linux"},
+                     "node-b": {"label_cloud_google_com_gke_nodepool": "spot"}},
     )
 
 

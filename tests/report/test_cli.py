@@ -115,9 +115,9 @@ def test_the_subcommand_runs_from_the_exporter_entry_point() -> None:
 
 def test_the_exporter_imports_nothing_of_the_report_and_the_report_no_matplotlib_until_html() -> None:
     code = ("import sys, exporter.cli, exporter.app\n"
-            "print(sorted(m for m in sys.modules if m.startswith(('exporter.report', 'matplotlib'))))\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('exporter.report', 'matplotlib', 'pyarrow'))))\n"
             "import exporter.report.cli, exporter.report.text\n"
-            "print(sorted(m for m in sys.modules if m.startswith('matplotlib')))\n")
+            "print(sorted(m for m in sys.modules if m.startswith(('matplotlib', 'pyarrow'))))\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
                             check=False)
     assert result.returncode == 0, result.stderr
@@ -126,9 +126,15 @@ def test_the_exporter_imports_nothing_of_the_report_and_the_report_no_matplotlib
 
 def test_the_readme_s_report_command_is_a_valid_command_line() -> None:
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    [line] = [line for line in readme.splitlines() if line.startswith("gpu-pod-exporter report ")]
+    [line, chargeback] = [line for line in readme.splitlines() if line.startswith("gpu-pod-exporter report ")]
     argv = line.split("#", 1)[0].split()[2:]
     opts = options(argv, NOW)
     assert opts.settings.prometheus == "http://prometheus:9090"
     assert opts.window.end - opts.window.start == 7 * 86400
     assert "[`docs/cost.md`](docs/cost.md)" in readme
+    # the chargeback line (run from the repository root, where its example pricing file is)
+    monthly = options([str(REPO_ROOT / arg) if arg.startswith("etc/") else arg
+                       for arg in chargeback.split("#", 1)[0].split()[2:]], NOW)
+    assert monthly.group_by is not None and str(monthly.group_by) == "label:cost-center"
+    assert monthly.settings.pricing_file is not None
+    assert monthly.previous is not None and monthly.previous.end == monthly.window.start

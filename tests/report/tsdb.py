@@ -67,8 +67,11 @@ def rule_levels(rule_file: Path, wanted: Iterable[str]) -> list[list[dict[str, o
 class BackfilledPrometheus:
     """Prometheus serving a TSDB built from OpenMetrics files and backfilled rules."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, lookback: str = "60s", max_block_duration: str | None = None) -> None:
         self.workdir = workdir
+        self.lookback = lookback
+        # promtool's (hidden) --max-block-duration: months of data in a few blocks instead of one per 2 h
+        self.block_flags = [f"--max-block-duration={max_block_duration}"] if max_block_duration else []
         self.data = workdir / "data"
         self.data.mkdir(parents=True, exist_ok=True)
         self.harness: PrometheusHarness | None = None
@@ -86,7 +89,8 @@ class BackfilledPrometheus:
             handle.writelines(lines)
         scratch = self.workdir / f"blocks-{name}"
         scratch.mkdir()
-        self._run([self.promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(scratch)])
+        self._run([self.promtool, "tsdb", "create-blocks-from", "openmetrics", *self.block_flags, str(source),
+                   str(scratch)])
         self._move_blocks(scratch)
         source.unlink()
 
@@ -136,7 +140,7 @@ class BackfilledPrometheus:
     def _promtool_rules(self, scratch: Path, start: float, end: float, interval_s: int) -> None:
         self._run([self.promtool, "tsdb", "create-blocks-from", "rules", f"--url={self.url}", f"--start={int(start)}",
                    f"--end={int(end)}", f"--eval-interval={interval_s}s", "--quiet", f"--output-dir={scratch}",
-                   RULES_NAME])
+                   *self.block_flags, RULES_NAME])
 
     def _run(self, argv: list[str]) -> None:
         result = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, cwd=self.workdir)
@@ -153,7 +157,7 @@ class BackfilledPrometheus:
     def start(self) -> None:
         if self.harness is None:
             self.harness = PrometheusHarness([], storage_path=self.data, retention="100y",
-                                             extra_flags=["--query.lookback-delta=60s"]).start()
+                                             extra_flags=[f"--query.lookback-delta={self.lookback}"]).start()
 
     def stop(self) -> None:
         if self.harness is not None:

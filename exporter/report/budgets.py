@@ -1,0 +1,249 @@
+"""``gpu-pod-exporter report budget-rules``: a budget file per team becomes Prometheus alert rules.
+
+A bill at the end of the month is too late to act on; an alert when a team's spend is on course
+to pass its budget is not. The generated rules build on the shipped recording rules
+(``namespace_team_model:gpu_fraction:sum``, group ``gpu-pod-exporter.cost-report``):
+
+* ``gpu_model:price_per_hour:budget``: the pricing file's price per model as constant series;
+* ``team:gpu_cost_per_hour:budget``: what each team's GPUs cost per hour now (models without a price
+  use the file's ``default``; a model with neither costs nothing and the header says so);
+* ``team:gpu_cost_in_window:budget``: its spend over the budget window, rolling
+  (``sum_over_time(...[window:step])``);
+* ``team:gpu_cost_forecast:budget``: that spend ``forecast`` ahead, by ``predict_linear`` over
+  ``lookback`` of it;
+* ``team:gpu_budget:budget``: the budget per team, and the alerts ``GpuTeamBudgetForecastExceeded``
+  (the forecast is above the budget) and ``GpuTeamBudgetExceeded`` (the spend is).
+
+Budgets may be in money (prices from ``--pricing``) or in GPU-hours (``unit: gpuHours``: every
+whole-GPU hour counts 1). Prices per node pool or MIG profile cannot be expressed per model and
+are not applied here (the rules say so in their header); the report's chargeback applies them.
+
+Budget file (docs/cost.md, "Budgets")::
+
+    unit: cost            # or gpuHours
+    window: 30d           # the budget period, rolling
+    step: 5m              # resolution of the rolling sum
+    lookback: 1d          # the trend predict_linear fits
+    forecast: 7d          # how far ahead it looks
+    for: 1h               # how long the forecast must stay above before the alert fires
+    teams:
+      research: 5000
+      serving: 1500
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exporter import safeyaml
+from exporter.inputfile import InputFileError, read_text
+from exporter.report.pricing import PriceSheet
+from exporter.report.pricingfile import PricingFileError, load_pricing
+from exporter.report.timespec import format_duration, parse_duration
+
+PROG = "gpu-pod-exporter report budget-rules"
+GROUP = "gpu-pod-exporter.budgets"
+SOURCE_SERIES = "namespace_team_model:gpu_fraction:sum"
+KEYS = ("unit", "window", "step", "lookback", "forecast", "for", "teams", "currency")
+DEFAULTS = {"unit": "cost", "window": "30d", "step": "5m", "lookback": "1d", "forecast": "7d", "for": "1h"}
+
+
+class BudgetFileError(ValueError):
+    """``FILE:LINE: KEY: what is wrong``."""
+
+
+@dataclass(frozen=True)
+class Budgets:
+    unit: str
+    window_s: float
+    step_s: float
+    lookback_s: float
+    forecast_s: float
+    for_s: float
+    teams: tuple[tuple[str, float], ...]
+    currency: str | None = None
+
+
+def load_budgets(path: str) -> Budgets:
+    try:
+        root = safeyaml.compose(read_text(path))
+    except InputFileError as exc:
+        raise BudgetFileError(f"{path}: {exc}") from None
+    except safeyaml.YamlInputError as exc:
+        raise BudgetFileError(f"{path}{f':{exc.line}' if exc.line else ''}: {exc.message}") from None
+    if not isinstance(root, yaml.MappingNode):
+        raise BudgetFileError(f"{path}: expected a mapping with teams: (see docs/cost.md, Budgets)")
+    values: dict[str, Any] = dict(DEFAULTS)
+    teams: list[tuple[str, float]] = []
+    seen: set[str] = set()
+    for key_node, value_node in root.value:
+        line = key_node.start_mark.line + 1
+        key = str(key_node.value)
+        if key not in KEYS:
+            raise BudgetFileError(f"{path}:{line}: {key}: {safeyaml.unknown_key(key, KEYS)}")
+        if key in seen:
+            raise BudgetFileError(f"{path}:{line}: {key}: duplicate key")
+        seen.add(key)
+        if key == "teams":
+            if not isinstance(value_node, yaml.MappingNode) or not value_node.value:
+                raise BudgetFileError(f"{path}:{line}: teams: expected a mapping of team: budget")
+            for team_node, amount_node in value_node.value:
+                team = str(team_node.value)
+                where = f"{path}:{team_node.start_mark.line + 1}: teams.{team}"
+                amount = _construct(amount_node, where)
+                if isinstance(amount, bool) or not isinstance(amount, int | float) or not amount > 0:
+                    raise BudgetFileError(f"{where}: expected a budget above 0")
+                if any(team == name for name, _ in teams):
+                    raise BudgetFileError(f"{where}: duplicate team")
+                teams.append((team, float(amount)))
+            continue
+        values[key] = _construct(value_node, f"{path}:{line}: {key}")
+    if not teams:
+        raise BudgetFileError(f"{path}: teams: missing (give team: budget pairs)")
+    if values["unit"] not in ("cost", "gpuHours"):
+        raise BudgetFileError(f"{path}: unit: expected cost or gpuHours")
+    durations = {}
+    for key in ("window", "step", "lookback", "forecast", "for"):
+        try:
+            durations[key] = parse_duration(str(values[key]))
+        except ValueError as error:
+            raise BudgetFileError(f"{path}: {key}: {error}") from None
+    if durations["step"] <= 0 or durations["window"] < durations["step"] or durations["lookback"] < durations["step"]:
+        raise BudgetFileError(f"{path}: step: must be above 0 and no longer than window and lookback")
+    currency = values.get("currency")
+    return Budgets(values["unit"], durations["window"], durations["step"], durations["lookback"],
+                   durations["forecast"], durations["for"], tuple(teams), str(currency) if currency else None)
+
+
+def _construct(node: yaml.Node, where: str) -> Any:
+    try:
+        return safeyaml.construct(node)
+    except safeyaml.YamlInputError as exc:
+        raise BudgetFileError(f"{where}: {exc.message}") from None
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _constants(label: str, values: Sequence[tuple[str, float]]) -> str:
+    return "\nor\n".join(f'label_replace(vector({value!r}), "{label}", {_quote(name)}, "", "")'
+                         for name, value in values)
+
+
+def _prom_duration(seconds: float) -> str:
+    return f"{int(seconds)}s"
+
+
+def budget_rules(budgets: Budgets, prices: PriceSheet | None) -> tuple[dict[str, Any], list[str]]:
+    """The rule file (as data) and the caveats to print in its header."""
+    caveats: list[str] = []
+    if budgets.unit == "gpuHours":
+        model_prices: list[tuple[str, float]] = []
+        default: float | None = 1.0
+        unit = "GPU-hours"
+    else:
+        if prices is None:
+            raise BudgetFileError("unit: cost needs prices: give --pricing FILE (or unit: gpuHours in the budget file)")
+        per_model: dict[str, float] = {}
+        for model, item in prices.on_prem.items():
+            per_model[model] = item.per_hour
+        per_model |= dict(prices.list_prices)
+        per_model |= dict(prices.per_model)
+        model_prices = sorted(per_model.items())
+        default = prices.default
+        unit = budgets.currency or prices.currency or "USD"
+        if prices.pools or prices.mig_profiles:
+            caveats.append("node-pool and MIG-profile prices of the pricing file are not applied: these rules price "
+                           "per model (the report's chargeback applies them)")
+        if prices.energy_per_kwh is not None:
+            caveats.append("the energy price is not applied: these rules count GPU-hours only")
+        if default is None:
+            caveats.append("models without a price in the pricing file cost nothing here (give default:)")
+        if not model_prices and default is None:
+            raise BudgetFileError("the pricing file has no price per model and no default")
+    per_hour = "team:gpu_cost_per_hour:budget"
+    priced_terms = []
+    rules: list[dict[str, Any]] = []
+    if model_prices:
+        rules.append({"record": "gpu_model:price_per_hour:budget", "expr": _constants("modelName", model_prices)})
+        priced_terms.append(f"{SOURCE_SERIES} * on (modelName) group_left () gpu_model:price_per_hour:budget")
+    if default is not None:
+        rest = f"{SOURCE_SERIES} * {default!r}"
+        if model_prices:
+            rest += " unless on (modelName) gpu_model:price_per_hour:budget"
+        priced_terms.append(rest)
+    rules.append({"record": per_hour, "expr": "sum by (team) (\n  " + "\n  or\n  ".join(
+        f"({term})" for term in priced_terms) + "\n)"})
+    samples_per_hour = 3600.0 / budgets.step_s
+    window = f"{_prom_duration(budgets.window_s)}:{_prom_duration(budgets.step_s)}"
+    rules.append({"record": "team:gpu_cost_in_window:budget",
+                  "expr": f"sum_over_time({per_hour}[{window}]) / {samples_per_hour!r}"})
+    rules.append({"record": "team:gpu_cost_forecast:budget",
+                  "expr": f"predict_linear(team:gpu_cost_in_window:budget[{_prom_duration(budgets.lookback_s)}], "
+                          f"{budgets.forecast_s!r})"})
+    rules.append({"record": "team:gpu_budget:budget", "expr": _constants("team", budgets.teams)})
+    period, ahead = format_duration(budgets.window_s), format_duration(budgets.forecast_s)
+    rules.append({
+        "alert": "GpuTeamBudgetForecastExceeded",
+        "expr": "team:gpu_cost_forecast:budget > on (team) team:gpu_budget:budget",
+        "for": _prom_duration(budgets.for_s),
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "A team's GPU spend is on course to pass its budget",
+            "description": (f"Team {{{{ $labels.team }}}} is forecast to spend more than its budget "
+                            f"({unit} per {period}, rolling) within {ahead} at the trend of the last "
+                            f"{format_duration(budgets.lookback_s)}."),
+        },
+    })
+    rules.append({
+        "alert": "GpuTeamBudgetExceeded",
+        "expr": "team:gpu_cost_in_window:budget > on (team) team:gpu_budget:budget",
+        "for": "0s",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "A team's GPU spend passed its budget",
+            "description": f"Team {{{{ $labels.team }}}} spent more than its budget ({unit} per {period}, rolling).",
+        },
+    })
+    return {"groups": [{"name": GROUP, "rules": rules}]}, caveats
+
+
+def render(budgets: Budgets, prices: PriceSheet | None, budget_path: str, pricing_path: str | None) -> str:
+    rules, caveats = budget_rules(budgets, prices)
+    header = [f"# Generated by {PROG} --budgets {budget_path}" + (f" --pricing {pricing_path}" if pricing_path else ""),
+              f"# Reads {SOURCE_SERIES} (deploy/rules/gpu-pod-exporter-recording.yaml): load both rule files.",
+              *(f"# Note: {caveat}." for caveat in caveats)]
+    return "\n".join(header) + "\n" + yaml.safe_dump(rules, sort_keys=False, width=120)
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description="Prometheus alert rules from a budget file per team: "
+                                     "predict_linear over the recorded GPU cost (docs/cost.md, Budgets).")
+    parser.add_argument("--budgets", required=True, metavar="FILE", help="The budget file (YAML).")
+    parser.add_argument("--pricing", metavar="FILE", help="The pricing file (needed for budgets in money).")
+    parser.add_argument("--output", "-o", metavar="FILE", help="Write here instead of standard output.")
+    args = parser.parse_args(list(argv))
+    try:
+        budgets = load_budgets(args.budgets)
+        prices = load_pricing(args.pricing) if args.pricing else None
+        text = render(budgets, prices, args.budgets, args.pricing)
+    except (BudgetFileError, PricingFileError) as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        Path(args.output).write_text(text, encoding="utf-8")
+    except OSError as error:
+        print(f"{PROG}: error: --output {args.output}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    return 0
