@@ -29,6 +29,7 @@ PAGE_HEADERS: Mapping[str, str] = {
 _STATIC_TYPES: Mapping[str, str] = {
     "/static/node.js": "text/javascript; charset=utf-8",
     "/static/node.css": "text/css; charset=utf-8",
+    "/static/icon.svg": "image/svg+xml",
 }
 
 
