@@ -116,7 +116,7 @@ class TopApp:
         table = gpu_lines(shown.gpus, show_cluster) if self.view == "gpus" else pod_lines(shown.pods, show_cluster)
         title = (f" gpu-pod-exporter top | {'GPUs' if self.view == 'gpus' else 'pods'} by {self.sort} | "
                  f"filter: {self.filters.describe()} | clusters: {','.join(shown.clusters) or '-'} | "
-                 f"{self.load_line()}")
+                 f"{self.refreshes} refreshes, {self.load_line()}")
         return status_lines(self.reading.errors), table, summary(shown), title
 
     def redraw(self) -> None:
