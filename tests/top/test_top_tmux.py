@@ -12,7 +12,6 @@ import os
 import re
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -67,7 +66,7 @@ def focused(screen_with_escapes: str) -> int:
 
 
 def util(row: str) -> int:
-    return int(row.split("HBM3")[1].split()[0])
+    return int(row.split("HBM3")[1].split(maxsplit=1)[0])
 
 
 @pytest.fixture
