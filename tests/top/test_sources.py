@@ -84,7 +84,7 @@ def test_a_prometheus_that_is_down_is_a_line_not_a_crash() -> None:
 def test_exporters_are_read_one_node_each_and_a_dead_one_does_not_hide_the_others() -> None:
     text = ('# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",Hostname="node-a"} 42\n'
             "# TYPE gpu_pod_exporter_device_up gauge\n" 'gpu_pod_exporter_device_up{gpu="0"} 1\n')
-    with serve_metrics(lambda: text.encode()) as target:
+    with serve_metrics(text.encode) as target:
         alive = ExporterSource(f"http://{target}", cluster="lab")
         dead = ExporterSource(f"http://127.0.0.1:{free_port()}/metrics", timeout_s=2)
         reading = read_all([alive, dead])
