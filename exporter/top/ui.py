@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import urwid
 
@@ -34,7 +34,7 @@ PALETTE = [
 HELP = "q quit  tab gpus/pods  s sort  / filter  c clear filter  r refresh  arrows/pgup/pgdn/home/end move"
 
 
-class _Row(urwid.Text):
+class _Row(urwid.Text):  # type: ignore[misc,unused-ignore]  # urwid 2.6.0 ships no annotations
     """A selectable line: the ListBox moves focus over it with the arrow keys."""
 
     _selectable = True
@@ -59,15 +59,14 @@ class TopApp:
         self._pending: Reading | None = None
         self._busy = threading.Lock()
         self._title = urwid.Text("", wrap="clip")
-        self._status = urwid.Pile([])
         self._summary = urwid.Text("", wrap="clip")
         self._columns = urwid.Text("", wrap="clip")
         self._walker: urwid.SimpleFocusListWalker[urwid.Widget] = urwid.SimpleFocusListWalker([])
-        self._list = urwid.ListBox(self._walker)  # type: ignore[arg-type]  # urwid's stubs want flow widgets
+        self._list = urwid.ListBox(cast(Any, self._walker))  # urwid's annotations want flow widgets only
         self._help = urwid.Text(HELP, wrap="clip")
         self._edit: urwid.Edit | None = None
         self._footer: urwid.AttrMap[urwid.Widget] = urwid.AttrMap(self._help, "help")
-        header = urwid.Pile([urwid.AttrMap(self._title, "title"), self._status, self._summary,
+        header = urwid.Pile([urwid.AttrMap(self._title, "title"), self._summary,
                              urwid.AttrMap(self._columns, "header")])
         self.frame = urwid.Frame(self._list, header=header, footer=self._footer)
         self.loop: urwid.MainLoop | None = None
@@ -122,9 +121,10 @@ class TopApp:
     def redraw(self) -> None:
         status, table, text, title = self.lines()
         self._title.set_text(title)
-        self._status.contents[:] = [(urwid.AttrMap(urwid.Text(line, wrap="clip"), style),
-                                     self._status.options()) for style, line in status]
-        self._summary.set_text(" " + text if self.refreshes else " reading...")
+        # Source-down lines sit above the summary in the same text widget, each on its own red line.
+        markup: list[tuple[str, str] | str] = [(style, line + "\n") for style, line in status]
+        markup.append(" " + text if self.refreshes else " reading...")
+        self._summary.set_text(markup)
         self._columns.set_text(table[0][1])
         focus = self._list.focus_position if self._walker else 0
         self._walker[:] = [urwid.AttrMap(_Row(line, wrap="clip"), style or None, "focus") for style, line in table[1:]]

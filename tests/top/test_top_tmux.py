@@ -32,10 +32,27 @@ def top(*args: str) -> list[str]:
     return [sys.executable, "-m", "exporter", "top", *args]
 
 
+CAPTURE_BLOCK = re.compile(r"(<!-- top-capture: docs/images/top-prometheus.txt -->\n```text\n).*?(```)", re.DOTALL)
+SHOWN_IN = (REPO_ROOT / "README.md", REPO_ROOT / "docs" / "top.md")
+
+
 def save(name: str, screen: str) -> None:
-    if os.environ.get("UPDATE_CAPTURES"):
-        (REPO_ROOT / "docs" / "images" / name).write_text(
-            "\n".join(line.rstrip() for line in screen.split("\n") if line.strip()) + "\n", encoding="utf-8")
+    """With UPDATE_CAPTURES=1: the screen to docs/images/NAME, and into the docs that show it."""
+    if not os.environ.get("UPDATE_CAPTURES"):
+        return
+    text = "\n".join(line.rstrip() for line in screen.split("\n") if line.strip()) + "\n"
+    (REPO_ROOT / "docs" / "images" / name).write_text(text, encoding="utf-8")
+    if name == "top-prometheus.txt":
+        for doc in SHOWN_IN:
+            doc.write_text(CAPTURE_BLOCK.sub(lambda m: m.group(1) + text + m.group(2),
+                                             doc.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+def test_the_readme_and_docs_show_the_captured_screen() -> None:
+    capture = (REPO_ROOT / "docs" / "images" / "top-prometheus.txt").read_text(encoding="utf-8")
+    for doc in SHOWN_IN:
+        match = CAPTURE_BLOCK.search(doc.read_text(encoding="utf-8"))
+        assert match is not None and match.group(0).endswith(capture + "```"), doc
 
 
 def table(screen: str, header: str = HEADER) -> list[str]:
