@@ -86,6 +86,8 @@ def test_the_node_page_shows_pods_and_turns_a_lost_gpu_unhealthy_without_a_reloa
         assert "gpu_lost" in lost["gpu-1"] or "fatal_xid" in lost["gpu-1"]
         assert "unhealthy" not in lost["gpu-0"]  # the others keep reporting
         wait_for(lambda: "gpu_lost" in _cards(driver).get("gpu-1", ""), DEADLINE_S, "reason gpu_lost")
+        # The /health line follows too (the page fetches it with each refresh).
+        wait_for(lambda: "1 of 4 GPUs lost" in _texts(driver, "#health")[0][1], DEADLINE_S, "the health line")
         exporter.assert_running()
 
         shot = tmp_path / "node-page.png"

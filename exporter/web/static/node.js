@@ -128,6 +128,9 @@ async function refresh() {
     const response = await fetch("gpus.json", {credentials: "same-origin", cache: "no-store"});
     if (!response.ok) throw new Error("HTTP " + response.status);
     render(await response.json());
+    // /health answers 503 with the reason when the exporter is blind: show the reason either way.
+    const health = await fetch("health", {credentials: "same-origin", cache: "no-store"});
+    document.getElementById("health").textContent = (await health.text()).trim();
   } catch (error) {
     const status = document.getElementById("status");
     status.className = "status stale";
