@@ -121,11 +121,5 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
               file=sys.stderr)
         return EXIT_USAGE
 
-    def load() -> str:
-        queries = sum(s.queries for s in sources if isinstance(s, PrometheusSource))
-        requests = sum(s.requests for s in sources if isinstance(s, ExporterSource))
-        return f"{queries} Prometheus queries" if queries else f"{requests} /metrics reads"
-
-    TopApp(read, filters, interval_s=interval_s, sort=args.sort, idle_below=args.idle_below, view=args.view,
-           load_line=load).run()
+    TopApp(read, filters, interval_s=interval_s, sort=args.sort, idle_below=args.idle_below, view=args.view).run()
     return EXIT_OK

@@ -49,21 +49,43 @@ class Reading:
 
     nodes: list[NodeView] = field(default_factory=list)
     errors: list[SourceError] = field(default_factory=list)
+    prometheus_queries: int = 0  # what this refresh cost its sources
+    metrics_reads: int = 0
+
+    def cost(self) -> str:
+        """The load this refresh put on its sources, for the title bar."""
+        if self.prometheus_queries:
+            return f"{self.prometheus_queries} Prometheus {'query' if self.prometheus_queries == 1 else 'queries'}"
+        return f"{self.metrics_reads} /metrics {'read' if self.metrics_reads == 1 else 'reads'}"
 
 
 def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+# Targets that served GPU series within this window and now fail their scrapes are reported as down.
+DOWN_LOOKBACK = "1h"
+
+
 def selector(cluster: str = "", node: str = "") -> str:
-    """The one PromQL selector a refresh asks for, with the cluster and node filters pushed down."""
+    """The one PromQL query a refresh asks: the view's families, with the cluster and node filters
+    pushed down as matchers, ``or`` the ``up`` series (value 0) of every exporter target that served
+    GPU series in the last ``DOWN_LOOKBACK`` and now fails its scrapes (its GPU series went stale)."""
     names = "|".join(re.escape(name) for name in QUERY_FAMILIES)
     matchers = [f'__name__=~"{names}"']
+    scope = []
     if cluster:
         matchers.append(f"cluster={_quote(cluster)}")
+        scope.append(f"cluster={_quote(cluster)}")
     if node:
         matchers.append(f"Hostname={_quote(node)}")
-    return "{" + ", ".join(matchers) + "}"
+    def with_matchers(name: str, terms: list[str]) -> str:
+        return name + ("{" + ", ".join(terms) + "}" if terms else "")
+
+    gpus = with_matchers("DCGM_FI_DEV_GPU_UTIL", matchers[1:])
+    down = (f"{with_matchers('up', scope)} == 0 and on (cluster, job, instance) "
+            f"group by (cluster, job, instance) (last_over_time({gpus}[{DOWN_LOOKBACK}]))")
+    return "{" + ", ".join(matchers) + "} or (" + down + ")"
 
 
 def group_nodes(samples: Iterable[tuple[str, Mapping[str, str], float]], *, by: str | None = None,
@@ -101,15 +123,21 @@ class PrometheusSource:
         try:
             series = self.client.query_range(expr, now, now, 1.0)  # one point: an instant query
         except PrometheusError as error:
-            return Reading(errors=[SourceError(self.name, str(error))])
+            return Reading(errors=[SourceError(self.name, str(error))], prometheus_queries=1)
         samples = []
+        errors = []
         for item in series:
             if not item.points:
                 continue
             labels = dict(item.labels)
             name = labels.pop("__name__", "")
+            if name in ("up", ""):  # `up == 0`: an exporter target Prometheus cannot scrape (name kept or not)
+                where = "/".join(part for part in (labels.get("cluster", ""), labels.get("instance", "")) if part)
+                errors.append(SourceError(f"exporter {where}", f"Prometheus cannot scrape it (up == 0, job "
+                                                                f"{labels.get('job', '?')}); its GPUs are not shown"))
+                continue
             samples.append((name, labels, item.points[-1][1]))
-        return Reading(nodes=group_nodes(samples, by="instance"))
+        return Reading(nodes=group_nodes(samples, by="instance"), errors=errors, prometheus_queries=1)
 
 
 class ExporterSource:
@@ -130,16 +158,17 @@ class ExporterSource:
             response = self._pool.request("GET", self.name, timeout=self._timeout, retries=False)
         except urllib3.exceptions.HTTPError as error:
             reason = getattr(error, "reason", None) or error
-            return Reading(errors=[SourceError(self.name, f"cannot reach the exporter: {reason}")])
+            return Reading(errors=[SourceError(self.name, f"cannot reach the exporter: {reason}")], metrics_reads=1)
         if response.status != 200:
-            return Reading(errors=[SourceError(self.name, f"HTTP {response.status} from the exporter")])
+            return Reading(errors=[SourceError(self.name, f"HTTP {response.status} from the exporter")],
+                           metrics_reads=1)
         try:
             samples = list(parse_metrics(response.data.decode("utf-8", "replace")))
         except ValueError as error:
-            return Reading(errors=[SourceError(self.name, f"cannot parse /metrics: {error}")])
+            return Reading(errors=[SourceError(self.name, f"cannot parse /metrics: {error}")], metrics_reads=1)
         nodes = [view for view in group_nodes(samples, default_cluster=self.cluster)
                  if (not cluster or view.cluster == cluster) and (not node or view.node == node)]
-        return Reading(nodes=nodes)
+        return Reading(nodes=nodes, metrics_reads=1)
 
 
 def parse_metrics(text: str) -> Iterable[tuple[str, Mapping[str, str], float]]:
@@ -157,4 +186,6 @@ def read_all(sources: Sequence[PrometheusSource | ExporterSource], cluster: str 
         reading = source.read(cluster, node)
         total.nodes.extend(reading.nodes)
         total.errors.extend(reading.errors)
+        total.prometheus_queries += reading.prometheus_queries
+        total.metrics_reads += reading.metrics_reads
     return total

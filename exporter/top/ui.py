@@ -45,14 +45,13 @@ class _Row(urwid.Text):  # type: ignore[misc,unused-ignore]  # urwid 2.6.0 ships
 
 class TopApp:
     def __init__(self, read: Callable[[Filters], Reading], filters: Filters, *, interval_s: float, sort: str,
-                 idle_below: float, view: str = "gpus", load_line: Callable[[], str] = lambda: "") -> None:
+                 idle_below: float, view: str = "gpus") -> None:
         self.read = read
         self.filters = filters
         self.interval_s = interval_s
         self.sort = sort
         self.idle_below = idle_below
         self.view = view
-        self.load_line = load_line
         self.nodes: list[NodeView] = []
         self.reading = Reading()
         self.refreshes = 0
@@ -115,7 +114,7 @@ class TopApp:
         table = gpu_lines(shown.gpus, show_cluster) if self.view == "gpus" else pod_lines(shown.pods, show_cluster)
         title = (f" gpu-pod-exporter top | {'GPUs' if self.view == 'gpus' else 'pods'} by {self.sort} | "
                  f"filter: {self.filters.describe()} | clusters: {','.join(shown.clusters) or '-'} | "
-                 f"{self.refreshes} refreshes, {self.load_line()}")
+                 f"{self.refreshes} refreshes, each {self.reading.cost()}")
         return status_lines(self.reading.errors), table, summary(shown), title
 
     def redraw(self) -> None:

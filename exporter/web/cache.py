@@ -45,6 +45,8 @@ class RenderedExposition:
         # OpenMetrics would type dcgm-exporter's counters (no _total) "unknown": negotiation then prefers text.
         self.counters_need_text = counters_need_text(families)
         self._node_view: bytes | None = None
+        # Its own lock: a scrape encoding a variant (on the event loop) must never wait for a view build.
+        self._node_view_lock = threading.Lock()
 
     @property
     def node_view_ready(self) -> bytes | None:
@@ -59,7 +61,7 @@ class RenderedExposition:
         """
         view = self._node_view
         if view is None:
-            with self._lock:
+            with self._node_view_lock:
                 view = self._node_view
                 if view is None:
                     samples = ((s.name, s.labels, s.value) for family in self._families for s in family.samples)

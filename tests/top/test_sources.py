@@ -64,6 +64,7 @@ def test_one_refresh_is_one_query_and_the_filters_are_matchers_in_it(prometheus:
     for _ in range(3):
         reading = source.read(cluster="east", node='we"ird')
     assert source.queries == len(prometheus.queries) == 3
+    assert (reading.prometheus_queries, reading.cost()) == (1, "1 Prometheus query")  # what the title bar shows
     assert prometheus.queries[0] == selector("east", 'we"ird')
     parse(prometheus.queries[0])  # valid PromQL, quotes escaped
     assert all(name in prometheus.queries[0] for name in QUERY_FAMILIES)
@@ -72,6 +73,22 @@ def test_one_refresh_is_one_query_and_the_filters_are_matchers_in_it(prometheus:
     assert (node.cluster, node.node) == ("east", "node-a")
     [gpu] = node.view["gpus"]
     assert (gpu["utilization_percent"], gpu["up"], [c["pod"] for c in gpu["containers"]]) == (3.0, True, ["p-0"])
+
+
+def test_an_exporter_prometheus_cannot_scrape_any_more_is_a_line_of_its_own() -> None:
+    down = {"metric": {"__name__": "up", "job": "gpu", "instance": "10.0.0.9:9400", "cluster": "west"},
+            "values": [[1, "0"]]}
+    fake = FakePrometheus([down])
+    try:
+        reading = PrometheusSource(Connection(url=fake.url, retries=0, timeout_s=5)).read()
+    finally:
+        fake.server.shutdown()
+        fake.server.server_close()
+    assert reading.nodes == []
+    assert [(e.source, e.message) for e in reading.errors] == [
+        ("exporter west/10.0.0.9:9400", "Prometheus cannot scrape it (up == 0, job gpu); its GPUs are not shown")]
+    assert " or (up == 0 and on (cluster, job, instance) group by (cluster, job, instance) " \
+           "(last_over_time(DCGM_FI_DEV_GPU_UTIL[1h])))" in fake.queries[0]
 
 
 def test_a_prometheus_that_is_down_is_a_line_not_a_crash() -> None:
@@ -91,5 +108,6 @@ def test_exporters_are_read_one_node_each_and_a_dead_one_does_not_hide_the_other
     [node] = reading.nodes
     assert (node.cluster, node.node, node.view["gpus"][0]["utilization_percent"]) == ("lab", "node-a", 42.0)
     assert [error.source for error in reading.errors] == [dead.name]
+    assert reading.cost() == "2 /metrics reads"
     assert "cannot reach the exporter" in reading.errors[0].message
     assert alive.name == f"http://{target}/metrics"
