@@ -1,4 +1,4 @@
-"""The HTTP listener: /metrics from the exposition cache, /health, and a landing page.
+"""The HTTP listener: /metrics from the exposition cache, /health, and the live node page (/, /gpus.json).
 
 No client can make another wait. Every connection lives on one asyncio event loop (standard
 library, one thread), so an idle, slow or malicious connection costs a file descriptor and a few
