@@ -173,8 +173,25 @@ def _gpu_sample(gpu: _Gpu, name: str, labels: Mapping[str, str], value: float, i
         target.setdefault(reading, value)  # workload-labelled copies of a GPU series repeat the same value
 
 
+def _mig_totals(gpu: _Gpu) -> dict[str, float]:
+    """A MIG GPU's parent has no utilisation or memory series of its own (as in dcgm-exporter): its
+    memory is the sum over its instances, its utilisation their mean engine activity."""
+    instances = [instance.readings for instance in gpu.instances.values()]
+    totals: dict[str, float] = {}
+    active = [r["engine_active_percent"] for r in instances if "engine_active_percent" in r]
+    if active:
+        totals["utilization_percent"] = round(sum(active) / len(active), 1)
+    for key in ("memory_used_mib", "_memory_free_mib", "_memory_reserved_mib"):
+        values = [r[key] for r in instances if key in r]
+        if values:
+            totals[key] = sum(values)
+    return totals
+
+
 def _gpu_json(gpu: _Gpu) -> dict[str, Any]:
     readings = gpu.readings
+    if gpu.instances:
+        readings = {**_mig_totals(gpu), **readings}
     allocated = readings.get("_allocated")
     containers = sorted(gpu.containers.values(), key=lambda c: (c.gpu_instance_id or -1, c.namespace, c.pod,
                                                                 c.container))

@@ -60,13 +60,15 @@ def test_each_gpu_has_its_readings_health_xids_pods_and_mig_layout() -> None:
         ("ml", "a-0", 70.0, 30_000.0), ("research", "<b>x</b>", 20.0, None)]
     assert gpu0["xid"] == {"last": None, "recent_count": None, "window_s": None, "totals": {}}
     assert (gpu1["up"], gpu1["healthy"], gpu1["health_reason"]) == (False, False, "gpu_lost")
-    assert gpu1["utilization_percent"] is None  # a lost GPU has no readings: null, not 0
+    assert gpu1["temperature_c"] is None and gpu1["power_w"] is None  # not reported: null, never 0
     assert gpu1["xid"] == {"last": {"code": 79, "message": "GPU has fallen off the bus"}, "recent_count": 2.0,
                            "window_s": 300.0, "totals": {"13": 1.0, "79": 1.0}}
     assert gpu1["uuid"] == "GPU-bbb"  # the parent's, not the MIG device's
     assert gpu1["mig"] == [{"gpu_instance_id": 1, "profile": "3g.40gb", "memory_used_mib": 10_000.0,
                             "memory_total_mib": 40_000.0, "engine_active_percent": 50.0}]
     assert [(c["pod"], c["gpu_instance_id"]) for c in gpu1["containers"]] == [("mig-0", 1)]
+    # The MIG parent has no readings of its own: the sum of its instances' memory, their mean activity.
+    assert (gpu1["utilization_percent"], gpu1["memory_used_mib"], gpu1["memory_total_mib"]) == (50.0, 10_000, 40_000)
 
 
 def test_virtual_gpu_copies_of_the_gpu_series_are_the_pods_share_not_the_gpus() -> None:
