@@ -60,6 +60,7 @@ class TopApp:
         self._title = urwid.Text("", wrap="clip")
         self._summary = urwid.Text("", wrap="clip")
         self._columns = urwid.Text("", wrap="clip")
+        self._keys: list[tuple[object, ...]] = []
         self._walker: urwid.SimpleFocusListWalker[urwid.Widget] = urwid.SimpleFocusListWalker([])
         self._list = urwid.ListBox(cast(Any, self._walker))  # urwid's annotations want flow widgets only
         self._help = urwid.Text(HELP, wrap="clip")
@@ -107,28 +108,40 @@ class TopApp:
     def current(self) -> Screen:
         return screen(self.nodes, self.filters, self.sort, self.idle_below)
 
-    def lines(self) -> tuple[list[Line], list[Line], str, str]:
-        """(status lines, table lines, summary, title) for the current data; the UI draws these."""
+    def lines(self) -> tuple[list[Line], list[Line], str, str, list[tuple[object, ...]]]:
+        """(status lines, table lines, summary, title, a key per table row) for the current data."""
         shown = self.current()
         show_cluster = bool(shown.clusters)
-        table = gpu_lines(shown.gpus, show_cluster) if self.view == "gpus" else pod_lines(shown.pods, show_cluster)
+        if self.view == "gpus":
+            table = gpu_lines(shown.gpus, show_cluster)
+            keys: list[tuple[object, ...]] = [(row.cluster, row.node, row.gpu) for row in shown.gpus]
+        else:
+            table = pod_lines(shown.pods, show_cluster)
+            keys = [(row.cluster, row.node, row.namespace, row.pod, row.container, row.gpu) for row in shown.pods]
         title = (f" gpu-pod-exporter top | {'GPUs' if self.view == 'gpus' else 'pods'} by {self.sort} | "
                  f"filter: {self.filters.describe()} | clusters: {','.join(shown.clusters) or '-'} | "
                  f"{self.refreshes} refreshes, each {self.reading.cost()}")
-        return status_lines(self.reading.errors), table, summary(shown), title
+        return status_lines(self.reading.errors), table, summary(shown), title, keys
 
     def redraw(self) -> None:
-        status, table, text, title = self.lines()
+        status, table, text, title, keys = self.lines()
         self._title.set_text(title)
         # Source-down lines sit above the summary in the same text widget, each on its own red line.
         markup: list[tuple[str, str] | str] = [(style, line + "\n") for style, line in status]
         markup.append(" " + text if self.refreshes else " reading...")
         self._summary.set_text(markup)
         self._columns.set_text(table[0][1])
-        focus = self._list.focus_position if self._walker else 0
+        position = self._list.focus_position if self._walker else 0
+        focused = self._keys[position] if position < len(self._keys) else None
         self._walker[:] = [urwid.AttrMap(_Row(line, wrap="clip"), style or None, "focus") for style, line in table[1:]]
+        self._keys = keys
         if self._walker:
-            self._list.focus_position = min(focus, len(self._walker) - 1)
+            # The focus stays on the same GPU or pod when a refresh reorders the rows by use.
+            self._list.focus_position = keys.index(focused) if focused in keys else min(position, len(keys) - 1)
+
+    def focused_key(self) -> tuple[object, ...] | None:
+        """The GPU or pod the focus is on (tests; what a detail view would open)."""
+        return self._keys[self._list.focus_position] if self._walker else None
 
     # -- keys ----------------------------------------------------------------------------------
 
