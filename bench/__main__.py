@@ -28,12 +28,30 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(",") if part.strip())
 
 
+def _node_page(argv: Sequence[str]) -> int:
+    from bench import nodepage  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m bench node-page", description=nodepage.__doc__.splitlines()[0])
+    parser.add_argument("--repetitions", type=int, default=nodepage.REPETITIONS)
+    parser.add_argument("--window-s", type=float, default=nodepage.WINDOW_S)
+    parser.add_argument("--out", type=Path, default=nodepage.RESULTS)
+    parser.add_argument("--report", action="store_true", help="also rewrite docs/benchmarks.md's section")
+    args = parser.parse_args(list(argv))
+    nodepage.run(args.out, repetitions=args.repetitions, window_s=args.window_s)
+    print(f"results: {args.out}")
+    if args.report:
+        print(f"wrote {nodepage.write_report(args.out, runner.REPO_ROOT / 'docs' / 'benchmarks.md')}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["counters"]:  # its own options (bench/counters.py)
         from bench import counters  # noqa: PLC0415
 
         return counters.main(arguments[1:])
+    if arguments[:1] == ["node-page"]:  # its own options (bench/nodepage.py)
+        return _node_page(arguments[1:])
     if arguments[:1] == ["docs"]:  # its own options (bench/docs.py)
         from bench import docs  # noqa: PLC0415
 
@@ -70,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shared.add_argument("--report", action="store_true", help="also rewrite docs/benchmarks.md's section")
     shared.add_argument("--report-only", type=Path, metavar="RESULTS", help="only rewrite the section from RESULTS")
     commands.add_parser("counters", help="NVML cost of a counters CSV, before/after (see bench/counters.py)")
+    commands.add_parser("node-page", help="scrape latency with the live node page open (see bench/nodepage.py)")
     commands.add_parser("docs", help="rewrite (or --check) docs/benchmarks.md's generated sections (bench/docs.py)")
     args = parser.parse_args(arguments)
 

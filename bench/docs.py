@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import abtest, counters, loadgen, nvmlprobe, process_utilization, report, runner, servers, suite
+from bench import abtest, counters, loadgen, nodepage, nvmlprobe, process_utilization, report, runner, servers, suite
 
 DOCS = runner.REPO_ROOT / "docs"
 DOCUMENT = "benchmarks.md"
@@ -104,6 +104,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("process-utilization", "benchmarks-process-utilization.json", _process_utilization),
     Section("dcgm-published", "benchmarks-dcgm-published.json", _dcgm_published),
     Section("counters", "benchmarks-counters.json", _counters),
+    Section("node-page", "benchmarks-node-page.json", nodepage.section),
 )
 
 

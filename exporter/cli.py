@@ -32,6 +32,7 @@ SUBCOMMANDS: dict[str, str] = {
     "doctor": "exporter.doctor.cli",
     "report": "exporter.report.cli",
     "remediate": "exporter.remediate.cli",
+    "top": "exporter.top.cli",
 }
 
 

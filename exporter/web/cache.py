@@ -28,6 +28,7 @@ from exporter.metrics.exposition import (
     gzip_bytes,
 )
 from exporter.supervisor import supervised
+from exporter.web.nodeview import build_view, view_json
 
 log = get_logger("exposition")
 
@@ -43,6 +44,30 @@ class RenderedExposition:
         self.series = sum(len(family.samples) for family in families)
         # OpenMetrics would type dcgm-exporter's counters (no _total) "unknown": negotiation then prefers text.
         self.counters_need_text = counters_need_text(families)
+        self._node_view: bytes | None = None
+        # Its own lock: a scrape encoding a variant (on the event loop) must never wait for a view build.
+        self._node_view_lock = threading.Lock()
+
+    @property
+    def node_view_ready(self) -> bytes | None:
+        """``/gpus.json`` if it was built already for this generation (no work, no lock)."""
+        return self._node_view
+
+    def node_view_json(self, exporter_version: str) -> bytes:
+        """``/gpus.json`` for this generation: built on first request, then served from memory.
+
+        The view is derived from this exposition's samples (``exporter.web.nodeview``), so the page
+        shows exactly what ``/metrics`` serves and nobody pays for it until someone looks.
+        """
+        view = self._node_view
+        if view is None:
+            with self._node_view_lock:
+                view = self._node_view
+                if view is None:
+                    samples = ((s.name, s.labels, s.value) for family in self._families for s in family.samples)
+                    view = self._node_view = view_json(build_view(samples, exporter_version=exporter_version,
+                                                                  generation=self.generation))
+        return view
 
     def body(self, openmetrics: bool, compressed: bool) -> bytes:
         key = (openmetrics, compressed)

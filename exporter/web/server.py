@@ -1,4 +1,4 @@
-"""The HTTP listener: /metrics from the exposition cache, /health, and a landing page.
+"""The HTTP listener: /metrics from the exposition cache, /health, and the live node page (/, /gpus.json).
 
 No client can make another wait. Every connection lives on one asyncio event loop (standard
 library, one thread), so an idle, slow or malicious connection costs a file descriptor and a few
@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
-import html
 import http
 import logging
 import resource
@@ -52,6 +51,7 @@ from exporter.logs import RateLimitedLog, get_logger
 from exporter.metrics.exposition import wants_openmetrics
 from exporter.web.cache import ExpositionCache
 from exporter.web.health import HealthReport
+from exporter.web.nodepage import PAGE_HEADERS, load_assets
 from exporter.web.request import HEAD_END, MAX_HEAD_BYTES, HeadError, RequestHead, parse_head
 
 log = get_logger("web")
@@ -130,18 +130,6 @@ def accepts_gzip(accept_encoding: str) -> bool:
             return not any(param.replace(" ", "") in {"q=0", "q=0.0", "q=0.00", "q=0.000"} for param in params)
     return False
 
-
-LANDING_PAGE = """<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>gpu-pod-exporter</title></head>
-<body>
-<h1>gpu-pod-exporter {version}</h1>
-<p>NVIDIA GPU metrics with DCGM-compatible names, attributed to Kubernetes pods.</p>
-<ul>
-<li><a href="metrics">/metrics</a> &mdash; Prometheus metrics</li>
-<li><a href="health">/health</a> &mdash; {health}</li>
-</ul>
-</body></html>
-"""
 
 _SERVER_HEADER = f"gpu-pod-exporter/{__version__}"
 _TEXT = "text/plain; charset=utf-8"
@@ -400,6 +388,9 @@ class ExporterHTTPServer:
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(self._loop_exception)
         self._auth_pool = ThreadPoolExecutor(max_workers=AUTH_WORKERS, thread_name_prefix="http-auth")
+        # Builds /gpus.json (once per exposition generation) off the loop, so a page never delays a scrape.
+        self._page_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="http-page")
+        self._page = load_assets()
         self._auth_waiting = 0
         self._open: dict[_Connection, None] = {}  # insertion order: oldest first
         self._idle: dict[_Connection, None] = {}  # opening or reading the head, oldest first
@@ -449,6 +440,7 @@ class ExporterHTTPServer:
             self._thread.join(5)
         self._listener.close()
         self._auth_pool.shutdown(wait=False, cancel_futures=True)
+        self._page_pool.shutdown(wait=False, cancel_futures=True)
 
     def _shutdown(self) -> None:
         if self._accepting is not None:
@@ -586,11 +578,40 @@ class ExporterHTTPServer:
             self._send(connection, 200 if report.healthy else 503, _TEXT, (report.reason + "\n").encode("utf-8"),
                        head_only=head_only)
         elif path == "/":
-            report = self.health()
-            page = LANDING_PAGE.format(version=html.escape(__version__), health=html.escape(report.reason))
-            self._send(connection, 200, "text/html; charset=utf-8", page.encode("utf-8"), head_only=head_only)
+            page = self._page.page(__version__, self.health().reason)
+            self._send(connection, 200, "text/html; charset=utf-8", page, head_only=head_only, extra=PAGE_HEADERS)
+        elif path in self._page.static:
+            content_type, body = self._page.static[path]
+            self._send(connection, 200, content_type, body, head_only=head_only, extra=PAGE_HEADERS)
+        elif path == "/gpus.json":
+            self._node_view(connection, head_only)
         else:
-            self._send(connection, 404, _TEXT, b"not found; try /metrics or /health\n", head_only=head_only)
+            self._send(connection, 404, _TEXT, b"not found; try /, /metrics, /gpus.json or /health\n",
+                       head_only=head_only)
+
+    def _node_view(self, connection: _Connection, head_only: bool) -> None:
+        """Answer /gpus.json: from memory when this generation's view exists, else built in the page pool."""
+        exposition = self.cache.current
+
+        def answer(body: bytes) -> None:
+            self._send(connection, 200, "application/json", body, head_only=head_only, extra=PAGE_HEADERS)
+
+        def built(done: asyncio.Future[bytes]) -> None:
+            if connection.state == "closed" or done.cancelled():
+                return
+            error = done.exception()
+            if error is not None:
+                self.noise("internal-error", "building /gpus.json failed", error=_short(error))
+                self._send(connection, 500, _TEXT, b"Internal Server Error\n")
+                return
+            answer(done.result())
+
+        ready = exposition.node_view_ready
+        if ready is not None:
+            answer(ready)
+            return
+        future = self._loop.run_in_executor(self._page_pool, exposition.node_view_json, __version__)
+        future.add_done_callback(built)
 
     def _send(self, connection: _Connection, status: int, content_type: str, body: bytes, *,
               head_only: bool = False, extra: Mapping[str, str] | None = None) -> None:

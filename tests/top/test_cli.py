@@ -1,0 +1,47 @@
+"""`gpu-pod-exporter top` on the command line: mistakes are one line and exit 2; --once prints a screen."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from exporter.cli import main as exporter_main
+from exporter.top.cli import main
+from tests.e2e.prometheus_harness import free_port, serve_metrics
+
+METRICS = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",modelName="NVIDIA H100 80GB HBM3",Hostname="node-a"} 0\n'
+           'DCGM_EXP_GPU_ALLOCATION_INFO{gpu="0",UUID="GPU-1",Hostname="node-a",namespace="ml",pod="p-0",'
+           'container="c"} 1\n')
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    ([], "give either --prometheus URL or one or more --exporter URL"),
+    (["--prometheus", "http://p:9090", "--exporter", "http://e:9400"], "give either --prometheus"),
+    (["--prometheus", "p:9090"], "--prometheus: invalid Prometheus URL"),
+    (["--exporter", "e:9400"], "--exporter 'e:9400': expected http(s)://host:port[/metrics]"),
+    (["--exporter", "http://e:9400", "--interval", "soon"], "soon"),
+    (["--exporter", "http://e:9400", "--idle-below", "150"], "--idle-below a percentage"),
+])
+def test_a_mistake_is_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-pod-exporter top: error: ") and message in err and err.count("\n") == 1
+
+
+def test_once_prints_the_screen_and_the_interactive_view_needs_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    with serve_metrics(METRICS.encode) as target:
+        out = io.StringIO()
+        assert main(["--exporter", f"http://{target}", "--once"], stdout=out) == 0
+        lines = out.getvalue().splitlines()
+        assert lines[0] == "1 GPUs, 1 allocated, 1 allocated but idle, 0 unhealthy; 1 pod containers"
+        assert "ALLOCATED IDLE   ml/p-0" in lines[2] and lines[2].startswith("node-a")
+        assert exporter_main(["top", "--exporter", f"http://{target}"]) == 2  # the subcommand; stdin is no tty
+        assert "needs a terminal; use --once" in capsys.readouterr().err
+
+
+def test_once_with_every_source_down_exits_1_with_the_reason() -> None:
+    out = io.StringIO()
+    url = f"http://127.0.0.1:{free_port()}"
+    assert main(["--exporter", url, "--once", "--timeout", "2s"], stdout=out) == 1
+    assert out.getvalue().splitlines()[1].startswith(f"SOURCE DOWN {url}/metrics: cannot reach the exporter")

@@ -1,0 +1,72 @@
+"""What `top` lists: rows from node views, busiest first, idle marked, filters as a user types them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from exporter.top.model import Filters, NodeView, screen
+
+
+def gpu(index: int, util: float | None, containers: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
+    return {"gpu": index, "model": "NVIDIA H100", "uuid": f"GPU-{index}", "utilization_percent": util,
+            "memory_used_mib": 1024.0 * index, "memory_total_mib": 81920.0, "temperature_c": 50.0, "power_w": 300.0,
+            "up": True, "healthy": True, "health_reason": "ok", "containers": containers or [], "mig": [], **extra}
+
+
+def container(pod: str, namespace: str = "ml", team: str = "vision", sm: float | None = None,
+              instance: int | None = None) -> dict[str, Any]:
+    return {"namespace": namespace, "pod": pod, "container": "main", "team": team, "gpu_instance_id": instance,
+            "sm_util_percent": sm, "memory_used_mib": None}
+
+
+NODES = [
+    NodeView("east", "node-a", {"gpus": [
+        gpu(0, 90.0, [container("a-0", sm=60.0), container("b-0", namespace="research", team="physics", sm=2.0)]),
+        gpu(1, 1.0, [container("idle-0")]),
+        gpu(2, 0.0),
+        gpu(3, None, up=False, healthy=False, health_reason="gpu_lost"),
+    ]}),
+    NodeView("west", "node-b", {"gpus": [gpu(0, 40.0, [container("solo-0", namespace="research", team="physics")])]}),
+]
+
+
+def test_gpus_are_busiest_first_and_an_allocated_gpu_below_the_threshold_is_idle() -> None:
+    shown = screen(NODES, Filters())
+    assert [(row.cluster, row.gpu) for row in shown.gpus] == [("east", 0), ("west", 0), ("east", 1), ("east", 2),
+                                                               ("east", 3)]
+    assert [row.idle for row in shown.gpus] == [False, False, True, False, False]  # a free GPU is not idle
+    lost = shown.gpus[-1]
+    assert (lost.healthy, lost.health_reason, lost.util_percent) == (False, "gpu_lost", None)
+    assert shown.clusters == ("east", "west")
+
+
+def test_pods_show_their_own_use_on_a_shared_gpu_and_the_gpus_when_alone() -> None:
+    pods = screen(NODES, Filters()).pods
+    assert [(pod.pod, pod.util_percent, pod.idle) for pod in pods] == [
+        ("a-0", 60.0, False), ("solo-0", 40.0, False), ("b-0", 2.0, True), ("idle-0", 1.0, True)]
+
+
+def test_filters_narrow_gpus_to_those_a_matching_pod_holds() -> None:
+    shown = screen(NODES, Filters.parse("team=physics"))
+    assert [(row.cluster, row.gpu) for row in shown.gpus] == [("east", 0), ("west", 0)]
+    assert [pod.pod for pod in shown.pods] == ["solo-0", "b-0"]
+    shown = screen(NODES, Filters.parse("cluster=west namespace=research"))
+    assert [pod.pod for pod in shown.pods] == ["solo-0"] and len(shown.gpus) == 1
+    assert [row.gpu for row in screen(NODES, Filters.parse("node=node-a"), sort="name").gpus] == [0, 1, 2, 3]
+    assert [row.gpu for row in screen(NODES, Filters(), sort="memory").gpus][:2] == [3, 2]
+
+
+def test_a_mistyped_filter_names_the_term_and_the_keys() -> None:
+    with pytest.raises(ValueError, match="filter 'pod=x': use KEY=VALUE with KEY one of cluster, node, namespace"):
+        Filters.parse("pod=x")
+    assert Filters.parse("team= namespace=a").describe() == "namespace=a"
+
+
+def test_a_mig_gpu_uses_its_instances_activity() -> None:
+    mig = gpu(0, None, mig=[{"gpu_instance_id": 1, "engine_active_percent": 80.0},
+                            {"gpu_instance_id": 2, "engine_active_percent": 20.0}])
+    mig["containers"] = [container("m-0", instance=1, sm=None)]
+    row = screen([NodeView("", "n", {"gpus": [mig]})], Filters()).gpus[0]
+    assert row.util_percent == 50.0 and row.pods[0].gpu == "0/MIG 1" and row.pods[0].util_percent is None

@@ -1,0 +1,95 @@
+"""The node view (/gpus.json) from exposition samples: what the page and `top` on one node show."""
+
+from __future__ import annotations
+
+import json
+
+from exporter.web.nodeview import SCHEMA, build_view, view_json
+
+GPU0 = {"gpu": "0", "UUID": "GPU-aaa", "pci_bus_id": "00000000:18:00.0", "device": "nvidia0",
+        "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "node-a"}
+GPU1 = {**GPU0, "gpu": "1", "UUID": "GPU-bbb", "device": "nvidia1"}
+MIG = {**GPU1, "UUID": "MIG-ccc", "GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "1"}
+
+
+def pod(base: dict[str, str], name: str, namespace: str = "ml", team: str = "vision") -> dict[str, str]:
+    return {**base, "container": "main", "namespace": namespace, "pod": name, "team": team}
+
+
+SAMPLES = [
+    ("gpu_pod_exporter_last_sample_timestamp_seconds", {}, 1_700_000_000.5),
+    ("gpu_pod_exporter_device_up", {"gpu": "0"}, 1.0),
+    ("gpu_pod_exporter_device_up", {"gpu": "1"}, 0.0),
+    ("DCGM_FI_DEV_GPU_UTIL", GPU0, 90.0),
+    ("DCGM_FI_DEV_FB_USED", GPU0, 40_000.0),
+    ("DCGM_FI_DEV_FB_FREE", GPU0, 40_000.0),
+    ("DCGM_FI_DEV_FB_RESERVED", GPU0, 500.0),
+    ("DCGM_FI_DEV_GPU_TEMP", GPU0, 61.0),
+    ("DCGM_FI_DEV_POWER_USAGE", GPU0, 420.5),
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", GPU0, 700.0),
+    ("DCGM_EXP_GPU_ALLOCATED", GPU0, 1.0),
+    ("DCGM_EXP_GPU_ALLOCATION_INFO", {**pod(GPU0, "a-0"), "vgpu": "0"}, 1.0),
+    ("DCGM_EXP_GPU_ALLOCATION_INFO", {**pod(GPU0, "<b>x</b>", "research"), "vgpu": "1"}, 1.0),
+    ("DCGM_EXP_CONTAINER_SM_UTIL", pod(GPU0, "a-0"), 70.0),
+    ("DCGM_EXP_CONTAINER_SM_UTIL", pod(GPU0, "<b>x</b>", "research"), 20.0),
+    ("DCGM_EXP_CONTAINER_FB_USED", pod(GPU0, "a-0"), 30_000.0),
+    ("DCGM_EXP_GPU_HEALTHY", {**GPU0, "reason": "ok"}, 1.0),
+    ("DCGM_EXP_GPU_HEALTHY", {**GPU1, "reason": "gpu_lost"}, 0.0),
+    ("DCGM_FI_DEV_XID_ERRORS", {**GPU1, "err_code": "79", "err_msg": "GPU has fallen off the bus"}, 79.0),
+    ("DCGM_EXP_XID_ERRORS_COUNT", {**GPU1, "window_size_in_ms": "300000"}, 2.0),
+    ("DCGM_EXP_XID_ERRORS_TOTAL", {**GPU1, "xid": "79"}, 1.0),
+    ("DCGM_EXP_XID_ERRORS_TOTAL", {**GPU1, "xid": "13"}, 1.0),
+    ("DCGM_FI_DEV_FB_USED", MIG, 10_000.0),
+    ("DCGM_FI_DEV_FB_FREE", MIG, 30_000.0),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", MIG, 0.5),
+    ("DCGM_EXP_GPU_ALLOCATION_INFO", pod(MIG, "mig-0"), 1.0),
+    ("DCGM_FI_DEV_GPU_TEMP", {**GPU0, "gpu": "2", "UUID": "GPU-ddd"}, float("nan")),
+]
+
+
+def test_each_gpu_has_its_readings_health_xids_pods_and_mig_layout() -> None:
+    view = build_view(SAMPLES, exporter_version="9.9", generation=7)
+    assert (view["schema"], view["node"], view["generation"], view["sampled_at"]) == (SCHEMA, "node-a", 7,
+                                                                                      1_700_000_000.5)
+    gpu0, gpu1 = view["gpus"]  # the NaN-only GPU 2 is left out: nothing finite was reported for it
+    assert gpu0["uuid"] == "GPU-aaa" and gpu0["model"] == "NVIDIA H100 80GB HBM3"
+    assert (gpu0["up"], gpu0["healthy"], gpu0["health_reason"]) == (True, True, "ok")
+    assert (gpu0["utilization_percent"], gpu0["memory_used_mib"], gpu0["memory_total_mib"]) == (90, 40_000, 80_500)
+    assert (gpu0["temperature_c"], gpu0["power_w"], gpu0["power_limit_w"], gpu0["allocated"]) == (61, 420.5, 700, True)
+    assert [(c["namespace"], c["pod"], c["sm_util_percent"], c["memory_used_mib"]) for c in gpu0["containers"]] == [
+        ("ml", "a-0", 70.0, 30_000.0), ("research", "<b>x</b>", 20.0, None)]
+    assert gpu0["xid"] == {"last": None, "recent_count": None, "window_s": None, "totals": {}}
+    assert (gpu1["up"], gpu1["healthy"], gpu1["health_reason"]) == (False, False, "gpu_lost")
+    assert gpu1["temperature_c"] is None and gpu1["power_w"] is None  # not reported: null, never 0
+    assert gpu1["xid"] == {"last": {"code": 79, "message": "GPU has fallen off the bus"}, "recent_count": 2.0,
+                           "window_s": 300.0, "totals": {"13": 1.0, "79": 1.0}}
+    assert gpu1["uuid"] == "GPU-bbb"  # the parent's, not the MIG device's
+    assert gpu1["mig"] == [{"gpu_instance_id": 1, "profile": "3g.40gb", "memory_used_mib": 10_000.0,
+                            "memory_total_mib": 40_000.0, "engine_active_percent": 50.0}]
+    assert [(c["pod"], c["gpu_instance_id"]) for c in gpu1["containers"]] == [("mig-0", 1)]
+    # The MIG parent has no readings of its own: the sum of its instances' memory, their mean activity.
+    assert (gpu1["utilization_percent"], gpu1["memory_used_mib"], gpu1["memory_total_mib"]) == (50.0, 10_000, 40_000)
+
+
+def test_virtual_gpu_copies_of_the_gpu_series_are_the_pods_share_not_the_gpus() -> None:
+    samples = [("DCGM_FI_DEV_GPU_UTIL", GPU0, 80.0),
+               ("DCGM_FI_DEV_GPU_UTIL", {**pod(GPU0, "a-0"), "vgpu": "0"}, 30.0),
+               ("DCGM_FI_DEV_FB_USED", {**pod(GPU0, "a-0"), "vgpu": "0"}, 1_000.0),
+               ("DCGM_FI_DEV_FB_USED", GPU0, 5_000.0)]
+    gpu = build_view(samples)["gpus"][0]
+    assert (gpu["utilization_percent"], gpu["memory_used_mib"]) == (80.0, 5_000.0)
+    assert [(c["sm_util_percent"], c["memory_used_mib"]) for c in gpu["containers"]] == [(30.0, 1_000.0)]
+
+
+def test_a_gpu_with_one_pod_repeats_the_gpu_value_on_workload_labelled_series() -> None:
+    samples = [("DCGM_FI_DEV_GPU_UTIL", pod(GPU0, "solo-0"), 55.0), ("DCGM_EXP_GPU_ALLOCATED", GPU0, 0.0)]
+    gpu = build_view(samples)["gpus"][0]
+    assert gpu["utilization_percent"] == 55.0
+    assert [(c["pod"], c["sm_util_percent"]) for c in gpu["containers"]] == [("solo-0", None)]
+    assert gpu["allocated"] is True  # a pod holds it, whatever the allocation gauge said
+
+
+def test_the_json_cannot_close_a_tag_or_script_whatever_a_pod_is_called() -> None:
+    body = view_json(build_view(SAMPLES))
+    assert b"<" not in body and b">" not in body and b"&" not in body
+    assert json.loads(body)["gpus"][0]["containers"][1]["pod"] == "<b>x</b>"
