@@ -54,11 +54,13 @@ from exporter.remediate.selfmetrics import RemediationMetrics
 log = get_logger("remediate")
 
 NODE_ACTIONS = frozenset({"taint", "cordon", "annotate", "condition"})
+NODE_LEVEL = "node"  # the mark of an alert about the whole node (no UUID label)
 CONFLICT_RETRIES = 5
 EVENT_ATTEMPTS = 3
 RETRY_AFTER_FAILURE = timedelta(seconds=30)
 SEEN_LIMIT = 100_000
 SEEN_TTL = timedelta(days=7)
+LATCHED = timedelta(days=3650)
 
 Clock = Callable[[], datetime]
 
@@ -112,6 +114,24 @@ def mark_for(policy: Policy, uuid: str, gpu: str, alerts: Mapping[str, str], sin
                    condition=any(p.does("condition") for p in policies))
 
 
+def _fingerprints(*states: Marks) -> list[str]:
+    """The fingerprints of the alerts behind these marks, for the audit line."""
+    return sorted({fp for marks in states for mark in marks.gpus.values() for fp in mark.alerts})
+
+
+def _state(marks: Marks) -> str:
+    return "quarantined" if marks.gpus or marks.restricts else "healthy"
+
+
+def _target(alert: Alert) -> str:
+    uuid = alert.labels.get("UUID", "")
+    return f"GPU {alert.labels.get('gpu', '?')} ({uuid})" if uuid else "the node"
+
+
+def _gpu_label(alert: Alert, uuid: str) -> str:
+    return NODE_LEVEL if uuid == NODE_LEVEL else alert.labels.get("gpu", "")
+
+
 class Remediator:
     def __init__(self, policy: Policy, api: KubeApi, metrics: RemediationMetrics, *, clock: Clock = utc_now,
                  recheck_s: float = 15.0, instance: str = "") -> None:
@@ -130,6 +150,7 @@ class Remediator:
         self._shadow: dict[str, Marks] = {}  # dry-run / events: the marks enforce mode would have made
         self._transitions: dict[str, datetime] = {}
         self._marked: set[str] = set()
+        self._dropped: list[tuple[str, Alert, str]] = []  # (node, resolved alert, the limit that held it)
         self._synced = False
         self._stop = api.stop
         self._thread: threading.Thread | None = None
@@ -155,16 +176,31 @@ class Remediator:
             self._lock.notify_all()
         return counts
 
+    def node_name(self, labels: Mapping[str, str]) -> str:
+        """The Kubernetes node an alert is about: the one place that reads the node label."""
+        return labels.get(self.policy.node_label, "")
+
+    def _in_scope(self, alert: Alert) -> bool:
+        """With ``cluster`` set, only alerts labelled with that cluster are ours (one Alertmanager, many clusters)."""
+        if not self.policy.cluster or alert.labels.get("cluster") == self.policy.cluster:
+            return True
+        self._states.once(("other-cluster", alert.labels.get("cluster", "")), logging.INFO,
+                          "alert from another cluster (or without a cluster label); ignored",
+                          alert=alert.name, cluster=alert.labels.get("cluster", ""), ours=self.policy.cluster)
+        return False
+
     def _record(self, alert: Alert, now: datetime) -> str:
         policy = self.policy.for_alert(alert.name)
-        if policy is None:
+        if policy is None or not self._in_scope(alert):
             return "ignored"
-        node = alert.labels.get(self.policy.node_label, "")
-        uuid = alert.labels.get("UUID", "")
-        if not node or not uuid:
+        node = self.node_name(alert.labels)
+        # An alert without a UUID (NVSwitch, fabric manager, a GPU missing from the node's count) is about the
+        # node as a whole: it is marked under NODE_LEVEL and leads to the same node-level actions.
+        uuid = alert.labels.get("UUID", "") or NODE_LEVEL
+        if not node:
             self._states.once(("unusable", alert.name), logging.WARNING,
-                              f"alert without the {self.policy.node_label} or UUID label: cannot tell which GPU "
-                              "of which node it is about; ignored", alert=alert.name)
+                              f"alert without the {self.policy.node_label} label: cannot tell which node "
+                              "it is about; ignored", alert=alert.name)
             return "unusable"
         key = alert.occurrence + ("" if alert.firing else "/resolved")
         if key in self._seen:
@@ -178,15 +214,16 @@ class Remediator:
             if policy.actions & NODE_ACTIONS:
                 previous = work.marks.get(uuid)
                 alerts = {**(previous.alerts if previous else {}), alert.fingerprint: alert.name}
-                work.marks[uuid] = mark_for(self.policy, uuid, alert.labels.get("gpu", ""), alerts,
+                work.marks[uuid] = mark_for(self.policy, uuid, _gpu_label(alert, uuid), alerts,
                                             previous.since if previous else rfc3339(alert.starts_at))
             if policy.does("event") and self.policy.mode != "dry-run":
                 self._contexts.append(_Context(node, uuid, alert))
             log.info("alert firing", extra={"fields": {
                 "alert": alert.name, "node": node, "gpu": alert.labels.get("gpu"), "uuid": uuid,
-                "xid": alert.labels.get("xid", "")}})
+                "xid": alert.labels.get("xid", ""), "fingerprint": alert.fingerprint}})
         else:
             firing.pop(alert.fingerprint, None)
+            self._drop_pending(node, uuid, work, alert)
             if policy.untaint_after_s is None:
                 log.info("alert resolved; the GPU stays marked until a person clears it (untaint_after: never)",
                          extra={"fields": {"alert": alert.name, "node": node, "uuid": uuid}})
@@ -198,6 +235,24 @@ class Remediator:
         if work.empty():
             self._work.pop(node, None)
         return "new"
+
+    def _drop_pending(self, node: str, uuid: str, work: _NodeWork, alert: Alert) -> None:
+        """The alert resolved before its change was made (held by a limit, or not yet due): drop the change.
+
+        Without this a breaker would only delay a false alarm: the held taint would land once the window
+        rolled, long after the alert that asked for it had gone (issue 29)."""
+        pending = work.marks.get(uuid)
+        if pending is None or alert.fingerprint not in pending.alerts:
+            return
+        remaining = {fp: name for fp, name in pending.alerts.items() if fp != alert.fingerprint}
+        if remaining:
+            work.marks[uuid] = mark_for(self.policy, uuid, pending.gpu, remaining, pending.since)
+        else:
+            del work.marks[uuid]
+        self._dropped.append((node, alert, work.held))
+        if not work.marks:
+            work.held = ""
+            work.retry_at = None
 
     def _prune_seen(self, now: datetime) -> None:
         if len(self._seen) <= SEEN_LIMIT:
@@ -246,6 +301,7 @@ class Remediator:
         if not self._synced:
             self._sync()
         self._record_contexts()
+        self._record_dropped()
         now = self.clock()
         with self._lock:
             due = [node for node, work in self._work.items() if (when := work.next_due()) is not None and when <= now]
@@ -311,6 +367,31 @@ class Remediator:
                 self._note_error("cannot record an alert Event", exc, node=context.node)
                 self._retry_context(context)
 
+    def _record_dropped(self) -> None:
+        """One Event and log line per change dropped because its alert resolved before it was made."""
+        with self._lock:
+            dropped, self._dropped = self._dropped, []
+        now = self.clock()
+        for node, alert, held in dropped:
+            why = f" while held by {held}" if held else " before it was made"
+            message = (f"Dropped: {alert.name} for {_target(alert)} resolved{why}; "
+                       "the node is not changed for it.")
+            self.metrics.count("taint", "dropped")
+            try:
+                self._audit(node, "", ev.REASON_DROPPED, message, now, fingerprints=[alert.fingerprint],
+                            state="healthy", identity=f"dropped|{alert.occurrence}", warning=False)
+            except ApiError as exc:
+                self._note_error("cannot record an Event", exc, node=node)
+
+    def _audit(self, node: str, uid: str, reason: str, message: str, now: datetime, *, fingerprints: Iterable[str],
+               state: str, identity: str, warning: bool = True) -> None:
+        """Every transition: one Event on the node and one structured log line naming the alert fingerprints."""
+        prints = sorted(set(fingerprints))
+        log.log(logging.WARNING if warning else logging.INFO, "remediation transition", extra={"fields": {
+            "node": node, "event": reason, "state": state, "fingerprints": ",".join(prints), "why": message}})
+        self._post(*ev.node_event(node, uid, reason, message, now, identity=identity, warning=warning,
+                                  instance=self.instance))
+
     def _retry_context(self, context: _Context) -> None:
         if context.attempts + 1 >= EVENT_ATTEMPTS:
             self.metrics.count("event", "failed")
@@ -337,7 +418,7 @@ class Remediator:
             own = ev.PodRef(alert.labels["namespace"], alert.labels["pod"])
             if own not in {ev.PodRef(p.namespace, p.name) for p in pods}:
                 pods.append(own)
-        message = ev.alert_context(alert.labels, alert.annotations, pods)
+        message = ev.alert_context(alert.labels, alert.annotations, pods, node=context.node)
         self._post(*ev.node_event(context.node, "", alert.name, message, now, identity=alert.occurrence,
                                   instance=self.instance))
         for pod in pods:
@@ -450,6 +531,9 @@ class Remediator:
 
     def _check_limits(self, node: str, now: datetime, restricting: bool, last: datetime | None) -> Verdict:
         tainted_after = gpu_nodes = 0
+        if restricting and self.breaker.is_open:  # latched: no need to count the nodes
+            return self.breaker.check(node, now, restricting=True, last_transition=None, tainted_after=0,
+                                      gpu_nodes=0)
         if restricting:
             nodes = self.api.list_nodes()
             gpu_nodes = sum(1 for n in nodes if has_gpus(n, self.policy.limits.gpu_resources))
@@ -470,17 +554,24 @@ class Remediator:
             work.held = verdict.limit
             work.retry_at = min(verdict.retry_at or now + self.recheck, now + self.recheck) \
                 if verdict.limit != "cooldown" else (verdict.retry_at or now + self.recheck)
+            if verdict.limit == "max_nodes_per_hour" and desired.restricts:
+                work.retry_at = now + LATCHED  # nothing to try until a person closes the breaker (or it resolves)
+        uid = obj.get("metadata", {}).get("uid", "")
+        if verdict.limit == "max_nodes_per_hour" and desired.restricts and self.breaker.trip(now, verdict.reason):
+            self._audit(node, uid, ev.REASON_BREAKER_OPEN,
+                        f"Circuit breaker opened: {verdict.reason}. No node gains a taint or cordon until a person "
+                        "closes it (POST /breaker/close); changes whose alerts resolve meanwhile are dropped.",
+                        now, fingerprints=_fingerprints(desired), state="breaker-open",
+                        identity=f"open|{rfc3339(now)}")
         if not first:
             return
         self.metrics.count(action, result)
         what = self._describe_change(desired)
         reason = ev.REASON_DEFERRED if verdict.limit == "cooldown" else ev.REASON_SUPPRESSED
-        log.warning("node change held back", extra={"fields": {"node": node, "limit": verdict.limit,
-                                                               "reason": verdict.reason, "change": what}})
-        self._post(*ev.node_event(node, obj.get("metadata", {}).get("uid", ""), reason,
-                                  f"Not done yet: {what}. Held back by {verdict.reason}; "
-                                  "it is tried again when the limit allows.", now,
-                                  identity=f"{verdict.limit}|{desired.state_json()}", instance=self.instance))
+        self._audit(node, uid, reason, f"Not done yet: {what}. Held back by {verdict.reason}; it is tried again "
+                    "when the limit allows, and dropped if its alerts resolve first.", now,
+                    fingerprints=_fingerprints(desired), state="held",
+                    identity=f"{verdict.limit}|{desired.state_json()}")
 
     def _apply(self, node: str, obj: Mapping[str, Any], current: Marks, desired: Marks, now: datetime, *,
                transition: bool, restricting: bool) -> bool:
@@ -494,10 +585,10 @@ class Remediator:
             what = self._describe_change(desired, shadow=current)
             self._shadow[node] = desired
             self._count_actions(current, desired, shadow_obj, "dry_run")
-            log.info(f"{self.policy.mode}: would {what}", extra={"fields": {"node": node}})
-            self._post(*ev.node_event(node, uid, ev.REASON_DRY_RUN,
-                                      f"Mode {self.policy.mode}: would {what}. Nothing was changed on the node.",
-                                      now, identity=desired.state_json(), warning=False, instance=self.instance))
+            self._audit(node, uid, ev.REASON_DRY_RUN,
+                        f"Mode {self.policy.mode}: would {what}. Nothing was changed on the node.", now,
+                        fingerprints=_fingerprints(desired, current), state=_state(desired),
+                        identity=desired.state_json(), warning=False)
             return True
         patch = node_patch(obj, current, desired)
         status = condition_patch(obj, desired, now)
@@ -509,11 +600,14 @@ class Remediator:
             self.api.patch_node_status(node, status)
         self._count_actions(current, desired, obj, "applied")
         what = self._describe_change(desired, shadow=current, obj=obj)
-        log.info(f"node changed: {what}", extra={"fields": {"node": node}})
         if transition or (patch is not None and "spec" in patch):
             reason = ev.REASON_TAINTED if restricting else ev.REASON_UNTAINTED
-            self._post(*ev.node_event(node, uid, reason, f"gpu-pod-exporter remediate: {what}.", now,
-                                      identity=desired.state_json(), warning=restricting, instance=self.instance))
+            self._audit(node, uid, reason, f"gpu-pod-exporter remediate: {what}.", now,
+                        fingerprints=_fingerprints(desired, current), state=_state(desired),
+                        identity=desired.state_json(), warning=restricting)
+        else:
+            log.info(f"node changed: {what}", extra={"fields": {
+                "node": node, "fingerprints": ",".join(_fingerprints(desired, current))}})
         return True
 
     def _count_actions(self, current: Marks, desired: Marks, obj: Mapping[str, Any], result: str) -> None:
@@ -559,10 +653,24 @@ class Remediator:
             held = [work.held for work in self._work.values() if work.held]
         for limit in ("cooldown", "max_nodes_per_hour", "max_tainted_percent"):
             self.metrics.held.labels(limit).set(held.count(limit))
-        self.metrics.breaker_open.set(1 if any(limit != "cooldown" for limit in held) else 0)
+        self.metrics.breaker_open.set(1 if self.breaker.is_open or any(limit != "cooldown" for limit in held) else 0)
         marked = {name for name, marks in self._shadow.items() if marks.gpus} if not self.policy.changes_nodes \
             else self._marked
         self.metrics.marked_nodes.set(len(marked))
+
+    def close_breaker(self, who: str = "") -> bool:
+        """A person closes the latched breaker; held changes whose alerts still fire are decided again at once."""
+        with self._lock:
+            was_open = self.breaker.close()
+            if was_open:
+                for work in self._work.values():
+                    if work.held == "max_nodes_per_hour":
+                        work.retry_at = None
+                        work.held = ""
+                self._lock.notify_all()
+        if was_open:
+            log.warning("circuit breaker closed by a person", extra={"fields": {"by": who or "unknown"}})
+        return was_open
 
     def _note_ok(self) -> None:
         """An API call worked: if the last one had failed, say once that it works again."""

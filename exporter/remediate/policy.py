@@ -5,6 +5,7 @@ alerts. Schema (docs/remediation.md explains each)::
 
     mode: dry-run                # dry-run | events | enforce
     node_label: Hostname         # the alert label holding the Kubernetes node name
+    cluster: ""                  # when set: act only on alerts whose `cluster` label has this value
     alerts:                      # the allowlist (replaces the default one when given)
       GpuXidFatal:
         actions: [event, taint, annotate, condition]   # and/or cordon (opt-in)
@@ -22,7 +23,7 @@ A mistake raises ``PolicyError`` (a ``ConfigError``): the subcommand prints it a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -75,6 +76,7 @@ class Policy:
         default_factory=lambda: MappingProxyType(dict.fromkeys(DEFAULT_ALERTS, AlertPolicy())))
     limits: Limits = Limits()
     source: str = "built-in defaults"
+    cluster: str = ""  # "" acts on alerts of any cluster (one Alertmanager per cluster)
 
     def for_alert(self, name: str) -> AlertPolicy | None:
         return self.alerts.get(name)
@@ -90,8 +92,7 @@ def load_policy(path: str | None, mode_override: str | None = None) -> Policy:
     if mode_override is not None:
         if mode_override not in MODES:
             raise PolicyError("--mode", "mode", f"expected one of {', '.join(MODES)}, got {mode_override!r}")
-        policy = Policy(mode=mode_override, node_label=policy.node_label, alerts=policy.alerts,
-                        limits=policy.limits, source=policy.source)
+        policy = replace(policy, mode=mode_override)
     return policy
 
 
@@ -148,7 +149,7 @@ def _parse_file(path: str) -> Policy:
     if root is None:
         return Policy(source=path)
     walker = _Walker(path)
-    top = walker.mapping(root, "", ("mode", "node_label", "alerts", "limits"))
+    top = walker.mapping(root, "", ("mode", "node_label", "cluster", "alerts", "limits"))
     defaults = Policy()
     mode = defaults.mode
     if "mode" in top:
@@ -156,13 +157,16 @@ def _parse_file(path: str) -> Policy:
     node_label = defaults.node_label
     if "node_label" in top:
         node_label = walker.convert(top["node_label"][1], "node_label", _label_name)
+    cluster = defaults.cluster
+    if "cluster" in top:
+        cluster = walker.convert(top["cluster"][1], "cluster", _label_value)
     alerts = defaults.alerts
     if "alerts" in top:
         alerts = _alerts(walker, top["alerts"][1])
     limits = defaults.limits
     if "limits" in top:
         limits = _limits(walker, top["limits"][1])
-    return Policy(mode=mode, node_label=node_label, alerts=alerts, limits=limits, source=path)
+    return Policy(mode=mode, node_label=node_label, alerts=alerts, limits=limits, source=path, cluster=cluster)
 
 
 def _alerts(walker: _Walker, node: yaml.Node) -> Mapping[str, AlertPolicy]:
@@ -226,6 +230,14 @@ def _label_name(raw: Any) -> str:
     if not isinstance(raw, str) or not raw or not (raw[0].isalpha() or raw[0] == "_") \
             or not all(ch.isalnum() or ch == "_" for ch in raw):
         raise ValueError(f"expected a Prometheus label name, got {raw!r}")
+    return raw
+
+
+def _label_value(raw: Any) -> str:
+    if raw is None:
+        return ""
+    if not isinstance(raw, str):
+        raise ValueError(f"expected the value of the alerts' cluster label (a string), got {raw!r}")
     return raw
 
 

@@ -19,7 +19,9 @@ import yaml
 from exporter.remediate.alerts import parse_notification
 from exporter.remediate.controller import Remediator
 from exporter.remediate.events import (
+    REASON_BREAKER_OPEN,
     REASON_DEFERRED,
+    REASON_DROPPED,
     REASON_DRY_RUN,
     REASON_SUPPRESSED,
     REASON_TAINTED,
@@ -242,7 +244,9 @@ def test_a_restarted_remediator_carries_on_from_what_is_on_the_nodes(api: FakeNo
     notify(second, alert(xid="79", pod="trainer-0", namespace="ml"))  # Alertmanager's next repeat
     notify(second, alert("node-b", uuid="GPU-b"))
     second.run_once()
-    assert len(api.event_list()) == events_before + 2  # only node-b's: its alert and "suppressed"
+    # only node-b's: its alert, "breaker open" (the hourly limit latched) and "suppressed"
+    assert [e["reason"] for e in api.event_list()[events_before:]] == \
+        ["GpuXidFatal", REASON_BREAKER_OPEN, REASON_SUPPRESSED]
     assert second.metrics.actions.labels("event", "unchanged")._value.get() == 2  # the replays hit AlreadyExists
     assert taint(api, "node-b") is None  # the hourly window came back from node-a's annotation
     notify(second, alert(status="resolved", ends="2024-05-01T12:01:00Z"))
@@ -318,3 +322,139 @@ def test_health_reports_the_mode_and_pending_work(api: FakeNodeApiServer, tmp_pa
                                          "changes")
     remediator.run_once()
     assert "synced" in remediator.health()[1]
+
+
+# -- issue 29: held changes, the latched breaker, storms, scope, node-level alerts -------------------------
+
+STORM_POLICY: dict[str, Any] = {"mode": "enforce", "alerts": {"GpuXidFatal": {"untaint_after": "0s"}},
+                                "limits": {"cooldown": "10m", "max_nodes_per_hour": 3, "max_tainted_percent": 100}}
+
+
+def tainted_nodes(api: FakeNodeApiServer) -> set[str]:
+    return {name for name in api.nodes if taint(api, name) is not None}
+
+
+def ever_tainted(api: FakeNodeApiServer) -> set[str]:
+    """Every node a PATCH ever gave our taint (the request bodies the fake API server recorded)."""
+    return {r.path.rsplit("/", 1)[-1] for r in api.writes("PATCH", "/api/v1/nodes/") if r.status == 200
+            and any(t.get("key") == TAINT_KEY for t in ((r.body or {}).get("spec") or {}).get("taints") or [])}
+
+
+def storm(count: int, status: str = "firing", ends: str | None = None) -> list[dict[str, Any]]:
+    return [alert(f"storm-{index:02d}", uuid=f"GPU-storm-{index}", status=status, ends=ends) for index in range(count)]
+
+
+def run_minutes(remediator: Remediator, clock: Clock, api: FakeNodeApiServer, minutes: int,
+                seen: list[int], step: int = 1) -> None:
+    """One worker pass every ``step`` minutes; ``seen``: how many nodes carried our taint after each pass."""
+    for _ in range(0, minutes, step):
+        clock.advance(minutes=step)
+        remediator.run_once()
+        seen.append(len(tainted_nodes(api)))
+
+
+def test_storm_that_resolves_within_five_minutes_taints_at_most_the_limit_and_nothing_later(
+        api: FakeNodeApiServer, tmp_path: Path, clock: Clock) -> None:
+    for index in range(30):
+        api.add_node(f"storm-{index:02d}")
+    remediator = make(api, tmp_path, clock, STORM_POLICY)
+    notify(remediator, *storm(30))
+    remediator.run_once()
+    seen = [len(tainted_nodes(api))]
+    run_minutes(remediator, clock, api, 4, seen)
+    assert remediator.breaker.is_open and remediator.metrics.breaker_open._value.get() == 1
+    notify(remediator, *storm(30, "resolved", "2024-05-01T12:05:00Z"))
+    run_minutes(remediator, clock, api, 15, seen)  # the three tainted ones wait out the 10m cooldown
+    assert tainted_nodes(api) == set()
+    patches_after_resolve = len(api.writes("PATCH"))
+    run_minutes(remediator, clock, api, 120, seen, step=5)  # two hourly windows roll: nothing held is left to land
+    assert max(seen) == 3 and len(ever_tainted(api)) == 3
+    assert len(api.writes("PATCH")) == patches_after_resolve
+    assert reasons(api).count(REASON_DROPPED) == 27
+    assert metric(remediator, "taint", "dropped") == 27
+    assert remediator.metrics.held.labels("max_nodes_per_hour")._value.get() == 0
+
+
+def test_storm_that_stays_firing_taints_at_most_the_limit_until_a_person_closes_the_breaker(
+        api: FakeNodeApiServer, tmp_path: Path, clock: Clock) -> None:
+    for index in range(30):
+        api.add_node(f"storm-{index:02d}")
+    remediator = make(api, tmp_path, clock, STORM_POLICY)
+    notify(remediator, *storm(30))
+    remediator.run_once()
+    seen = [len(tainted_nodes(api))]
+    run_minutes(remediator, clock, api, 150, seen, step=5)  # the rolling window empties twice; the breaker stays open
+    assert max(seen) == 3 and len(ever_tainted(api)) == 3
+    assert reasons(api).count(REASON_BREAKER_OPEN) == 1
+    [opened] = [e for e in api.event_list() if e["reason"] == REASON_BREAKER_OPEN]
+    assert "until a person closes it (POST /breaker/close)" in opened["message"]
+    assert remediator.metrics.breaker_open._value.get() == 1
+
+    assert remediator.close_breaker("test") is True  # a person looked and decided the alarms are real
+    remediator.run_once()
+    assert len(tainted_nodes(api)) == 6  # the hourly limit applies again: three more, then it opens again
+    assert remediator.breaker.is_open
+    assert remediator.close_breaker("test") is True and remediator.close_breaker("test") is False
+
+
+def test_a_held_change_is_dropped_when_its_alert_resolves(api: FakeNodeApiServer, tmp_path: Path,
+                                                          clock: Clock) -> None:
+    """The field report: max_nodes_per_hour 1, node-b held, its alert resolves 5 min later, tainted 66 min in."""
+    policy = {"mode": "enforce", "limits": {"cooldown": "0s", "max_nodes_per_hour": 1, "max_tainted_percent": 100}}
+    remediator = make(api, tmp_path, clock, policy)
+    notify(remediator, alert("node-a"), alert("node-b", uuid="GPU-b"))
+    remediator.run_once()
+    assert taint(api, "node-a") is not None and taint(api, "node-b") is None
+    clock.advance(minutes=5)
+    notify(remediator, alert("node-b", uuid="GPU-b", status="resolved", ends="2024-05-01T12:05:00Z"))
+    remediator.run_once()
+    clock.advance(minutes=61)
+    remediator.close_breaker("test")  # even a closed breaker has nothing of node-b's left to apply
+    remediator.run_once()
+    assert taint(api, "node-b") is None
+    assert reasons(api, "node-b") == ["GpuXidFatal", REASON_BREAKER_OPEN, REASON_SUPPRESSED, REASON_DROPPED]
+    [dropped] = [e for e in api.event_list() if e["reason"] == REASON_DROPPED]
+    assert "GpuXidFatal for GPU 3 (GPU-b) resolved while held by max_nodes_per_hour" in dropped["message"]
+
+
+def test_every_transition_logs_one_line_with_the_alert_fingerprint(api: FakeNodeApiServer, tmp_path: Path,
+                                                                   clock: Clock,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    policy = {"mode": "enforce", "alerts": {"GpuXidFatal": {"untaint_after": "0s"}},
+              "limits": {"cooldown": "0s", "max_tainted_percent": 100}}
+    remediator = make(api, tmp_path, clock, policy)
+    caplog.set_level("INFO", logger="gpu_pod_exporter.remediate")
+    notify(remediator, alert(fingerprint="fp-1234"))
+    remediator.run_once()
+    notify(remediator, alert(fingerprint="fp-1234", status="resolved", ends="2024-05-01T12:00:00Z"))
+    clock.advance(seconds=1)
+    remediator.run_once()
+    lines = [r for r in caplog.records if r.getMessage() == "remediation transition"]
+    fields = [r.fields for r in lines]  # type: ignore[attr-defined]
+    assert [(f["event"], f["state"], f["fingerprints"], f["node"]) for f in fields] == [
+        (REASON_TAINTED, "quarantined", "fp-1234", "node-a"), (REASON_UNTAINTED, "healthy", "fp-1234", "node-a")]
+    assert reasons(api, "node-a") == ["GpuXidFatal", REASON_TAINTED, REASON_UNTAINTED]
+
+
+def test_alerts_of_another_cluster_are_ignored_when_the_cluster_is_set(api: FakeNodeApiServer, tmp_path: Path,
+                                                                       clock: Clock) -> None:
+    remediator = make(api, tmp_path, clock, {**ENFORCE, "cluster": "prod-a"})
+    counts = notify(remediator, alert("node-a", cluster="prod-b"), alert("node-b", uuid="GPU-b"),
+                    alert("node-c", uuid="GPU-c", cluster="prod-a"))
+    assert counts == {"new": 1, "repeat": 0, "ignored": 2, "unusable": 0}
+    remediator.run_once()
+    assert tainted_nodes(api) == {"node-c"}
+    unscoped = make(api, tmp_path, clock, ENFORCE)  # no cluster set: one Alertmanager per cluster, all are ours
+    assert notify(unscoped, alert("node-a", cluster="prod-b"))["new"] == 1
+
+
+def test_a_node_level_alert_without_a_uuid_marks_the_node(api: FakeNodeApiServer, tmp_path: Path,
+                                                          clock: Clock) -> None:
+    remediator = make(api, tmp_path, clock, {**ENFORCE, "alerts": {"GpuNodeFabricDown": None}})
+    node_level = alert("node-a", name="GpuNodeFabricDown")
+    del node_level["labels"]["UUID"], node_level["labels"]["gpu"]
+    assert notify(remediator, node_level)["new"] == 1
+    remediator.run_once()
+    assert taint(api, "node-a") == {"key": TAINT_KEY, "value": "node", "effect": "NoSchedule"}
+    context = [e for e in api.event_list() if e["reason"] == "GpuNodeFabricDown"]
+    assert "the node as a whole (the alert names no GPU UUID) on node node-a" in context[0]["message"]
