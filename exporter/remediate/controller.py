@@ -31,7 +31,10 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
+from exporter.kube.backoff import Backoff as DrainBackoff
+from exporter.kube.backoff import BackoffPolicy
 from exporter.logs import StateLog, get_logger
+from exporter.remediate import drain as drains
 from exporter.remediate import events as ev
 from exporter.remediate.alerts import Alert, Notification
 from exporter.remediate.breaker import Breaker, Verdict
@@ -61,6 +64,8 @@ RETRY_AFTER_FAILURE = timedelta(seconds=30)
 SEEN_LIMIT = 100_000
 SEEN_TTL = timedelta(days=7)
 LATCHED = timedelta(days=3650)
+# Pacing of evictions a PodDisruptionBudget refuses (429): jittered windows from 5 s up to 5 min per pod.
+EVICTION_BACKOFF = BackoffPolicy(initial_s=5.0, max_s=300.0)
 
 Clock = Callable[[], datetime]
 
@@ -101,6 +106,18 @@ class _NodeWork:
             return None
         first = min(times)
         return max(first, self.retry_at) if self.retry_at is not None else first
+
+
+@dataclass
+class _Drain:
+    """A drain in progress on one quarantined node."""
+
+    started: datetime
+    uuids: set[str]
+    fingerprints: set[str]
+    backoff: dict[tuple[str, str], tuple[DrainBackoff, datetime]] = field(default_factory=dict)
+    reported: str = ""  # the plan last reported (dry-run and events: once per distinct plan)
+    done: bool = False
 
 
 def mark_for(policy: Policy, uuid: str, gpu: str, alerts: Mapping[str, str], since: str) -> GpuMark:
@@ -151,6 +168,7 @@ class Remediator:
         self._transitions: dict[str, datetime] = {}
         self._marked: set[str] = set()
         self._dropped: list[tuple[str, Alert, str]] = []  # (node, resolved alert, the limit that held it)
+        self._drains: dict[str, _Drain] = {}
         self._synced = False
         self._stop = api.stop
         self._thread: threading.Thread | None = None
@@ -311,6 +329,7 @@ class Remediator:
                 break
             self._record_contexts()  # alerts that arrived meanwhile are explained before nodes change
             self._reconcile(node)
+        self._drain_pass()
         self._publish()
         with self._lock:
             times = [when for work in self._work.values() if (when := work.next_due()) is not None]
@@ -507,8 +526,112 @@ class Remediator:
             self._marked.add(node)
         else:
             self._marked.discard(node)
+        self._track_drain(node, desired, now)
         if not changed:
             self.metrics.count("taint" if desired.taint_effect else "annotate", "unchanged")
+
+    # -- drain ------------------------------------------------------------------------------------
+
+    def _track_drain(self, node: str, desired: Marks, now: datetime) -> None:
+        """A node that carries our taint or cordon is drained (when the policy has ``drain``); one that is
+        healthy again is not."""
+        if self.policy.drain is None:
+            return
+        with self._lock:
+            if not desired.restricts:
+                self._drains.pop(node, None)
+                return
+            drain = self._drains.setdefault(node, _Drain(started=now, uuids=set(), fingerprints=set()))
+            if not set(desired.gpus) <= drain.uuids:
+                drain.done = False  # another GPU failed: its pods are drained too
+            drain.uuids |= set(desired.gpus)
+            drain.fingerprints |= set(_fingerprints(desired))
+
+    def _pods_on_failed_gpus(self, node: str, uuids: Iterable[str]) -> set[tuple[str, str]] | None:
+        """The pods the alerts name for these GPUs; None when the allocation is unknown (a node-level alert)."""
+        named: set[tuple[str, str]] = set()
+        with self._lock:
+            for uuid in uuids:
+                if uuid == NODE_LEVEL:
+                    return None
+                for alert in self._firing.get((node, uuid), {}).values():
+                    if alert.labels.get("pod") and alert.labels.get("namespace"):
+                        named.add((alert.labels["namespace"], alert.labels["pod"]))
+        return named
+
+    def _drain_pass(self) -> None:
+        policy = self.policy.drain
+        if policy is None:
+            return
+        with self._lock:
+            active = [(node, drain) for node, drain in self._drains.items() if not drain.done]
+        for node, drain in active:
+            if self._stop.is_set():
+                return
+            now = self.clock()
+            try:
+                pods = self.api.list_pods_on_node(node)
+            except ApiError as exc:
+                self._note_error("cannot list the pods of a node; the drain waits", exc, node=node)
+                continue
+            decisions = drains.plan(pods, policy, on_failed_gpus=self._pods_on_failed_gpus(node, drain.uuids),
+                                    gpu_resources=self.policy.limits.gpu_resources, started=drain.started, now=now)
+            if not self.policy.changes_nodes:
+                text = drains.describe(decisions)
+                if text != drain.reported:
+                    drain.reported = text
+                    self._audit(node, "", ev.REASON_DRY_RUN, f"Mode {self.policy.mode}: would drain: {text}. "
+                                "No pod was evicted.", now, fingerprints=drain.fingerprints, state="draining",
+                                identity=f"drain|{text}", warning=False)
+                continue
+            for decision in decisions:
+                if decision.action == "evict":
+                    self._evict(node, drain, decision, now)
+            left = drains.remaining(drains.plan(self.api.list_pods_on_node(node), policy,
+                                                on_failed_gpus=self._pods_on_failed_gpus(node, drain.uuids),
+                                                gpu_resources=self.policy.limits.gpu_resources,
+                                                started=drain.started, now=now))
+            if not left:
+                drain.done = True
+                skipped = [d for d in decisions if d.action == "skip"]
+                self._audit(node, "", ev.REASON_DRAINED, "Drained: no pod on the failed GPUs is left to evict"
+                            + (f"; left alone: {drains.describe(skipped)}" if skipped else "") + ".", now,
+                            fingerprints=drain.fingerprints, state="drained",
+                            identity=f"drained|{rfc3339(drain.started)}|{','.join(sorted(drain.uuids))}",
+                            warning=False)
+
+    def _evict(self, node: str, drain: _Drain, decision: drains.PodDecision, now: datetime) -> None:
+        key = (decision.namespace, decision.name)
+        backoff, not_before = drain.backoff.get(key, (None, now))
+        if now < not_before:
+            return
+        try:
+            self.api.evict_pod(*key)
+        except ApiError as exc:
+            if exc.status == 404:
+                return  # gone already
+            if exc.status != 429:
+                self._note_error("cannot evict a pod; will try again", exc, node=node, pod="/".join(key))
+                self.metrics.count("evict", "failed")
+                return
+            backoff = backoff or DrainBackoff(EVICTION_BACKOFF)
+            delay = backoff.failed(now.timestamp())
+            drain.backoff[key] = (backoff, now + timedelta(seconds=delay))
+            self.metrics.count("evict", "deferred")
+            log.info("eviction refused by a PodDisruptionBudget; trying again later", extra={"fields": {
+                "node": node, "pod": "/".join(key), "retry_in_s": round(delay, 1), "attempt": backoff.failures}})
+            return
+        drain.backoff.pop(key, None)
+        self.metrics.count("evict", "applied")
+        self._note_ok()
+        pod = ev.PodRef(*key)
+        message = (f"Evicted by gpu-pod-exporter remediate: the GPU it used on node {node} is unhealthy "
+                   f"({decision.why}).")
+        log.warning("remediation transition", extra={"fields": {
+            "node": node, "event": ev.REASON_EVICTED, "state": "draining", "pod": str(pod),
+            "fingerprints": ",".join(sorted(drain.fingerprints)), "why": message}})
+        self._post(*ev.pod_event(pod, ev.REASON_EVICTED, message, now, identity=f"evict|{rfc3339(drain.started)}",
+                                 instance=self.instance))
 
     def _desired(self, obj: Mapping[str, Any], current: Marks, marks: Mapping[str, GpuMark],
                  due: Mapping[str, set[str]]) -> Marks:

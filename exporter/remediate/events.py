@@ -9,7 +9,8 @@ Two kinds, both readable with ``kubectl describe node|pod`` and ``kubectl get ev
   ``GpuRemediationDryRun`` (what enforce mode would have done), ``GpuRemediationSuppressed``
   (held by the circuit breaker), ``GpuRemediationDeferred`` (held by the cooldown),
   ``GpuRemediationDropped`` (its alert resolved while the change was held) and
-  ``GpuRemediationBreakerOpen`` (the hourly limit latched the breaker open).
+  ``GpuRemediationBreakerOpen`` (the hourly limit latched the breaker open), ``GpuRemediationEvicted``
+  (on the pod: evicted by the drain) and ``GpuRemediationDrained`` (nothing on the failed GPUs left).
 
 Event names are derived from what they report (alert occurrence, object, reason), so a replayed
 webhook, even after a restart of the remediator, creates the same name and the API server answers
@@ -37,6 +38,8 @@ REASON_DRY_RUN = "GpuRemediationDryRun"
 REASON_SUPPRESSED = "GpuRemediationSuppressed"
 REASON_DEFERRED = "GpuRemediationDeferred"
 REASON_DROPPED = "GpuRemediationDropped"
+REASON_EVICTED = "GpuRemediationEvicted"
+REASON_DRAINED = "GpuRemediationDrained"
 REASON_BREAKER_OPEN = "GpuRemediationBreakerOpen"
 _NAME_UNSAFE = re.compile(r"[^a-z0-9.-]+")
 

@@ -1,7 +1,8 @@
 """The remediator's Kubernetes API access, through the official ``kubernetes`` client.
 
 Only what the least-privilege role allows: read and patch nodes (and the node status, for our
-condition), list the pods of a node, create Events. Every call goes through ``CoreV1Api`` with
+condition), list the pods of a node, create Events, create pod evictions
+(the drain). Every call goes through ``CoreV1Api`` with
 ``_preload_content=False`` and the answer is parsed as plain JSON, so the code behaves the same
 on the client's old (<= 30) and new (pydantic) generations and never fails on a field the model
 does not know.
@@ -114,6 +115,17 @@ class KubeApi:
         answer = self._call("list pods", lambda: self.core.list_pod_for_all_namespaces(
             field_selector=f"spec.nodeName={node}", **_options()))
         return list(answer.get("items") or [])
+
+    def evict_pod(self, namespace: str, name: str) -> JsonObject:
+        """POST a ``policy/v1`` Eviction, one attempt: 429 (a PodDisruptionBudget would be violated) is paced
+        by the caller's drain backoff (``exporter.kube.backoff``), not retried here; 404: the pod is gone."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        try:
+            response = self.core.create_namespaced_pod_eviction(name, namespace, body, field_manager=FIELD_MANAGER,
+                                                                **_options())
+        except Exception as exc:  # noqa: BLE001 - sorted by classify
+            raise classify(exc) from None
+        return _json(response)
 
     def create_event(self, namespace: str, event: JsonObject) -> JsonObject:
         return self._call("create event", lambda: self.core.create_namespaced_event(

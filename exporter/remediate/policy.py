@@ -16,6 +16,12 @@ alerts. Schema (docs/remediation.md explains each)::
       max_nodes_per_hour: 3      # circuit breaker: distinct nodes changed in any rolling hour
       max_tainted_percent: 10    # circuit breaker: share of GPU nodes carrying our taint at once
       gpu_resources: [nvidia.com/]   # allocatable resource prefixes that make a node a GPU node
+    drain:                       # absent: no drain (the taint only keeps new pods away)
+      mode: none                 # none | evict | allow-completion (exporter/remediate/drain.py)
+      deadline: 1h               # allow-completion: evicted after this
+      namespaces: {batch: allow-completion}
+      pod_label: gpu-pod-exporter/drain
+      unmanaged_pods: false
 
 A mistake raises ``PolicyError`` (a ``ConfigError``): the subcommand prints it and exits 2.
 """
@@ -32,6 +38,7 @@ import yaml
 
 from exporter import safeyaml
 from exporter.config import ConfigError
+from exporter.remediate.drain import DEFAULT_POD_LABEL, DRAIN_MODES, DrainPolicy
 from exporter.web.webconfig import parse_go_duration
 
 MODES = ("dry-run", "events", "enforce")
@@ -77,6 +84,7 @@ class Policy:
     limits: Limits = Limits()
     source: str = "built-in defaults"
     cluster: str = ""  # "" acts on alerts of any cluster (one Alertmanager per cluster)
+    drain: DrainPolicy | None = None  # None: no drain
 
     def for_alert(self, name: str) -> AlertPolicy | None:
         return self.alerts.get(name)
@@ -149,7 +157,7 @@ def _parse_file(path: str) -> Policy:
     if root is None:
         return Policy(source=path)
     walker = _Walker(path)
-    top = walker.mapping(root, "", ("mode", "node_label", "cluster", "alerts", "limits"))
+    top = walker.mapping(root, "", ("mode", "node_label", "cluster", "alerts", "limits", "drain"))
     defaults = Policy()
     mode = defaults.mode
     if "mode" in top:
@@ -166,7 +174,38 @@ def _parse_file(path: str) -> Policy:
     limits = defaults.limits
     if "limits" in top:
         limits = _limits(walker, top["limits"][1])
-    return Policy(mode=mode, node_label=node_label, alerts=alerts, limits=limits, source=path, cluster=cluster)
+    drain = _drain(walker, top["drain"][1]) if "drain" in top else None
+    return Policy(mode=mode, node_label=node_label, alerts=alerts, limits=limits, source=path, cluster=cluster,
+                  drain=drain)
+
+
+def _drain(walker: _Walker, node: yaml.Node) -> DrainPolicy:
+    fields = walker.mapping(node, "drain", ("mode", "deadline", "namespaces", "pod_label", "unmanaged_pods"))
+    defaults = DrainPolicy()
+    mode = defaults.mode
+    if "mode" in fields:
+        mode = walker.convert(fields["mode"][1], "drain.mode", _choice(DRAIN_MODES))
+    deadline = defaults.deadline_s
+    if "deadline" in fields:
+        deadline = walker.convert(fields["deadline"][1], "drain.deadline", _duration)
+    namespaces: dict[str, str] = {}
+    if "namespaces" in fields:
+        for name, (_, value_node) in walker.mapping(fields["namespaces"][1], "drain.namespaces").items():
+            namespaces[name] = walker.convert(value_node, f"drain.namespaces.{name}", _choice(DRAIN_MODES))
+    label = DEFAULT_POD_LABEL
+    if "pod_label" in fields:
+        label = walker.convert(fields["pod_label"][1], "drain.pod_label", _label_value)
+    unmanaged = False
+    if "unmanaged_pods" in fields:
+        unmanaged = walker.convert(fields["unmanaged_pods"][1], "drain.unmanaged_pods", _boolean)
+    return DrainPolicy(mode=mode, deadline_s=deadline, namespaces=MappingProxyType(namespaces), pod_label=label,
+                       unmanaged_pods=unmanaged)
+
+
+def _boolean(raw: Any) -> bool:
+    if not isinstance(raw, bool):
+        raise ValueError(f"expected true or false, got {raw!r}")
+    return raw
 
 
 def _alerts(walker: _Walker, node: yaml.Node) -> Mapping[str, AlertPolicy]:

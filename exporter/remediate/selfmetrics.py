@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-ACTIONS = ("event", "taint", "untaint", "cordon", "uncordon", "annotate", "condition")
+ACTIONS = ("event", "taint", "untaint", "cordon", "uncordon", "annotate", "condition", "evict")
 RESULTS = ("applied", "dry_run", "unchanged", "suppressed", "deferred", "dropped", "failed")
 
 

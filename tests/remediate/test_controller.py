@@ -21,8 +21,10 @@ from exporter.remediate.controller import Remediator
 from exporter.remediate.events import (
     REASON_BREAKER_OPEN,
     REASON_DEFERRED,
+    REASON_DRAINED,
     REASON_DROPPED,
     REASON_DRY_RUN,
+    REASON_EVICTED,
     REASON_SUPPRESSED,
     REASON_TAINTED,
     REASON_UNTAINTED,
@@ -458,3 +460,79 @@ def test_a_node_level_alert_without_a_uuid_marks_the_node(api: FakeNodeApiServer
     assert taint(api, "node-a") == {"key": TAINT_KEY, "value": "node", "effect": "NoSchedule"}
     context = [e for e in api.event_list() if e["reason"] == "GpuNodeFabricDown"]
     assert "the node as a whole (the alert names no GPU UUID) on node node-a" in context[0]["message"]
+
+
+# -- the drain: Eviction API, PodDisruptionBudgets (429), dry-run plan ----------------------------------------
+
+DRAIN_POLICY: dict[str, Any] = {**ENFORCE, "drain": {"mode": "evict", "namespaces": {"batch": "allow-completion"},
+                                                     "deadline": "30m"}}
+
+
+def drain_node(api: FakeNodeApiServer) -> None:
+    api.add_node("node-d")
+    api.add_pod("ml", "on-gpu-3", "node-d", owner_kind="ReplicaSet")
+    api.add_pod("ml", "on-gpu-5", "node-d", owner_kind="ReplicaSet")  # a healthy GPU: stays
+    api.add_pod("batch", "job-on-gpu-3", "node-d", owner_kind="Job")
+    api.add_pod("kube-system", "gpu-agent", "node-d", owner_kind="DaemonSet")
+    api.add_pod("ml", "bare-on-gpu-3", "node-d")  # unmanaged
+
+
+def gpu3_alerts(status: str = "firing") -> list[dict[str, Any]]:
+    pods = [("ml", "on-gpu-3"), ("batch", "job-on-gpu-3"), ("kube-system", "gpu-agent"), ("ml", "bare-on-gpu-3")]
+    return [alert("node-d", uuid="GPU-d3", status=status, fingerprint=f"fp-{name}", pod=name, namespace=namespace)
+            for namespace, name in pods]
+
+
+def pods_on(api: FakeNodeApiServer, node: str) -> set[str]:
+    return {f"{ns}/{name}" for (ns, name), obj in api.pods.items() if obj["spec"]["nodeName"] == node}
+
+
+def test_the_drain_evicts_only_pods_on_the_failed_gpu_and_backs_off_while_a_pdb_refuses(
+        api: FakeNodeApiServer, tmp_path: Path, clock: Clock) -> None:
+    drain_node(api)
+    api.block_evictions("ml", "on-gpu-3", 2)  # its PodDisruptionBudget allows no disruption yet
+    remediator = make(api, tmp_path, clock, DRAIN_POLICY)
+    notify(remediator, *gpu3_alerts())
+    remediator.run_once()
+    assert taint(api, "node-d") is not None
+    evictions = [r for r in api.requests if r.path.endswith("/eviction")]
+    assert [(r.path, r.status) for r in evictions] == [("/api/v1/namespaces/ml/pods/on-gpu-3/eviction", 429)]
+    assert evictions[0].body["apiVersion"] == "policy/v1" and evictions[0].body["kind"] == "Eviction"
+    remediator.run_once()  # within the backoff window: no new attempt
+    assert len([r for r in api.requests if r.path.endswith("/eviction")]) == 1
+    for _ in range(4):  # windows 5-10 s, then 10-20 s: at most one attempt each
+        clock.advance(seconds=20)
+        remediator.run_once()
+    assert "ml/on-gpu-3" not in pods_on(api, "node-d")
+    statuses = [r.status for r in api.requests if r.path == "/api/v1/namespaces/ml/pods/on-gpu-3/eviction"]
+    assert statuses == [429, 429, 201]
+    assert metric(remediator, "evict", "deferred") == 2 and metric(remediator, "evict", "applied") == 1
+    assert reasons(api, "on-gpu-3")[-1] == REASON_EVICTED
+    assert pods_on(api, "node-d") == {"ml/on-gpu-5", "batch/job-on-gpu-3", "kube-system/gpu-agent",
+                                      "ml/bare-on-gpu-3"}
+    assert REASON_DRAINED not in reasons(api, "node-d")  # the batch job may still complete
+    clock.advance(minutes=31)
+    remediator.run_once()
+    assert pods_on(api, "node-d") == {"ml/on-gpu-5", "kube-system/gpu-agent", "ml/bare-on-gpu-3"}
+    [drained] = [e for e in api.event_list() if e["reason"] == REASON_DRAINED]
+    assert "DaemonSet pod: never evicted" in drained["message"] and "unmanaged pod" in drained["message"]
+    evicted_paths = {r.path for r in api.requests if r.path.endswith("/eviction")}
+    assert evicted_paths == {"/api/v1/namespaces/ml/pods/on-gpu-3/eviction",
+                             "/api/v1/namespaces/batch/pods/job-on-gpu-3/eviction"}
+
+
+def test_dry_run_prints_the_drain_plan_and_evicts_nothing(api: FakeNodeApiServer, tmp_path: Path,
+                                                          clock: Clock) -> None:
+    drain_node(api)
+    remediator = make(api, tmp_path, clock, {**DRAIN_POLICY, "mode": "dry-run"})
+    notify(remediator, *gpu3_alerts())
+    remediator.run_once()
+    remediator.run_once()
+    assert not [r for r in api.requests if r.path.endswith("/eviction")]
+    plans = [e["message"] for e in api.event_list() if "would drain" in e["message"]]
+    assert len(plans) == 1
+    assert "ml/on-gpu-3: evict (drain mode evict (drain.mode))" in plans[0]
+    assert "batch/job-on-gpu-3: wait (allowed to complete until 2024-05-01 12:30:00 UTC (namespace batch))" \
+        in plans[0]
+    assert "kube-system/gpu-agent: skip (DaemonSet pod: never evicted)" in plans[0]
+    assert "ml/on-gpu-5: skip (not on a failed GPU)" in plans[0]
