@@ -23,6 +23,8 @@ and the pass after next tries again; nothing is dropped except Events that keep 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -36,10 +38,12 @@ from exporter.kube.backoff import BackoffPolicy
 from exporter.logs import StateLog, get_logger
 from exporter.remediate import drain as drains
 from exporter.remediate import events as ev
+from exporter.remediate import repair
 from exporter.remediate.alerts import Alert, Notification
 from exporter.remediate.breaker import Breaker, Verdict
 from exporter.remediate.kubeapi import ApiConflictError, ApiError, KubeApi
 from exporter.remediate.nodestate import (
+    PHASE_ANNOTATION,
     TAINT_KEY,
     GpuMark,
     Marks,
@@ -120,6 +124,19 @@ class _Drain:
     done: bool = False
 
 
+@dataclass
+class _Episode:
+    """One node's way from quarantined back to healthy (docs/remediation.md, "State machine")."""
+
+    since: datetime
+    phase: str = "quarantined"
+    requested: bool = False
+    job: str = ""  # the validation Job of this attempt
+    attempt: int = 0
+    validated: bool = False
+    phase_written: bool = False
+
+
 def mark_for(policy: Policy, uuid: str, gpu: str, alerts: Mapping[str, str], since: str) -> GpuMark:
     """A GPU's mark from the alerts that hold it (fingerprint -> name) and what their policies ask."""
     policies = [p for p in (policy.for_alert(name) for name in alerts.values()) if p is not None]
@@ -169,6 +186,7 @@ class Remediator:
         self._marked: set[str] = set()
         self._dropped: list[tuple[str, Alert, str]] = []  # (node, resolved alert, the limit that held it)
         self._drains: dict[str, _Drain] = {}
+        self._episodes: dict[str, _Episode] = {}
         self._synced = False
         self._stop = api.stop
         self._thread: threading.Thread | None = None
@@ -330,6 +348,7 @@ class Remediator:
             self._record_contexts()  # alerts that arrived meanwhile are explained before nodes change
             self._reconcile(node)
         self._drain_pass()
+        self._repair_pass()
         self._publish()
         with self._lock:
             times = [when for work in self._work.values() if (when := work.next_due()) is not None]
@@ -498,6 +517,12 @@ class Remediator:
         if transition:
             if not self._synced:
                 raise ApiError(0, "earlier remediations not loaded yet")
+            if before and not after and not self._validated(node, current, now):
+                with self._lock:
+                    work = self._work.get(node)
+                    if work is not None:
+                        work.retry_at = now + self.recheck
+                return
             verdict = self._check_limits(node, now, after, current.last_transition or self._transitions.get(node))
             if not verdict.allowed:
                 self._hold(node, obj, verdict, desired, now)
@@ -533,14 +558,20 @@ class Remediator:
     # -- drain ------------------------------------------------------------------------------------
 
     def _track_drain(self, node: str, desired: Marks, now: datetime) -> None:
-        """A node that carries our taint or cordon is drained (when the policy has ``drain``); one that is
-        healthy again is not."""
-        if self.policy.drain is None:
-            return
+        """A node that carries our taint or cordon is in an episode and is drained (when the policy has
+        ``drain``); one that is healthy again is in neither."""
         with self._lock:
             if not desired.restricts:
                 self._drains.pop(node, None)
-                return
+                episode = self._episodes.pop(node, None)
+            else:
+                episode = None
+                self._episodes.setdefault(node, _Episode(since=now))
+        if episode is not None and episode.phase_written:
+            self._write_phase(node, None)
+        if self.policy.drain is None or not desired.restricts:
+            return
+        with self._lock:
             drain = self._drains.setdefault(node, _Drain(started=now, uuids=set(), fingerprints=set()))
             if not set(desired.gpus) <= drain.uuids:
                 drain.done = False  # another GPU failed: its pods are drained too
@@ -599,6 +630,112 @@ class Remediator:
                             fingerprints=drain.fingerprints, state="drained",
                             identity=f"drained|{rfc3339(drain.started)}|{','.join(sorted(drain.uuids))}",
                             warning=False)
+
+    # -- hand-off and re-admission -------------------------------------------------------------------
+
+    def _write_phase(self, node: str, phase: dict[str, str] | None) -> None:
+        """The phase beyond "quarantined" on the node, for ``remediate status`` and a restarted remediator."""
+        if not self.policy.changes_nodes:
+            return
+        value = json.dumps(phase, sort_keys=True, separators=(",", ":")) if phase is not None else None
+        try:
+            self.api.patch_node(node, {"metadata": {"annotations": {PHASE_ANNOTATION: value}}})
+        except ApiError as exc:
+            self._note_error("cannot record the remediation phase on the node", exc, node=node)
+
+    def _enter(self, node: str, episode: _Episode, phase: str, *, reason: str, why: str, now: datetime,
+               fingerprints: Iterable[str], warning: bool = False) -> None:
+        episode.phase = phase
+        episode.phase_written = self.policy.changes_nodes
+        self._write_phase(node, {"phase": phase, "why": why, "since": rfc3339(now)})
+        self._audit(node, "", reason, why, now, fingerprints=fingerprints, state=phase,
+                    identity=f"{phase}|{rfc3339(episode.since)}|{episode.attempt}", warning=warning)
+
+    def _node_alerts(self, node: str) -> tuple[dict[str, str], list[Alert]]:
+        """(UUID -> GPU index, the alerts) of what is firing on ``node``."""
+        gpus: dict[str, str] = {}
+        alerts: list[Alert] = []
+        with self._lock:
+            for (name, uuid), firing in self._firing.items():
+                if name == node and firing:
+                    alerts.extend(firing.values())
+                    gpus[uuid] = _gpu_label(next(iter(firing.values())), uuid)
+        return gpus, alerts
+
+    def _repair_pass(self) -> None:
+        """Quarantined (and drained, when draining): hand the node to repair with a GpuRepairRequest."""
+        if not self.policy.repair_request:
+            return
+        with self._lock:
+            waiting = [(node, ep) for node, ep in self._episodes.items() if not ep.requested
+                       and (self.policy.drain is None or (node in self._drains and self._drains[node].done))]
+        for node, episode in waiting:
+            now = self.clock()
+            gpus, alerts = self._node_alerts(node)
+            body = repair.repair_request(node, episode.since, gpus, alerts)
+            prints = [a.fingerprint for a in alerts]
+            if not self.policy.changes_nodes:
+                episode.requested = True
+                self._audit(node, "", ev.REASON_DRY_RUN, f"Mode {self.policy.mode}: would create {repair.KIND} "
+                            f"{body['metadata']['name']} for GPUs {', '.join(sorted(gpus)) or 'none'}.", now,
+                            fingerprints=prints, state="repair-requested",
+                            identity=f"repair|{body['metadata']['name']}", warning=False)
+                continue
+            try:
+                self.api.create_repair_request(body)
+            except ApiConflictError:
+                pass  # created before (a restart): the hand-off stands
+            except ApiError as exc:
+                self._note_error("cannot create the repair request; will try again", exc, node=node)
+                continue
+            episode.requested = True
+            self._enter(node, episode, "repair-requested", reason=ev.REASON_REPAIR_REQUESTED, now=now,
+                        fingerprints=prints, why=f"Handed to repair: {repair.KIND} {body['metadata']['name']} (GPUs "
+                        f"{', '.join(f'{i} ({u})' for u, i in sorted(gpus.items())) or 'none'}; evidence: "
+                        f"{', '.join(sorted({a.name for a in alerts}))}).")
+
+    def _validated(self, node: str, current: Marks, now: datetime) -> bool:
+        """Re-admission gate: with ``validation`` set, the validation Job must have succeeded on the node."""
+        validation = self.policy.validation
+        if validation is None or not self.policy.changes_nodes:
+            return True
+        with self._lock:
+            episode = self._episodes.setdefault(node, _Episode(since=current.last_transition or now))
+        if episode.validated:
+            return True
+        prints = _fingerprints(current)
+        if not episode.job:
+            episode.attempt += 1
+            body = repair.validation_job(node, episode.since, validation)
+            body["metadata"]["name"] = f"{body['metadata']['name'][:58]}-{episode.attempt}"
+            with contextlib.suppress(ApiConflictError):
+                self.api.create_job(validation.namespace, body)
+            episode.job = body["metadata"]["name"]
+            self._enter(node, episode, "validating", reason=ev.REASON_VALIDATING, now=now, fingerprints=prints,
+                        why=f"The alerts resolved and the hold passed; validating before re-admission: Job "
+                        f"{validation.namespace}/{episode.job} ({validation.image}) on the node.")
+            return False
+        outcome = repair.job_outcome(self.api.get_job(validation.namespace, episode.job))
+        if outcome == "running":
+            return False
+        if outcome == "succeeded":
+            episode.validated = True
+            self._audit(node, "", ev.REASON_VALIDATED, f"Validation Job {validation.namespace}/{episode.job} "
+                        "succeeded: re-admitting the node.", now, fingerprints=prints, state="validating",
+                        identity=f"validated|{episode.job}", warning=False)
+            return True
+        job, episode.job = episode.job, ""
+        with self._lock:
+            work = self._work.get(node)
+            if work is not None:
+                work.clears.clear()  # stays out until its alerts resolve again (or a person clears it)
+                if work.empty():
+                    del self._work[node]
+        self._enter(node, episode, "repair-requested", reason=ev.REASON_VALIDATION_FAILED, now=now,
+                    fingerprints=prints, warning=True,
+                    why=f"Validation Job {validation.namespace}/{job} failed: the node stays quarantined; "
+                    "repair it, then resolve or clear its alerts to validate again.")
+        return False
 
     def _evict(self, node: str, drain: _Drain, decision: drains.PodDecision, now: datetime) -> None:
         key = (decision.namespace, decision.name)

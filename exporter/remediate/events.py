@@ -10,7 +10,9 @@ Two kinds, both readable with ``kubectl describe node|pod`` and ``kubectl get ev
   (held by the circuit breaker), ``GpuRemediationDeferred`` (held by the cooldown),
   ``GpuRemediationDropped`` (its alert resolved while the change was held) and
   ``GpuRemediationBreakerOpen`` (the hourly limit latched the breaker open), ``GpuRemediationEvicted``
-  (on the pod: evicted by the drain) and ``GpuRemediationDrained`` (nothing on the failed GPUs left).
+  (on the pod: evicted by the drain), ``GpuRemediationDrained`` (nothing on the failed GPUs left),
+  ``GpuRemediationRepairRequested``, ``GpuRemediationValidating``, ``GpuRemediationValidated`` and
+  ``GpuRemediationValidationFailed`` (the hand-off and re-admission, docs/remediation.md).
 
 Event names are derived from what they report (alert occurrence, object, reason), so a replayed
 webhook, even after a restart of the remediator, creates the same name and the API server answers
@@ -40,6 +42,10 @@ REASON_DEFERRED = "GpuRemediationDeferred"
 REASON_DROPPED = "GpuRemediationDropped"
 REASON_EVICTED = "GpuRemediationEvicted"
 REASON_DRAINED = "GpuRemediationDrained"
+REASON_REPAIR_REQUESTED = "GpuRemediationRepairRequested"
+REASON_VALIDATING = "GpuRemediationValidating"
+REASON_VALIDATION_FAILED = "GpuRemediationValidationFailed"
+REASON_VALIDATED = "GpuRemediationValidated"
 REASON_BREAKER_OPEN = "GpuRemediationBreakerOpen"
 _NAME_UNSAFE = re.compile(r"[^a-z0-9.-]+")
 

@@ -22,6 +22,11 @@ alerts. Schema (docs/remediation.md explains each)::
       namespaces: {batch: allow-completion}
       pod_label: gpu-pod-exporter/drain
       unmanaged_pods: false
+    repair_request: false        # create a GpuRepairRequest (CRD) once the node is quarantined and drained
+    validation:                  # absent: re-admission needs only the hold (untaint_after)
+      image: registry.example/gpu-diag:1   # a Job with this image must succeed on the node first
+      namespace: gpu-monitoring
+      command: [dcgmi, diag, -r, "2"]
 
 A mistake raises ``PolicyError`` (a ``ConfigError``): the subcommand prints it and exits 2.
 """
@@ -39,6 +44,7 @@ import yaml
 from exporter import safeyaml
 from exporter.config import ConfigError
 from exporter.remediate.drain import DEFAULT_POD_LABEL, DRAIN_MODES, DrainPolicy
+from exporter.remediate.repair import Validation
 from exporter.web.webconfig import parse_go_duration
 
 MODES = ("dry-run", "events", "enforce")
@@ -85,6 +91,8 @@ class Policy:
     source: str = "built-in defaults"
     cluster: str = ""  # "" acts on alerts of any cluster (one Alertmanager per cluster)
     drain: DrainPolicy | None = None  # None: no drain
+    repair_request: bool = False
+    validation: Validation | None = None  # None: no validation Job before re-admission
 
     def for_alert(self, name: str) -> AlertPolicy | None:
         return self.alerts.get(name)
@@ -157,7 +165,8 @@ def _parse_file(path: str) -> Policy:
     if root is None:
         return Policy(source=path)
     walker = _Walker(path)
-    top = walker.mapping(root, "", ("mode", "node_label", "cluster", "alerts", "limits", "drain"))
+    top = walker.mapping(root, "", ("mode", "node_label", "cluster", "alerts", "limits", "drain",
+                                           "repair_request", "validation"))
     defaults = Policy()
     mode = defaults.mode
     if "mode" in top:
@@ -175,8 +184,36 @@ def _parse_file(path: str) -> Policy:
     if "limits" in top:
         limits = _limits(walker, top["limits"][1])
     drain = _drain(walker, top["drain"][1]) if "drain" in top else None
+    repair = walker.convert(top["repair_request"][1], "repair_request", _boolean) if "repair_request" in top \
+        else False
+    validation = _validation(walker, top["validation"][1]) if "validation" in top else None
     return Policy(mode=mode, node_label=node_label, alerts=alerts, limits=limits, source=path, cluster=cluster,
-                  drain=drain)
+                  drain=drain, repair_request=repair, validation=validation)
+
+
+def _validation(walker: _Walker, node: yaml.Node) -> Validation:
+    fields = walker.mapping(node, "validation", ("image", "namespace", "command"))
+    if "image" not in fields:
+        raise walker.fail(node, "validation.image", "required: the image of the validation Job")
+    image = walker.convert(fields["image"][1], "validation.image", _nonempty)
+    namespace = walker.convert(fields["namespace"][1], "validation.namespace", _nonempty) \
+        if "namespace" in fields else "gpu-monitoring"
+    command: tuple[str, ...] = ()
+    if "command" in fields:
+        command = walker.convert(fields["command"][1], "validation.command", _strings)
+    return Validation(image=image, namespace=namespace, command=command)
+
+
+def _nonempty(raw: Any) -> str:
+    if not isinstance(raw, str) or not raw.strip():
+        raise ValueError(f"expected a non-empty string, got {raw!r}")
+    return raw
+
+
+def _strings(raw: Any) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not raw or not all(isinstance(item, str | int) for item in raw):
+        raise ValueError("expected a non-empty list of strings")
+    return tuple(str(item) for item in raw)
 
 
 def _drain(walker: _Walker, node: yaml.Node) -> DrainPolicy:

@@ -77,6 +77,7 @@ class FakeNodeApiServer:
         self._failures: list[int] = []
         self._conflicts = 0
         self._blocked: dict[tuple[str, str], int] = {}
+        self.objects: dict[tuple[tuple[str, str, str], str], JsonObject] = {}  # ((group, ns, plural), name)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -223,6 +224,8 @@ class FakeNodeApiServer:
             code = self._failures.pop(0)
             return code, _status(code, "ServiceUnavailable" if code == 503 else "InternalError", "injected failure")
         parts = [part for part in path.split("/") if part]
+        if parts[:1] == ["apis"]:
+            return self._apis(method, path, parts[1:], body)
         if parts[:2] != ["api", "v1"]:
             return 404, _status(404, "NotFound", f"no such path {path}")
         route = parts[2:]
@@ -301,6 +304,44 @@ class FakeNodeApiServer:
         if result != node:
             self.nodes[name] = self._stamp(result)
         return 200, copy.deepcopy(self.nodes[name])
+
+    def _apis(self, method: str, path: str, parts: list[str], body: Any) -> tuple[int, JsonObject]:
+        """Named API groups, schema-less: create (409 when the name exists) and read any resource
+        (``/apis/<group>/<version>[/namespaces/<ns>]/<plural>[/<name>]``), e.g. Jobs and custom resources."""
+        if len(parts) < 3:
+            return _not_found(path)
+        rest = parts[2:]
+        namespace = rest[1] if rest[0] == "namespaces" and len(rest) >= 3 else ""
+        rest = rest[2:] if namespace else rest
+        collection = (parts[0], namespace, rest[0])
+        if method == "POST" and len(rest) == 1:
+            if not isinstance(body, dict) or not (body.get("metadata") or {}).get("name"):
+                return 422, _status(422, "Invalid", "metadata.name is required")
+            name = body["metadata"]["name"]
+            if (collection, name) in self.objects:
+                return 409, _status(409, "AlreadyExists", f'{rest[0]} "{name}" already exists')
+            obj = copy.deepcopy(body)
+            obj["metadata"].update({"uid": stable_uid(*collection, name), **({"namespace": namespace} if namespace
+                                                                              else {})})
+            self.objects[(collection, name)] = self._stamp(obj)
+            return 201, copy.deepcopy(obj)
+        if method == "GET" and len(rest) == 2:
+            found = self.objects.get((collection, rest[1]))
+            return (200, copy.deepcopy(found)) if found else _not_found(path)
+        return _not_found(path)
+
+    def objects_of(self, plural: str) -> list[JsonObject]:
+        """The objects created under a named API group's ``plural`` (Jobs, GpuRepairRequests...)."""
+        with self._lock:
+            return [copy.deepcopy(obj) for ((_, _, kind), _), obj in self.objects.items() if kind == plural]
+
+    def set_object_status(self, plural: str, name: str, status: JsonObject) -> None:
+        """What a controller would write: e.g. a Job's ``status.succeeded``."""
+        with self._lock:
+            for (collection, object_name), obj in self.objects.items():
+                if collection[2] == plural and object_name == name:
+                    obj["status"] = copy.deepcopy(status)
+                    self._stamp(obj)
 
     def _evict(self, namespace: str, name: str, body: Any) -> tuple[int, JsonObject]:
         """policy/v1 Eviction: 429 while a (simulated) PodDisruptionBudget blocks it, else the pod is deleted."""
