@@ -25,12 +25,16 @@ from exporter.remediate.events import (
     REASON_DROPPED,
     REASON_DRY_RUN,
     REASON_EVICTED,
+    REASON_REPAIR_REQUESTED,
     REASON_SUPPRESSED,
     REASON_TAINTED,
     REASON_UNTAINTED,
+    REASON_VALIDATED,
+    REASON_VALIDATING,
+    REASON_VALIDATION_FAILED,
 )
 from exporter.remediate.kubeapi import Backoff, KubeApi, load_core_api
-from exporter.remediate.nodestate import GPUS_ANNOTATION, TAINT_KEY
+from exporter.remediate.nodestate import GPUS_ANNOTATION, PHASE_ANNOTATION, TAINT_KEY
 from exporter.remediate.policy import load_policy
 from exporter.remediate.selfmetrics import RemediationMetrics
 from exporter.simulate.fakenodeapi import FakeNodeApiServer
@@ -536,3 +540,86 @@ def test_dry_run_prints_the_drain_plan_and_evicts_nothing(api: FakeNodeApiServer
         in plans[0]
     assert "kube-system/gpu-agent: skip (DaemonSet pod: never evicted)" in plans[0]
     assert "ml/on-gpu-5: skip (not on a failed GPU)" in plans[0]
+
+
+# -- the state machine: quarantined, draining, repair requested, validating, healthy again ----------------------
+
+LIFECYCLE_POLICY: dict[str, Any] = {
+    "mode": "enforce", "alerts": {"GpuXidFatal": {"untaint_after": "10m"}},
+    "limits": {"cooldown": "0s", "max_tainted_percent": 100},
+    "drain": {"mode": "evict"}, "repair_request": True,
+    "validation": {"image": "registry.example/gpu-diag:1", "command": ["dcgmi", "diag", "-r", "2"]}}
+
+
+def phase(api: FakeNodeApiServer, node: str) -> str | None:
+    raw = api.node(node)["metadata"]["annotations"].get(PHASE_ANNOTATION)
+    return json.loads(raw)["phase"] if raw else None
+
+
+def xid_on_gpu3(status: str = "firing") -> dict[str, Any]:
+    return alert("node-d", uuid="GPU-d3", status=status, fingerprint="fp-xid79", xid="79", pod="on-gpu-3",
+                 namespace="ml", ends="2024-05-01T12:05:00Z" if status == "resolved" else None)
+
+
+def test_a_fatal_xid_goes_through_every_state_and_the_node_is_readmitted_after_validation(
+        api: FakeNodeApiServer, tmp_path: Path, clock: Clock) -> None:
+    drain_node(api)
+    remediator = make(api, tmp_path, clock, LIFECYCLE_POLICY)
+    notify(remediator, xid_on_gpu3())
+    remediator.run_once()
+    assert taint(api, "node-d") == {"key": TAINT_KEY, "value": "3", "effect": "NoSchedule"}
+    assert "ml/on-gpu-3" not in pods_on(api, "node-d") and "ml/on-gpu-5" in pods_on(api, "node-d")
+    assert phase(api, "node-d") == "repair-requested"
+    [request] = api.objects_of("gpurepairrequests")
+    assert request["apiVersion"] == "remediation.gpu-pod-exporter.io/v1alpha1"
+    assert request["kind"] == "GpuRepairRequest"
+    assert request["spec"]["nodeName"] == "node-d"
+    assert request["spec"]["gpus"] == [{"uuid": "GPU-d3", "index": "3"}]
+    assert request["spec"]["evidence"] == [{"alert": "GpuXidFatal", "fingerprint": "fp-xid79",
+                                            "since": "2024-05-01T11:59:00Z", "xid": "79"}]
+
+    clock.advance(minutes=5)
+    notify(remediator, xid_on_gpu3("resolved"))
+    remediator.run_once()
+    assert taint(api, "node-d") is not None and api.objects_of("jobs") == []  # the hold has not passed
+    clock.advance(minutes=11)
+    remediator.run_once()
+    [job] = api.objects_of("jobs")
+    assert phase(api, "node-d") == "validating" and taint(api, "node-d") is not None
+    pod_spec = job["spec"]["template"]["spec"]
+    assert pod_spec["nodeName"] == "node-d" and pod_spec["containers"][0]["image"] == "registry.example/gpu-diag:1"
+    assert pod_spec["containers"][0]["command"] == ["dcgmi", "diag", "-r", "2"]
+    assert {"key": TAINT_KEY, "operator": "Exists"} in pod_spec["tolerations"]
+    clock.advance(seconds=10)
+    remediator.run_once()  # the Job is still running: the node stays out
+    assert taint(api, "node-d") is not None
+
+    api.set_object_status("jobs", job["metadata"]["name"], {"succeeded": 1, "conditions": [
+        {"type": "Complete", "status": "True"}]})
+    clock.advance(seconds=10)
+    remediator.run_once()
+    node = api.node("node-d")
+    assert taint(api, "node-d") is None and PHASE_ANNOTATION not in node["metadata"]["annotations"]
+    [condition] = [c for c in node["status"]["conditions"] if c["type"] == "UnhealthyGPU"]
+    assert condition["status"] == "False"
+    assert reasons(api, "node-d") == ["GpuXidFatal", REASON_TAINTED, REASON_DRAINED, REASON_REPAIR_REQUESTED,
+                                      REASON_VALIDATING, REASON_VALIDATED, REASON_UNTAINTED]
+
+
+def test_a_failed_validation_keeps_the_node_out(api: FakeNodeApiServer, tmp_path: Path, clock: Clock) -> None:
+    drain_node(api)
+    remediator = make(api, tmp_path, clock, LIFECYCLE_POLICY)
+    notify(remediator, xid_on_gpu3())
+    remediator.run_once()
+    notify(remediator, xid_on_gpu3("resolved"))
+    clock.advance(minutes=16)
+    remediator.run_once()
+    [job] = api.objects_of("jobs")
+    api.set_object_status("jobs", job["metadata"]["name"], {"failed": 1})
+    for _ in range(3):
+        clock.advance(minutes=10)
+        remediator.run_once()
+    assert taint(api, "node-d") is not None and phase(api, "node-d") == "repair-requested"
+    [failed] = [e for e in api.event_list() if e["reason"] == REASON_VALIDATION_FAILED]
+    assert failed["type"] == "Warning" and "failed: the node stays quarantined" in failed["message"]
+    assert len(api.objects_of("jobs")) == 1
