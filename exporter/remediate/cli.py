@@ -25,6 +25,7 @@ from exporter.remediate.kubeapi import ApiError, KubeApi, load_core_api
 from exporter.remediate.policy import MODES, Policy, load_policy
 from exporter.remediate.receiver import WebhookReceiver, parse_listen_address
 from exporter.remediate.selfmetrics import RemediationMetrics
+from exporter.remediate.status import render
 from exporter.web.security import load_web_security
 
 log = get_logger("remediate")
@@ -99,8 +100,27 @@ def describe(policy: Policy) -> str:
     return "\n".join(lines)
 
 
+def status_main(argv: Sequence[str]) -> int:
+    """``remediate status``: each node the remediator touched, its state and why (read from the nodes)."""
+    parser = _Parser(prog=f"{NAME} status", description="Print every node gpu-pod-exporter remediate touched, "
+                     "its state (quarantined, draining, repair-requested, validating, healthy again) and why.")
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""), metavar="FILE",
+                        help="kubeconfig to use [default: the pod's service account]")
+    args = parser.parse_args(list(argv))
+    try:
+        api = KubeApi(load_core_api(args.kubeconfig or None))
+        nodes = api.list_nodes()
+    except ApiError as exc:
+        return _fail(exc.message if exc.status == 0 else str(exc), EXIT_RUNTIME_ERROR)
+    print(render(nodes))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(list(sys.argv[2:] if argv is None else argv))
+    arguments = list(sys.argv[2:] if argv is None else argv)
+    if arguments[:1] == ["status"]:
+        return status_main(arguments[1:])
+    args = build_parser().parse_args(arguments)
     try:
         policy = load_policy(args.config or None, args.mode)
         parse_listen_address(args.address)

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from exporter.cli import SUBCOMMANDS, main
+from exporter.remediate.alerts import parse_notification
+from exporter.remediate.controller import Remediator
+from exporter.remediate.kubeapi import KubeApi, load_core_api
+from exporter.remediate.policy import load_policy
+from exporter.remediate.selfmetrics import RemediationMetrics
+from exporter.simulate.fakenodeapi import FakeNodeApiServer
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -67,3 +75,42 @@ def test_a_mistake_is_one_line_and_exit_code_2(capsys: pytest.CaptureFixture[str
 def test_an_unknown_mode_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "--mode", "yolo")
     assert code == 2 and "invalid choice: 'yolo'" in err
+
+
+def test_status_prints_each_node_it_touched_its_state_and_why(capsys: pytest.CaptureFixture[str],
+                                                              tmp_path: Path) -> None:
+
+    with FakeNodeApiServer() as api:
+        for name in ("node-a", "node-b", "node-untouched"):
+            api.add_node(name)
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        policy_file = tmp_path / "policy.yaml"
+        policy_file.write_text("mode: enforce\nrepair_request: true\nlimits: {max_tainted_percent: 100}\n",
+                               encoding="utf-8")
+        policy = load_policy(str(policy_file))
+        remediator = Remediator(policy, KubeApi(load_core_api(str(kubeconfig))), RemediationMetrics("enforce"),
+                                clock=lambda: datetime(2024, 5, 1, 12, 0, tzinfo=UTC))
+        body = {"version": "4", "status": "firing", "receiver": "r", "groupKey": "g", "alerts": [
+            {"status": "firing", "labels": {"alertname": "GpuXidFatal", "Hostname": "node-a", "UUID": "GPU-1",
+                                            "gpu": "1", "xid": "79"}, "startsAt": "2024-05-01T11:59:00Z"},
+            {"status": "firing", "labels": {"alertname": "GpuFallenOffBus", "Hostname": "node-b", "UUID": "GPU-2",
+                                            "gpu": "2"}, "startsAt": "2024-05-01T11:59:00Z"}]}
+        remediator.receive(parse_notification(json.dumps(body).encode()))
+        remediator.run_once()
+        code, out, err = run(capsys, "status", "--kubeconfig", str(kubeconfig))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["NODE", "STATE", "SINCE", "WHY"]
+    assert len(lines) == 3 and "node-untouched" not in out
+    assert lines[1].startswith("node-a") and " repair-requested " in lines[1]
+    assert "Handed to repair: GpuRepairRequest node-a-" in lines[1]
+    assert "GPU 1 (GPU-1): GpuXidFatal since 2024-05-01T11:59:00Z" in lines[1]
+    assert lines[2].startswith("node-b") and "GpuFallenOffBus" in lines[2]
+
+
+def test_status_without_a_cluster_is_one_line_and_exit_code_1(capsys: pytest.CaptureFixture[str],
+                                                              tmp_path: Path) -> None:
+    code, out, err = run(capsys, "status", "--kubeconfig", str(tmp_path / "missing"))
+    assert code == 1 and out == ""
+    assert err.startswith("gpu-pod-exporter remediate: error: cannot configure the Kubernetes client") \
+        and err.count("\n") == 1
