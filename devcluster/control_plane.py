@@ -124,6 +124,7 @@ class _Processes:
         log.close()
         self.procs[name] = proc
         (self.pids / f"{name}.pid").write_text(f"{proc.pid}\n{argv[0]}\n", encoding="utf-8")
+        (self.pids / f"{name}.argv.json").write_text(json.dumps(argv), encoding="utf-8")
 
     def check(self, name: str) -> None:
         """ClusterError with the log tail if ``name`` has exited."""
@@ -316,21 +317,43 @@ def down(state_dir: Path, grace_s: float = 20.0) -> list[str]:
         path = pids / f"{name}.pid"
         if not path.exists():
             continue
-        if _running(path):
-            pid, _ = _pidfile(path)
-            os.kill(pid, signal.SIGTERM)
-            end = time.monotonic() + grace_s
-            while _running(path) and time.monotonic() < end:
-                _reap(pid)
-                time.sleep(0.1)
-            if _running(path):
-                os.kill(pid, signal.SIGKILL)
-                while _running(path):
-                    _reap(pid)
-                    time.sleep(0.05)
+        if _stop(path, grace_s):
             stopped.append(name)
         path.unlink()
+        (pids / f"{name}.argv.json").unlink(missing_ok=True)
     return stopped
+
+
+def _stop(path: Path, grace_s: float) -> bool:
+    """SIGTERM the pidfile's process, SIGKILL after ``grace_s``; False when it was not running."""
+    if not _running(path):
+        return False
+    pid, _ = _pidfile(path)
+    os.kill(pid, signal.SIGTERM)
+    end = time.monotonic() + grace_s
+    while _running(path) and time.monotonic() < end:
+        _reap(pid)
+        time.sleep(0.1)
+    if _running(path):
+        os.kill(pid, signal.SIGKILL)
+        while _running(path):
+            _reap(pid)
+            time.sleep(0.05)
+    return True
+
+
+def restart_apiserver(cluster: Cluster) -> None:
+    """Stop kube-apiserver and start it again with the same flags, then wait for /readyz.
+
+    Every watch is cut; the new server's watch cache starts at etcd's current revision, so a
+    client that resumes from a revision etcd has compacted gets a real 410 Gone.
+    """
+    procs = _Processes(cluster.state_dir)
+    name = "kube-apiserver"
+    argv = json.loads((procs.pids / f"{name}.argv.json").read_text(encoding="utf-8"))
+    _stop(procs.pids / f"{name}.pid", grace_s=20.0)
+    procs.start(name, argv)
+    procs.wait_for(name, "/readyz", lambda: cluster.admin().ok("/readyz"))
 
 
 def _reap(pid: int) -> None:

@@ -38,8 +38,11 @@ def load(path: Path) -> list[dict[str, Any]]:
         text = inputfile.read_text(path)
         node = safeyaml.compose(text)
         doc = safeyaml.construct(node) if node is not None else None
-    except (inputfile.InputFileError, safeyaml.YamlInputError) as exc:
+    except inputfile.InputFileError as exc:
         raise NodesFileError(f"{path}: {exc}") from None
+    except safeyaml.YamlInputError as exc:
+        where = f"{path}:{exc.line}" if exc.line else str(path)
+        raise NodesFileError(f"{where}: {exc.message}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list) or not doc["nodes"]:
         raise NodesFileError(f"{path}: expected a mapping with a non-empty list `nodes:`")
     out: list[dict[str, Any]] = []
