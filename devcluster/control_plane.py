@@ -238,8 +238,7 @@ def up(state_dir: Path, nodes_file: Path | None = None, log: Callable[[str], Non
             "--cluster-signing-cert-file", str(ca.pair.cert), "--cluster-signing-key-file", str(ca.pair.key),
             # no kubelets: the node-lifecycle controller would taint kwok's nodes whenever a heartbeat
             # is late on a loaded machine; nothing here tests node health timing.
-            "--controllers", "*,-nodelifecycle,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,"
-                             "-node-route-controller,-persistentvolume-binder,-persistentvolume-expander",
+            "--controllers", "*,-node-lifecycle-controller,-node-ipam-controller",
             "--v=1"])
         sched_port = free_port()
         sched_cfg = state_dir / "kube-scheduler.yaml"

@@ -137,3 +137,17 @@ def test_a_dcgm_exporter_values_file_places_the_same_pods(admin: Api, helm: Helm
     table = placement(admin)
     print_table(f"Placement with {values}:", table)
     assert_one_per_gpu_node(table)
+
+
+def test_a_cluster_without_any_gpu_label_gets_one_notes_line_with_the_value_to_set(helm: Helm) -> None:
+    """The install notes look at the cluster's nodes (helm's lookup): with labels no node carries,
+    the one warning says so and names the value; with the defaults on this cluster, no warning."""
+    absent = helm("install", "notes-check", str(CHART_DIR), "-n", "gpu-monitoring-notes", "--create-namespace",
+                  "--dry-run=server", "--set-json",
+                  'gpuNodeAffinity.labels=[{"key":"example.com/gpu","operator":"Exists"}]')
+    warning = [line for line in absent.stdout.splitlines() if "No GPU node found" in line]
+    assert len(warning) == 1, absent.stdout
+    assert "--set gpuNodeAffinity.key=<label>" in absent.stdout
+    present = helm("install", "notes-check", str(CHART_DIR), "-n", "gpu-monitoring-notes", "--create-namespace",
+                   "--dry-run=server")
+    assert "No GPU node found" not in present.stdout
