@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -170,8 +171,11 @@ def up(state_dir: Path, nodes_file: Path | None = None, log: Callable[[str], Non
     if (state_dir / "pids").is_dir() and any(_running(p) for p in (state_dir / "pids").glob("*.pid")):
         raise ClusterError(f"a cluster already runs in {state_dir}: run `scripts/cluster down` first")
     node_list = nodes.load(nodes_file or DATA / "nodes.yaml")
-    bins = {name: build.build(name) for name in (*COMPONENTS, "helm")}
+    bins = {name: build.build(name) for name in COMPONENTS}
     state_dir.mkdir(parents=True, exist_ok=True)
+    # A new cluster every time: nothing of a previous one in this directory (etcd's data above all).
+    for stale in ("etcd", "pki", "logs", "pids", "apiserver-certs", "kcm-certs", "scheduler-certs"):
+        shutil.rmtree(state_dir / stale, ignore_errors=True)
     pki_dir = state_dir / "pki"
     ca = pki.Authority(pki_dir)
     serving = ca.issue("apiserver", "kube-apiserver", server_names=(
@@ -214,6 +218,9 @@ def up(state_dir: Path, nodes_file: Path | None = None, log: Callable[[str], Non
             "--service-cluster-ip-range", SERVICE_CIDR, "--allow-privileged=true",
             # compaction only when a test asks (etcd's /v3/kv/compaction): its 410s are then the test's.
             "--etcd-compaction-interval=0",
+            # a new Node gets no node.kubernetes.io/not-ready taint: the node-lifecycle controller that
+            # would lift it is off (see the controller-manager's flags), and kwok keeps the nodes Ready.
+            "--disable-admission-plugins=TaintNodesByCondition",
             "--cert-dir", str(state_dir / "apiserver-certs"), "--v=1"])
         admin_api = Api(server, ca.pair.cert, admin.cert, admin.key)
         procs.wait_for("kube-apiserver", "/readyz", lambda: admin_api.ok("/readyz"))
