@@ -187,6 +187,7 @@ class Remediator:
         self._dropped: list[tuple[str, Alert, str]] = []  # (node, resolved alert, the limit that held it)
         self._drains: dict[str, _Drain] = {}
         self._episodes: dict[str, _Episode] = {}
+        self._uids: dict[str, str] = {}  # node name -> uid, for Events recorded away from the node object
         self._synced = False
         self._stop = api.stop
         self._thread: threading.Thread | None = None
@@ -368,6 +369,7 @@ class Remediator:
         now = self.clock()
         for node in nodes:
             name = node.get("metadata", {}).get("name", "")
+            self._uids[name] = node.get("metadata", {}).get("uid", "")
             marks = read_marks(node)
             if marks.last_transition is not None:
                 self._transitions[name] = marks.last_transition
@@ -425,6 +427,7 @@ class Remediator:
                state: str, identity: str, warning: bool = True) -> None:
         """Every transition: one Event on the node and one structured log line naming the alert fingerprints."""
         prints = sorted(set(fingerprints))
+        uid = uid or self._uids.get(node, "")  # kubectl describe finds a node's Events by its uid
         log.log(logging.WARNING if warning else logging.INFO, "remediation transition", extra={"fields": {
             "node": node, "event": reason, "state": state, "fingerprints": ",".join(prints), "why": message}})
         self._post(*ev.node_event(node, uid, reason, message, now, identity=identity, warning=warning,
@@ -501,6 +504,7 @@ class Remediator:
     def _reconcile_once(self, node: str) -> None:
         now = self.clock()
         obj = self.api.get_node(node)
+        self._uids[node] = obj.get("metadata", {}).get("uid", "")
         with self._lock:
             work = self._work.get(node)
             if work is None:
