@@ -460,7 +460,8 @@ class Remediator:
             if own not in {ev.PodRef(p.namespace, p.name) for p in pods}:
                 pods.append(own)
         message = ev.alert_context(alert.labels, alert.annotations, pods, node=context.node)
-        self._post(*ev.node_event(context.node, "", alert.name, message, now, identity=alert.occurrence,
+        self._post(*ev.node_event(context.node, self._uids.get(context.node, ""), alert.name, message, now,
+                                  identity=alert.occurrence,
                                   instance=self.instance))
         for pod in pods:
             if not pod.uid:
