@@ -97,6 +97,19 @@ def describe(policy: Policy) -> str:
     lines.append(f"limits: cooldown {limits.cooldown_s:g}s, at most {limits.max_nodes_per_hour} nodes changed per "
                  f"hour, at most {limits.max_tainted_percent:g}% of GPU nodes tainted "
                  f"(GPU nodes: allocatable {', '.join(limits.gpu_resources)}*)")
+    if policy.cluster:
+        lines.append(f"cluster: only alerts labelled cluster={policy.cluster}")
+    if policy.drain is not None:
+        drain = policy.drain
+        modes = ", ".join(f"{ns}={mode}" for ns, mode in sorted(drain.namespaces.items()))
+        lines.append(f"drain: mode {drain.mode}, deadline {drain.deadline_s:g}s"
+                     + (f", namespaces {modes}" if modes else "") + f", pod label {drain.pod_label}, "
+                     f"unmanaged pods {'evicted' if drain.unmanaged_pods else 'left alone'}")
+    if policy.repair_request:
+        lines.append("repair: a GpuRepairRequest per quarantined node")
+    if policy.validation is not None:
+        lines.append(f"validation: Job {policy.validation.image} in {policy.validation.namespace} "
+                     "before re-admission")
     return "\n".join(lines)
 
 

@@ -40,6 +40,15 @@ def test_check_config_prints_the_policy_in_force(capsys: pytest.CaptureFixture[s
     policy.write_text("mode: events\nalerts:\n  GpuFallenOffBus: {untaint_after: 30m}\n", encoding="utf-8")
     code, out, _ = run(capsys, "--config", str(policy), "--mode", "enforce", "--check-config")
     assert code == 0 and "mode: enforce" in out and "GpuFallenOffBus: " in out and "untaint 1800s after resolved" in out
+    policy.write_text("cluster: prod-a\ndrain: {mode: evict, namespaces: {batch: allow-completion}}\n"
+                      "repair_request: true\nvalidation: {image: registry.example/diag:1}\n", encoding="utf-8")
+    code, out, _ = run(capsys, "--config", str(policy), "--check-config")
+    assert code == 0
+    assert "cluster: only alerts labelled cluster=prod-a" in out
+    assert "drain: mode evict, deadline 3600s, namespaces batch=allow-completion, pod label gpu-pod-exporter/drain, " \
+        "unmanaged pods left alone" in out
+    assert "repair: a GpuRepairRequest per quarantined node" in out
+    assert "validation: Job registry.example/diag:1 in gpu-monitoring before re-admission" in out
 
 
 @pytest.mark.parametrize(("files", "args", "message"), [
@@ -52,6 +61,11 @@ def test_check_config_prints_the_policy_in_force(capsys: pytest.CaptureFixture[s
      ["--web-config-file", "{web.yml}"], "tls_server_config.cert_file: cannot read /nope.crt"),
     ({}, ["--address", "9401"], "--address: expected [host]:port"),
     ({}, ["--recheck-interval", "0"], "--recheck-interval: expected a number of seconds > 0"),
+    ({"policy.yaml": "drain:\n  mode: drop\n"}, ["--config", "{policy.yaml}"],
+     "policy.yaml:2: drain.mode: expected one of none, evict, allow-completion, got 'drop'"),
+    ({"policy.yaml": "validation: {namespace: x}\n"}, ["--config", "{policy.yaml}"],
+     "policy.yaml:1: validation.image: required"),
+    ({"policy.yaml": "cluster: [a]\n"}, ["--config", "{policy.yaml}"], "policy.yaml:1: cluster: expected"),
     ({}, ["--kubeconfig", "{dir}/missing-kubeconfig"], "cannot configure the Kubernetes client from"),
 ])
 def test_a_mistake_is_one_line_and_exit_code_2(capsys: pytest.CaptureFixture[str], tmp_path: Path,
