@@ -377,9 +377,28 @@ class Remediator:
                     self.breaker.record(name, marks.last_transition)
             if marks.gpus and self.policy.changes_nodes:
                 self._marked.add(name)
+            if self.policy.changes_nodes and restricted_by_us(node):
+                self._resume(name, node, marks, now)
         self._synced = True
         self._states.change("api", "ok", logging.INFO, "Kubernetes API reachable; earlier remediations loaded",
                             nodes=len(nodes), marked=len(self._marked))
+
+    def _resume(self, name: str, node: Mapping[str, Any], marks: Marks, now: datetime) -> None:
+        """A restarted remediator carries on a node's episode from its phase annotation: no second repair
+        request, the drain resumed (evictions are idempotent) unless the node was already handed over."""
+        raw = (node.get("metadata", {}).get("annotations") or {}).get(PHASE_ANNOTATION)
+        try:
+            phase = str(json.loads(raw).get("phase", "")) if raw else ""
+        except (json.JSONDecodeError, AttributeError):
+            phase = ""
+        since = marks.last_transition or now
+        handed_over = phase in ("repair-requested", "validating")
+        with self._lock:
+            self._episodes[name] = _Episode(since=since, phase=phase or "quarantined", requested=handed_over,
+                                            phase_written=bool(raw))
+            if self.policy.drain is not None:
+                self._drains[name] = _Drain(started=since, uuids=set(marks.gpus),
+                                            fingerprints=set(_fingerprints(marks)), done=handed_over)
 
     # -- alert-context Events ------------------------------------------------------------------
 

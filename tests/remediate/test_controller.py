@@ -623,3 +623,28 @@ def test_a_failed_validation_keeps_the_node_out(api: FakeNodeApiServer, tmp_path
     [failed] = [e for e in api.event_list() if e["reason"] == REASON_VALIDATION_FAILED]
     assert failed["type"] == "Warning" and "failed: the node stays quarantined" in failed["message"]
     assert len(api.objects_of("jobs")) == 1
+
+
+def test_a_restarted_remediator_carries_on_the_episode_from_the_node(api: FakeNodeApiServer, tmp_path: Path,
+                                                                     clock: Clock) -> None:
+    drain_node(api)
+    first = make(api, tmp_path, clock, LIFECYCLE_POLICY)
+    notify(first, xid_on_gpu3())
+    first.run_once()
+    assert phase(api, "node-d") == "repair-requested"
+    requests_before = len(api.writes("POST", "/apis/"))
+
+    clock.advance(minutes=1)
+    second = make(api, tmp_path, clock, LIFECYCLE_POLICY)  # a new process: nothing in memory
+    notify(second, xid_on_gpu3())  # Alertmanager's next repeat
+    second.run_once()
+    assert len(api.writes("POST", "/apis/")) == requests_before  # no second hand-off
+    notify(second, xid_on_gpu3("resolved"))  # ended 12:05, hold 10m
+    clock.advance(minutes=15)
+    second.run_once()
+    [job] = api.objects_of("jobs")
+    api.set_object_status("jobs", job["metadata"]["name"], {"succeeded": 1})
+    clock.advance(seconds=10)
+    second.run_once()
+    node = api.node("node-d")
+    assert taint(api, "node-d") is None and PHASE_ANNOTATION not in node["metadata"]["annotations"]
