@@ -12,9 +12,18 @@ every *transition* of a node (it starts or stops carrying our taint or our cordo
   ``max_tainted_percent`` of the GPU nodes carry our taint or cordon (at least one node is always
   allowed, so a small cluster can still take its one broken node out).
 
-A change that does not pass is held, not dropped: the controller records an Event saying why and
-tries again later; the breaker counts as open while anything is held by it. Changes that are not
-transitions (a second GPU on an already tainted node, an annotation, a condition) pass freely.
+A change that does not pass is held: the controller records an Event saying why and tries again
+later, and drops it when the alert behind it resolves while it is held (a false alarm must not land
+once the window rolls). Changes that are not transitions (a second GPU on an already tainted node,
+an annotation, a condition) pass freely, and so does every change that gives capacity back.
+
+**The hourly limit latches.** Reaching ``max_nodes_per_hour`` is the signature of the failure the
+breaker exists for (a bad rule or an exporter bug making healthy GPUs look broken): when a change
+is held by it the breaker *opens* and stays open, whatever the rolling window does, until a person
+closes it (``POST /breaker/close`` on the remediator, see docs/remediation.md). While open, no node
+gains a taint or cordon; alerts keep being recorded, and those still firing when it is closed are
+decided again then. The share limit does not latch: it is a level (how much capacity is out), so a
+change it holds goes through once room is made.
 """
 
 from __future__ import annotations
@@ -41,11 +50,30 @@ ALLOW = Verdict(True)
 
 
 class Breaker:
-    """Remembers recent transitions; answers whether the next one may happen."""
+    """Remembers recent transitions and whether it is open; answers whether the next transition may happen."""
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self._recent: deque[tuple[datetime, str]] = deque()
+        self.open_since: datetime | None = None
+        self.open_reason = ""
+
+    @property
+    def is_open(self) -> bool:
+        return self.open_since is not None
+
+    def trip(self, now: datetime, reason: str) -> bool:
+        """Open the breaker (the hourly limit held a change); True when it was closed before."""
+        if self.open_since is not None:
+            return False
+        self.open_since, self.open_reason = now, reason
+        return True
+
+    def close(self) -> bool:
+        """A person closes it; True when it was open. The rolling window is kept: the limit still applies."""
+        was_open = self.open_since is not None
+        self.open_since, self.open_reason = None, ""
+        return was_open
 
     def _prune(self, now: datetime) -> None:
         while self._recent and now - self._recent[0][0] >= WINDOW:
@@ -73,6 +101,10 @@ class Breaker:
                 return Verdict(False, "cooldown",
                                f"the node changed at {last_transition:%H:%M:%S} UTC; per-node cooldown "
                                f"{_span(self.limits.cooldown_s)} ends at {ready:%H:%M:%S} UTC", ready)
+        if restricting and self.open_since is not None:
+            return Verdict(False, "max_nodes_per_hour",
+                           f"circuit breaker open since {self.open_since:%Y-%m-%d %H:%M:%S} UTC ({self.open_reason}); "
+                           "it stays open until a person closes it (POST /breaker/close)")
         changed = self.nodes_in_window(now)
         if node not in changed and len(changed) >= self.limits.max_nodes_per_hour:
             first = min(moment for moment, _ in self._recent)

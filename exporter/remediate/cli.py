@@ -25,6 +25,7 @@ from exporter.remediate.kubeapi import ApiError, KubeApi, load_core_api
 from exporter.remediate.policy import MODES, Policy, load_policy
 from exporter.remediate.receiver import WebhookReceiver, parse_listen_address
 from exporter.remediate.selfmetrics import RemediationMetrics
+from exporter.remediate.status import render
 from exporter.web.security import load_web_security
 
 log = get_logger("remediate")
@@ -96,11 +97,43 @@ def describe(policy: Policy) -> str:
     lines.append(f"limits: cooldown {limits.cooldown_s:g}s, at most {limits.max_nodes_per_hour} nodes changed per "
                  f"hour, at most {limits.max_tainted_percent:g}% of GPU nodes tainted "
                  f"(GPU nodes: allocatable {', '.join(limits.gpu_resources)}*)")
+    if policy.cluster:
+        lines.append(f"cluster: only alerts labelled cluster={policy.cluster}")
+    if policy.drain is not None:
+        drain = policy.drain
+        modes = ", ".join(f"{ns}={mode}" for ns, mode in sorted(drain.namespaces.items()))
+        lines.append(f"drain: mode {drain.mode}, deadline {drain.deadline_s:g}s"
+                     + (f", namespaces {modes}" if modes else "") + f", pod label {drain.pod_label}, "
+                     f"unmanaged pods {'evicted' if drain.unmanaged_pods else 'left alone'}")
+    if policy.repair_request:
+        lines.append("repair: a GpuRepairRequest per quarantined node")
+    if policy.validation is not None:
+        lines.append(f"validation: Job {policy.validation.image} in {policy.validation.namespace} "
+                     "before re-admission")
     return "\n".join(lines)
 
 
+def status_main(argv: Sequence[str]) -> int:
+    """``remediate status``: each node the remediator touched, its state and why (read from the nodes)."""
+    parser = _Parser(prog=f"{NAME} status", description="Print every node gpu-pod-exporter remediate touched, "
+                     "its state (quarantined, draining, repair-requested, validating, healthy again) and why.")
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""), metavar="FILE",
+                        help="kubeconfig to use [default: the pod's service account]")
+    args = parser.parse_args(list(argv))
+    try:
+        api = KubeApi(load_core_api(args.kubeconfig or None))
+        nodes = api.list_nodes()
+    except ApiError as exc:
+        return _fail(exc.message if exc.status == 0 else str(exc), EXIT_RUNTIME_ERROR)
+    print(render(nodes))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(list(sys.argv[2:] if argv is None else argv))
+    arguments = list(sys.argv[2:] if argv is None else argv)
+    if arguments[:1] == ["status"]:
+        return status_main(arguments[1:])
+    args = build_parser().parse_args(arguments)
     try:
         policy = load_policy(args.config or None, args.mode)
         parse_listen_address(args.address)

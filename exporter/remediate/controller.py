@@ -23,6 +23,8 @@ and the pass after next tries again; nothing is dropped except Events that keep 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -31,12 +33,17 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
+from exporter.kube.backoff import Backoff as DrainBackoff
+from exporter.kube.backoff import BackoffPolicy
 from exporter.logs import StateLog, get_logger
+from exporter.remediate import drain as drains
 from exporter.remediate import events as ev
+from exporter.remediate import repair
 from exporter.remediate.alerts import Alert, Notification
 from exporter.remediate.breaker import Breaker, Verdict
 from exporter.remediate.kubeapi import ApiConflictError, ApiError, KubeApi
 from exporter.remediate.nodestate import (
+    PHASE_ANNOTATION,
     TAINT_KEY,
     GpuMark,
     Marks,
@@ -54,11 +61,15 @@ from exporter.remediate.selfmetrics import RemediationMetrics
 log = get_logger("remediate")
 
 NODE_ACTIONS = frozenset({"taint", "cordon", "annotate", "condition"})
+NODE_LEVEL = "node"  # the mark of an alert about the whole node (no UUID label)
 CONFLICT_RETRIES = 5
 EVENT_ATTEMPTS = 3
 RETRY_AFTER_FAILURE = timedelta(seconds=30)
 SEEN_LIMIT = 100_000
 SEEN_TTL = timedelta(days=7)
+LATCHED = timedelta(days=3650)
+# Pacing of evictions a PodDisruptionBudget refuses (429): jittered windows from 5 s up to 5 min per pod.
+EVICTION_BACKOFF = BackoffPolicy(initial_s=5.0, max_s=300.0)
 
 Clock = Callable[[], datetime]
 
@@ -101,6 +112,31 @@ class _NodeWork:
         return max(first, self.retry_at) if self.retry_at is not None else first
 
 
+@dataclass
+class _Drain:
+    """A drain in progress on one quarantined node."""
+
+    started: datetime
+    uuids: set[str]
+    fingerprints: set[str]
+    backoff: dict[tuple[str, str], tuple[DrainBackoff, datetime]] = field(default_factory=dict)
+    reported: str = ""  # the plan last reported (dry-run and events: once per distinct plan)
+    done: bool = False
+
+
+@dataclass
+class _Episode:
+    """One node's way from quarantined back to healthy (docs/remediation.md, "State machine")."""
+
+    since: datetime
+    phase: str = "quarantined"
+    requested: bool = False
+    job: str = ""  # the validation Job of this attempt
+    attempt: int = 0
+    validated: bool = False
+    phase_written: bool = False
+
+
 def mark_for(policy: Policy, uuid: str, gpu: str, alerts: Mapping[str, str], since: str) -> GpuMark:
     """A GPU's mark from the alerts that hold it (fingerprint -> name) and what their policies ask."""
     policies = [p for p in (policy.for_alert(name) for name in alerts.values()) if p is not None]
@@ -110,6 +146,24 @@ def mark_for(policy: Policy, uuid: str, gpu: str, alerts: Mapping[str, str], sin
                    cordon=any(p.does("cordon") for p in policies),
                    annotate=any(p.does("annotate") for p in policies),
                    condition=any(p.does("condition") for p in policies))
+
+
+def _fingerprints(*states: Marks) -> list[str]:
+    """The fingerprints of the alerts behind these marks, for the audit line."""
+    return sorted({fp for marks in states for mark in marks.gpus.values() for fp in mark.alerts})
+
+
+def _state(marks: Marks) -> str:
+    return "quarantined" if marks.gpus or marks.restricts else "healthy"
+
+
+def _target(alert: Alert) -> str:
+    uuid = alert.labels.get("UUID", "")
+    return f"GPU {alert.labels.get('gpu', '?')} ({uuid})" if uuid else "the node"
+
+
+def _gpu_label(alert: Alert, uuid: str) -> str:
+    return NODE_LEVEL if uuid == NODE_LEVEL else alert.labels.get("gpu", "")
 
 
 class Remediator:
@@ -130,6 +184,10 @@ class Remediator:
         self._shadow: dict[str, Marks] = {}  # dry-run / events: the marks enforce mode would have made
         self._transitions: dict[str, datetime] = {}
         self._marked: set[str] = set()
+        self._dropped: list[tuple[str, Alert, str]] = []  # (node, resolved alert, the limit that held it)
+        self._drains: dict[str, _Drain] = {}
+        self._episodes: dict[str, _Episode] = {}
+        self._uids: dict[str, str] = {}  # node name -> uid, for Events recorded away from the node object
         self._synced = False
         self._stop = api.stop
         self._thread: threading.Thread | None = None
@@ -155,16 +213,31 @@ class Remediator:
             self._lock.notify_all()
         return counts
 
+    def node_name(self, labels: Mapping[str, str]) -> str:
+        """The Kubernetes node an alert is about: the one place that reads the node label."""
+        return labels.get(self.policy.node_label, "")
+
+    def _in_scope(self, alert: Alert) -> bool:
+        """With ``cluster`` set, only alerts labelled with that cluster are ours (one Alertmanager, many clusters)."""
+        if not self.policy.cluster or alert.labels.get("cluster") == self.policy.cluster:
+            return True
+        self._states.once(("other-cluster", alert.labels.get("cluster", "")), logging.INFO,
+                          "alert from another cluster (or without a cluster label); ignored",
+                          alert=alert.name, cluster=alert.labels.get("cluster", ""), ours=self.policy.cluster)
+        return False
+
     def _record(self, alert: Alert, now: datetime) -> str:
         policy = self.policy.for_alert(alert.name)
-        if policy is None:
+        if policy is None or not self._in_scope(alert):
             return "ignored"
-        node = alert.labels.get(self.policy.node_label, "")
-        uuid = alert.labels.get("UUID", "")
-        if not node or not uuid:
+        node = self.node_name(alert.labels)
+        # An alert without a UUID (NVSwitch, fabric manager, a GPU missing from the node's count) is about the
+        # node as a whole: it is marked under NODE_LEVEL and leads to the same node-level actions.
+        uuid = alert.labels.get("UUID", "") or NODE_LEVEL
+        if not node:
             self._states.once(("unusable", alert.name), logging.WARNING,
-                              f"alert without the {self.policy.node_label} or UUID label: cannot tell which GPU "
-                              "of which node it is about; ignored", alert=alert.name)
+                              f"alert without the {self.policy.node_label} label: cannot tell which node "
+                              "it is about; ignored", alert=alert.name)
             return "unusable"
         key = alert.occurrence + ("" if alert.firing else "/resolved")
         if key in self._seen:
@@ -178,15 +251,16 @@ class Remediator:
             if policy.actions & NODE_ACTIONS:
                 previous = work.marks.get(uuid)
                 alerts = {**(previous.alerts if previous else {}), alert.fingerprint: alert.name}
-                work.marks[uuid] = mark_for(self.policy, uuid, alert.labels.get("gpu", ""), alerts,
+                work.marks[uuid] = mark_for(self.policy, uuid, _gpu_label(alert, uuid), alerts,
                                             previous.since if previous else rfc3339(alert.starts_at))
             if policy.does("event") and self.policy.mode != "dry-run":
                 self._contexts.append(_Context(node, uuid, alert))
             log.info("alert firing", extra={"fields": {
                 "alert": alert.name, "node": node, "gpu": alert.labels.get("gpu"), "uuid": uuid,
-                "xid": alert.labels.get("xid", "")}})
+                "xid": alert.labels.get("xid", ""), "fingerprint": alert.fingerprint}})
         else:
             firing.pop(alert.fingerprint, None)
+            self._drop_pending(node, uuid, work, alert)
             if policy.untaint_after_s is None:
                 log.info("alert resolved; the GPU stays marked until a person clears it (untaint_after: never)",
                          extra={"fields": {"alert": alert.name, "node": node, "uuid": uuid}})
@@ -198,6 +272,24 @@ class Remediator:
         if work.empty():
             self._work.pop(node, None)
         return "new"
+
+    def _drop_pending(self, node: str, uuid: str, work: _NodeWork, alert: Alert) -> None:
+        """The alert resolved before its change was made (held by a limit, or not yet due): drop the change.
+
+        Without this a breaker would only delay a false alarm: the held taint would land once the window
+        rolled, long after the alert that asked for it had gone (issue 29)."""
+        pending = work.marks.get(uuid)
+        if pending is None or alert.fingerprint not in pending.alerts:
+            return
+        remaining = {fp: name for fp, name in pending.alerts.items() if fp != alert.fingerprint}
+        if remaining:
+            work.marks[uuid] = mark_for(self.policy, uuid, pending.gpu, remaining, pending.since)
+        else:
+            del work.marks[uuid]
+        self._dropped.append((node, alert, work.held))
+        if not work.marks:
+            work.held = ""
+            work.retry_at = None
 
     def _prune_seen(self, now: datetime) -> None:
         if len(self._seen) <= SEEN_LIMIT:
@@ -246,6 +338,7 @@ class Remediator:
         if not self._synced:
             self._sync()
         self._record_contexts()
+        self._record_dropped()
         now = self.clock()
         with self._lock:
             due = [node for node, work in self._work.items() if (when := work.next_due()) is not None and when <= now]
@@ -255,6 +348,8 @@ class Remediator:
                 break
             self._record_contexts()  # alerts that arrived meanwhile are explained before nodes change
             self._reconcile(node)
+        self._drain_pass()
+        self._repair_pass()
         self._publish()
         with self._lock:
             times = [when for work in self._work.values() if (when := work.next_due()) is not None]
@@ -274,6 +369,7 @@ class Remediator:
         now = self.clock()
         for node in nodes:
             name = node.get("metadata", {}).get("name", "")
+            self._uids[name] = node.get("metadata", {}).get("uid", "")
             marks = read_marks(node)
             if marks.last_transition is not None:
                 self._transitions[name] = marks.last_transition
@@ -281,9 +377,28 @@ class Remediator:
                     self.breaker.record(name, marks.last_transition)
             if marks.gpus and self.policy.changes_nodes:
                 self._marked.add(name)
+            if self.policy.changes_nodes and restricted_by_us(node):
+                self._resume(name, node, marks, now)
         self._synced = True
         self._states.change("api", "ok", logging.INFO, "Kubernetes API reachable; earlier remediations loaded",
                             nodes=len(nodes), marked=len(self._marked))
+
+    def _resume(self, name: str, node: Mapping[str, Any], marks: Marks, now: datetime) -> None:
+        """A restarted remediator carries on a node's episode from its phase annotation: no second repair
+        request, the drain resumed (evictions are idempotent) unless the node was already handed over."""
+        raw = (node.get("metadata", {}).get("annotations") or {}).get(PHASE_ANNOTATION)
+        try:
+            phase = str(json.loads(raw).get("phase", "")) if raw else ""
+        except (json.JSONDecodeError, AttributeError):
+            phase = ""
+        since = marks.last_transition or now
+        handed_over = phase in ("repair-requested", "validating")
+        with self._lock:
+            self._episodes[name] = _Episode(since=since, phase=phase or "quarantined", requested=handed_over,
+                                            phase_written=bool(raw))
+            if self.policy.drain is not None:
+                self._drains[name] = _Drain(started=since, uuids=set(marks.gpus),
+                                            fingerprints=set(_fingerprints(marks)), done=handed_over)
 
     # -- alert-context Events ------------------------------------------------------------------
 
@@ -311,6 +426,32 @@ class Remediator:
                 self._note_error("cannot record an alert Event", exc, node=context.node)
                 self._retry_context(context)
 
+    def _record_dropped(self) -> None:
+        """One Event and log line per change dropped because its alert resolved before it was made."""
+        with self._lock:
+            dropped, self._dropped = self._dropped, []
+        now = self.clock()
+        for node, alert, held in dropped:
+            why = f" while held by {held}" if held else " before it was made"
+            message = (f"Dropped: {alert.name} for {_target(alert)} resolved{why}; "
+                       "the node is not changed for it.")
+            self.metrics.count("taint", "dropped")
+            try:
+                self._audit(node, "", ev.REASON_DROPPED, message, now, fingerprints=[alert.fingerprint],
+                            state="healthy", identity=f"dropped|{alert.occurrence}", warning=False)
+            except ApiError as exc:
+                self._note_error("cannot record an Event", exc, node=node)
+
+    def _audit(self, node: str, uid: str, reason: str, message: str, now: datetime, *, fingerprints: Iterable[str],
+               state: str, identity: str, warning: bool = True) -> None:
+        """Every transition: one Event on the node and one structured log line naming the alert fingerprints."""
+        prints = sorted(set(fingerprints))
+        uid = uid or self._uids.get(node, "")  # kubectl describe finds a node's Events by its uid
+        log.log(logging.WARNING if warning else logging.INFO, "remediation transition", extra={"fields": {
+            "node": node, "event": reason, "state": state, "fingerprints": ",".join(prints), "why": message}})
+        self._post(*ev.node_event(node, uid, reason, message, now, identity=identity, warning=warning,
+                                  instance=self.instance))
+
     def _retry_context(self, context: _Context) -> None:
         if context.attempts + 1 >= EVENT_ATTEMPTS:
             self.metrics.count("event", "failed")
@@ -337,8 +478,9 @@ class Remediator:
             own = ev.PodRef(alert.labels["namespace"], alert.labels["pod"])
             if own not in {ev.PodRef(p.namespace, p.name) for p in pods}:
                 pods.append(own)
-        message = ev.alert_context(alert.labels, alert.annotations, pods)
-        self._post(*ev.node_event(context.node, "", alert.name, message, now, identity=alert.occurrence,
+        message = ev.alert_context(alert.labels, alert.annotations, pods, node=context.node)
+        self._post(*ev.node_event(context.node, self._uids.get(context.node, ""), alert.name, message, now,
+                                  identity=alert.occurrence,
                                   instance=self.instance))
         for pod in pods:
             if not pod.uid:
@@ -382,6 +524,7 @@ class Remediator:
     def _reconcile_once(self, node: str) -> None:
         now = self.clock()
         obj = self.api.get_node(node)
+        self._uids[node] = obj.get("metadata", {}).get("uid", "")
         with self._lock:
             work = self._work.get(node)
             if work is None:
@@ -398,6 +541,12 @@ class Remediator:
         if transition:
             if not self._synced:
                 raise ApiError(0, "earlier remediations not loaded yet")
+            if before and not after and not self._validated(node, current, now):
+                with self._lock:
+                    work = self._work.get(node)
+                    if work is not None:
+                        work.retry_at = now + self.recheck
+                return
             verdict = self._check_limits(node, now, after, current.last_transition or self._transitions.get(node))
             if not verdict.allowed:
                 self._hold(node, obj, verdict, desired, now)
@@ -426,8 +575,224 @@ class Remediator:
             self._marked.add(node)
         else:
             self._marked.discard(node)
+        self._track_drain(node, desired, now)
         if not changed:
             self.metrics.count("taint" if desired.taint_effect else "annotate", "unchanged")
+
+    # -- drain ------------------------------------------------------------------------------------
+
+    def _track_drain(self, node: str, desired: Marks, now: datetime) -> None:
+        """A node that carries our taint or cordon is in an episode and is drained (when the policy has
+        ``drain``); one that is healthy again is in neither."""
+        with self._lock:
+            if not desired.restricts:
+                self._drains.pop(node, None)
+                episode = self._episodes.pop(node, None)
+            else:
+                episode = None
+                self._episodes.setdefault(node, _Episode(since=now))
+        if episode is not None and episode.phase_written:
+            self._write_phase(node, None)
+        if self.policy.drain is None or not desired.restricts:
+            return
+        with self._lock:
+            drain = self._drains.setdefault(node, _Drain(started=now, uuids=set(), fingerprints=set()))
+            if not set(desired.gpus) <= drain.uuids:
+                drain.done = False  # another GPU failed: its pods are drained too
+            drain.uuids |= set(desired.gpus)
+            drain.fingerprints |= set(_fingerprints(desired))
+
+    def _pods_on_failed_gpus(self, node: str, uuids: Iterable[str]) -> set[tuple[str, str]] | None:
+        """The pods the alerts name for these GPUs; None when the allocation is unknown (a node-level alert)."""
+        named: set[tuple[str, str]] = set()
+        with self._lock:
+            for uuid in uuids:
+                if uuid == NODE_LEVEL:
+                    return None
+                for alert in self._firing.get((node, uuid), {}).values():
+                    if alert.labels.get("pod") and alert.labels.get("namespace"):
+                        named.add((alert.labels["namespace"], alert.labels["pod"]))
+        return named
+
+    def _drain_pass(self) -> None:
+        policy = self.policy.drain
+        if policy is None:
+            return
+        with self._lock:
+            active = [(node, drain) for node, drain in self._drains.items() if not drain.done]
+        for node, drain in active:
+            if self._stop.is_set():
+                return
+            now = self.clock()
+            try:
+                pods = self.api.list_pods_on_node(node)
+            except ApiError as exc:
+                self._note_error("cannot list the pods of a node; the drain waits", exc, node=node)
+                continue
+            decisions = drains.plan(pods, policy, on_failed_gpus=self._pods_on_failed_gpus(node, drain.uuids),
+                                    gpu_resources=self.policy.limits.gpu_resources, started=drain.started, now=now)
+            if not self.policy.changes_nodes:
+                text = drains.describe(decisions)
+                if text != drain.reported:
+                    drain.reported = text
+                    self._audit(node, "", ev.REASON_DRY_RUN, f"Mode {self.policy.mode}: would drain: {text}. "
+                                "No pod was evicted.", now, fingerprints=drain.fingerprints, state="draining",
+                                identity=f"drain|{text}", warning=False)
+                continue
+            for decision in decisions:
+                if decision.action == "evict":
+                    self._evict(node, drain, decision, now)
+            left = drains.remaining(drains.plan(self.api.list_pods_on_node(node), policy,
+                                                on_failed_gpus=self._pods_on_failed_gpus(node, drain.uuids),
+                                                gpu_resources=self.policy.limits.gpu_resources,
+                                                started=drain.started, now=now))
+            if not left:
+                drain.done = True
+                skipped = [d for d in decisions if d.action == "skip"]
+                self._audit(node, "", ev.REASON_DRAINED, "Drained: no pod on the failed GPUs is left to evict"
+                            + (f"; left alone: {drains.describe(skipped)}" if skipped else "") + ".", now,
+                            fingerprints=drain.fingerprints, state="drained",
+                            identity=f"drained|{rfc3339(drain.started)}|{','.join(sorted(drain.uuids))}",
+                            warning=False)
+
+    # -- hand-off and re-admission -------------------------------------------------------------------
+
+    def _write_phase(self, node: str, phase: dict[str, str] | None) -> None:
+        """The phase beyond "quarantined" on the node, for ``remediate status`` and a restarted remediator."""
+        if not self.policy.changes_nodes:
+            return
+        value = json.dumps(phase, sort_keys=True, separators=(",", ":")) if phase is not None else None
+        try:
+            self.api.patch_node(node, {"metadata": {"annotations": {PHASE_ANNOTATION: value}}})
+        except ApiError as exc:
+            self._note_error("cannot record the remediation phase on the node", exc, node=node)
+
+    def _enter(self, node: str, episode: _Episode, phase: str, *, reason: str, why: str, now: datetime,
+               fingerprints: Iterable[str], warning: bool = False) -> None:
+        episode.phase = phase
+        episode.phase_written = self.policy.changes_nodes
+        self._write_phase(node, {"phase": phase, "why": why, "since": rfc3339(now)})
+        self._audit(node, "", reason, why, now, fingerprints=fingerprints, state=phase,
+                    identity=f"{phase}|{rfc3339(episode.since)}|{episode.attempt}", warning=warning)
+
+    def _node_alerts(self, node: str) -> tuple[dict[str, str], list[Alert]]:
+        """(UUID -> GPU index, the alerts) of what is firing on ``node``."""
+        gpus: dict[str, str] = {}
+        alerts: list[Alert] = []
+        with self._lock:
+            for (name, uuid), firing in self._firing.items():
+                if name == node and firing:
+                    alerts.extend(firing.values())
+                    gpus[uuid] = _gpu_label(next(iter(firing.values())), uuid)
+        return gpus, alerts
+
+    def _repair_pass(self) -> None:
+        """Quarantined (and drained, when draining): hand the node to repair with a GpuRepairRequest."""
+        if not self.policy.repair_request:
+            return
+        with self._lock:
+            waiting = [(node, ep) for node, ep in self._episodes.items() if not ep.requested
+                       and (self.policy.drain is None or (node in self._drains and self._drains[node].done))]
+        for node, episode in waiting:
+            now = self.clock()
+            gpus, alerts = self._node_alerts(node)
+            body = repair.repair_request(node, episode.since, gpus, alerts)
+            prints = [a.fingerprint for a in alerts]
+            if not self.policy.changes_nodes:
+                episode.requested = True
+                self._audit(node, "", ev.REASON_DRY_RUN, f"Mode {self.policy.mode}: would create {repair.KIND} "
+                            f"{body['metadata']['name']} for GPUs {', '.join(sorted(gpus)) or 'none'}.", now,
+                            fingerprints=prints, state="repair-requested",
+                            identity=f"repair|{body['metadata']['name']}", warning=False)
+                continue
+            try:
+                self.api.create_repair_request(body)
+            except ApiConflictError:
+                pass  # created before (a restart): the hand-off stands
+            except ApiError as exc:
+                self._note_error("cannot create the repair request; will try again", exc, node=node)
+                continue
+            episode.requested = True
+            self._enter(node, episode, "repair-requested", reason=ev.REASON_REPAIR_REQUESTED, now=now,
+                        fingerprints=prints, why=f"Handed to repair: {repair.KIND} {body['metadata']['name']} (GPUs "
+                        f"{', '.join(f'{i} ({u})' for u, i in sorted(gpus.items())) or 'none'}; evidence: "
+                        f"{', '.join(sorted({a.name for a in alerts}))}).")
+
+    def _validated(self, node: str, current: Marks, now: datetime) -> bool:
+        """Re-admission gate: with ``validation`` set, the validation Job must have succeeded on the node."""
+        validation = self.policy.validation
+        if validation is None or not self.policy.changes_nodes:
+            return True
+        with self._lock:
+            episode = self._episodes.setdefault(node, _Episode(since=current.last_transition or now))
+        if episode.validated:
+            return True
+        prints = _fingerprints(current)
+        if not episode.job:
+            episode.attempt += 1
+            body = repair.validation_job(node, episode.since, validation)
+            body["metadata"]["name"] = f"{body['metadata']['name'][:58]}-{episode.attempt}"
+            with contextlib.suppress(ApiConflictError):
+                self.api.create_job(validation.namespace, body)
+            episode.job = body["metadata"]["name"]
+            self._enter(node, episode, "validating", reason=ev.REASON_VALIDATING, now=now, fingerprints=prints,
+                        why=f"The alerts resolved and the hold passed; validating before re-admission: Job "
+                        f"{validation.namespace}/{episode.job} ({validation.image}) on the node.")
+            return False
+        outcome = repair.job_outcome(self.api.get_job(validation.namespace, episode.job))
+        if outcome == "running":
+            return False
+        if outcome == "succeeded":
+            episode.validated = True
+            self._audit(node, "", ev.REASON_VALIDATED, f"Validation Job {validation.namespace}/{episode.job} "
+                        "succeeded: re-admitting the node.", now, fingerprints=prints, state="validating",
+                        identity=f"validated|{episode.job}", warning=False)
+            return True
+        job, episode.job = episode.job, ""
+        with self._lock:
+            work = self._work.get(node)
+            if work is not None:
+                work.clears.clear()  # stays out until its alerts resolve again (or a person clears it)
+                if work.empty():
+                    del self._work[node]
+        self._enter(node, episode, "repair-requested", reason=ev.REASON_VALIDATION_FAILED, now=now,
+                    fingerprints=prints, warning=True,
+                    why=f"Validation Job {validation.namespace}/{job} failed: the node stays quarantined; "
+                    "repair it, then resolve or clear its alerts to validate again.")
+        return False
+
+    def _evict(self, node: str, drain: _Drain, decision: drains.PodDecision, now: datetime) -> None:
+        key = (decision.namespace, decision.name)
+        backoff, not_before = drain.backoff.get(key, (None, now))
+        if now < not_before:
+            return
+        try:
+            self.api.evict_pod(*key)
+        except ApiError as exc:
+            if exc.status == 404:
+                return  # gone already
+            if exc.status != 429:
+                self._note_error("cannot evict a pod; will try again", exc, node=node, pod="/".join(key))
+                self.metrics.count("evict", "failed")
+                return
+            backoff = backoff or DrainBackoff(EVICTION_BACKOFF)
+            delay = backoff.failed(now.timestamp())
+            drain.backoff[key] = (backoff, now + timedelta(seconds=delay))
+            self.metrics.count("evict", "deferred")
+            log.info("eviction refused by a PodDisruptionBudget; trying again later", extra={"fields": {
+                "node": node, "pod": "/".join(key), "retry_in_s": round(delay, 1), "attempt": backoff.failures}})
+            return
+        drain.backoff.pop(key, None)
+        self.metrics.count("evict", "applied")
+        self._note_ok()
+        pod = ev.PodRef(*key)
+        message = (f"Evicted by gpu-pod-exporter remediate: the GPU it used on node {node} is unhealthy "
+                   f"({decision.why}).")
+        log.warning("remediation transition", extra={"fields": {
+            "node": node, "event": ev.REASON_EVICTED, "state": "draining", "pod": str(pod),
+            "fingerprints": ",".join(sorted(drain.fingerprints)), "why": message}})
+        self._post(*ev.pod_event(pod, ev.REASON_EVICTED, message, now, identity=f"evict|{rfc3339(drain.started)}",
+                                 instance=self.instance))
 
     def _desired(self, obj: Mapping[str, Any], current: Marks, marks: Mapping[str, GpuMark],
                  due: Mapping[str, set[str]]) -> Marks:
@@ -450,6 +815,9 @@ class Remediator:
 
     def _check_limits(self, node: str, now: datetime, restricting: bool, last: datetime | None) -> Verdict:
         tainted_after = gpu_nodes = 0
+        if restricting and self.breaker.is_open:  # latched: no need to count the nodes
+            return self.breaker.check(node, now, restricting=True, last_transition=None, tainted_after=0,
+                                      gpu_nodes=0)
         if restricting:
             nodes = self.api.list_nodes()
             gpu_nodes = sum(1 for n in nodes if has_gpus(n, self.policy.limits.gpu_resources))
@@ -470,17 +838,24 @@ class Remediator:
             work.held = verdict.limit
             work.retry_at = min(verdict.retry_at or now + self.recheck, now + self.recheck) \
                 if verdict.limit != "cooldown" else (verdict.retry_at or now + self.recheck)
+            if verdict.limit == "max_nodes_per_hour" and desired.restricts:
+                work.retry_at = now + LATCHED  # nothing to try until a person closes the breaker (or it resolves)
+        uid = obj.get("metadata", {}).get("uid", "")
+        if verdict.limit == "max_nodes_per_hour" and desired.restricts and self.breaker.trip(now, verdict.reason):
+            self._audit(node, uid, ev.REASON_BREAKER_OPEN,
+                        f"Circuit breaker opened: {verdict.reason}. No node gains a taint or cordon until a person "
+                        "closes it (POST /breaker/close); changes whose alerts resolve meanwhile are dropped.",
+                        now, fingerprints=_fingerprints(desired), state="breaker-open",
+                        identity=f"open|{rfc3339(now)}")
         if not first:
             return
         self.metrics.count(action, result)
         what = self._describe_change(desired)
         reason = ev.REASON_DEFERRED if verdict.limit == "cooldown" else ev.REASON_SUPPRESSED
-        log.warning("node change held back", extra={"fields": {"node": node, "limit": verdict.limit,
-                                                               "reason": verdict.reason, "change": what}})
-        self._post(*ev.node_event(node, obj.get("metadata", {}).get("uid", ""), reason,
-                                  f"Not done yet: {what}. Held back by {verdict.reason}; "
-                                  "it is tried again when the limit allows.", now,
-                                  identity=f"{verdict.limit}|{desired.state_json()}", instance=self.instance))
+        self._audit(node, uid, reason, f"Not done yet: {what}. Held back by {verdict.reason}; it is tried again "
+                    "when the limit allows, and dropped if its alerts resolve first.", now,
+                    fingerprints=_fingerprints(desired), state="held",
+                    identity=f"{verdict.limit}|{desired.state_json()}")
 
     def _apply(self, node: str, obj: Mapping[str, Any], current: Marks, desired: Marks, now: datetime, *,
                transition: bool, restricting: bool) -> bool:
@@ -494,10 +869,10 @@ class Remediator:
             what = self._describe_change(desired, shadow=current)
             self._shadow[node] = desired
             self._count_actions(current, desired, shadow_obj, "dry_run")
-            log.info(f"{self.policy.mode}: would {what}", extra={"fields": {"node": node}})
-            self._post(*ev.node_event(node, uid, ev.REASON_DRY_RUN,
-                                      f"Mode {self.policy.mode}: would {what}. Nothing was changed on the node.",
-                                      now, identity=desired.state_json(), warning=False, instance=self.instance))
+            self._audit(node, uid, ev.REASON_DRY_RUN,
+                        f"Mode {self.policy.mode}: would {what}. Nothing was changed on the node.", now,
+                        fingerprints=_fingerprints(desired, current), state=_state(desired),
+                        identity=desired.state_json(), warning=False)
             return True
         patch = node_patch(obj, current, desired)
         status = condition_patch(obj, desired, now)
@@ -509,11 +884,14 @@ class Remediator:
             self.api.patch_node_status(node, status)
         self._count_actions(current, desired, obj, "applied")
         what = self._describe_change(desired, shadow=current, obj=obj)
-        log.info(f"node changed: {what}", extra={"fields": {"node": node}})
         if transition or (patch is not None and "spec" in patch):
             reason = ev.REASON_TAINTED if restricting else ev.REASON_UNTAINTED
-            self._post(*ev.node_event(node, uid, reason, f"gpu-pod-exporter remediate: {what}.", now,
-                                      identity=desired.state_json(), warning=restricting, instance=self.instance))
+            self._audit(node, uid, reason, f"gpu-pod-exporter remediate: {what}.", now,
+                        fingerprints=_fingerprints(desired, current), state=_state(desired),
+                        identity=desired.state_json(), warning=restricting)
+        else:
+            log.info(f"node changed: {what}", extra={"fields": {
+                "node": node, "fingerprints": ",".join(_fingerprints(desired, current))}})
         return True
 
     def _count_actions(self, current: Marks, desired: Marks, obj: Mapping[str, Any], result: str) -> None:
@@ -559,10 +937,24 @@ class Remediator:
             held = [work.held for work in self._work.values() if work.held]
         for limit in ("cooldown", "max_nodes_per_hour", "max_tainted_percent"):
             self.metrics.held.labels(limit).set(held.count(limit))
-        self.metrics.breaker_open.set(1 if any(limit != "cooldown" for limit in held) else 0)
+        self.metrics.breaker_open.set(1 if self.breaker.is_open or any(limit != "cooldown" for limit in held) else 0)
         marked = {name for name, marks in self._shadow.items() if marks.gpus} if not self.policy.changes_nodes \
             else self._marked
         self.metrics.marked_nodes.set(len(marked))
+
+    def close_breaker(self, who: str = "") -> bool:
+        """A person closes the latched breaker; held changes whose alerts still fire are decided again at once."""
+        with self._lock:
+            was_open = self.breaker.close()
+            if was_open:
+                for work in self._work.values():
+                    if work.held == "max_nodes_per_hour":
+                        work.retry_at = None
+                        work.held = ""
+                self._lock.notify_all()
+        if was_open:
+            log.warning("circuit breaker closed by a person", extra={"fields": {"by": who or "unknown"}})
+        return was_open
 
     def _note_ok(self) -> None:
         """An API call worked: if the last one had failed, say once that it works again."""

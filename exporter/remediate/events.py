@@ -7,7 +7,12 @@ Two kinds, both readable with ``kubectl describe node|pod`` and ``kubectl get ev
   summary and runbook, so the on-call engineer does not have to look them up;
 * **decisions**, on the Node: ``GpuRemediationTainted`` / ``Untainted`` (done),
   ``GpuRemediationDryRun`` (what enforce mode would have done), ``GpuRemediationSuppressed``
-  (held by the circuit breaker) and ``GpuRemediationDeferred`` (held by the cooldown).
+  (held by the circuit breaker), ``GpuRemediationDeferred`` (held by the cooldown),
+  ``GpuRemediationDropped`` (its alert resolved while the change was held) and
+  ``GpuRemediationBreakerOpen`` (the hourly limit latched the breaker open), ``GpuRemediationEvicted``
+  (on the pod: evicted by the drain), ``GpuRemediationDrained`` (nothing on the failed GPUs left),
+  ``GpuRemediationRepairRequested``, ``GpuRemediationValidating``, ``GpuRemediationValidated`` and
+  ``GpuRemediationValidationFailed`` (the hand-off and re-admission, docs/remediation.md).
 
 Event names are derived from what they report (alert occurrence, object, reason), so a replayed
 webhook, even after a restart of the remediator, creates the same name and the API server answers
@@ -34,6 +39,14 @@ REASON_UNTAINTED = "GpuRemediationUntainted"
 REASON_DRY_RUN = "GpuRemediationDryRun"
 REASON_SUPPRESSED = "GpuRemediationSuppressed"
 REASON_DEFERRED = "GpuRemediationDeferred"
+REASON_DROPPED = "GpuRemediationDropped"
+REASON_EVICTED = "GpuRemediationEvicted"
+REASON_DRAINED = "GpuRemediationDrained"
+REASON_REPAIR_REQUESTED = "GpuRemediationRepairRequested"
+REASON_VALIDATING = "GpuRemediationValidating"
+REASON_VALIDATION_FAILED = "GpuRemediationValidationFailed"
+REASON_VALIDATED = "GpuRemediationValidated"
+REASON_BREAKER_OPEN = "GpuRemediationBreakerOpen"
 _NAME_UNSAFE = re.compile(r"[^a-z0-9.-]+")
 
 JsonObject = dict[str, Any]
@@ -51,7 +64,9 @@ class PodRef:
 
 def describe_gpu(labels: Mapping[str, str]) -> str:
     """``GPU 3 (GPU-..., H100 80GB HBM3, MIG instance 2)`` from an alert's labels."""
-    details = [labels.get("UUID", "unknown UUID")]
+    if not labels.get("UUID"):
+        return "the node as a whole (the alert names no GPU UUID)"
+    details = [labels["UUID"]]
     if labels.get("modelName"):
         details.append(labels["modelName"])
     if labels.get("GPU_I_ID"):
@@ -67,11 +82,12 @@ def describe_problem(labels: Mapping[str, str]) -> str:
     return labels.get("alertname", "alert")
 
 
-def alert_context(labels: Mapping[str, str], annotations: Mapping[str, str], pods: Iterable[PodRef]) -> str:
-    """The shared part of the alert-context messages."""
+def alert_context(labels: Mapping[str, str], annotations: Mapping[str, str], pods: Iterable[PodRef], *,
+                  node: str) -> str:
+    """The shared part of the alert-context messages (``node``: as the controller's node-label lookup found it)."""
     sharing = sorted({str(pod) for pod in pods})
     parts = [f"{labels.get('alertname', 'alert')}: {describe_gpu(labels)} on node "
-             f"{labels.get('Hostname', '?')} reported {describe_problem(labels)}."]
+             f"{node or '?'} reported {describe_problem(labels)}."]
     parts.append(f"Pods on this GPU: {', '.join(sharing)}." if sharing else "No pod is known to use this GPU.")
     if annotations.get("summary"):
         parts.append(annotations["summary"].rstrip(".") + ".")

@@ -1,7 +1,9 @@
 """The remediator's Kubernetes API access, through the official ``kubernetes`` client.
 
 Only what the least-privilege role allows: read and patch nodes (and the node status, for our
-condition), list the pods of a node, create Events. Every call goes through ``CoreV1Api`` with
+condition), list the pods of a node, create Events, create pod evictions
+(the drain), create GpuRepairRequests (the hand-off) and create/read the
+validation Job. Every call goes through ``CoreV1Api`` with
 ``_preload_content=False`` and the answer is parsed as plain JSON, so the code behaves the same
 on the client's old (<= 30) and new (pydantic) generations and never fails on a field the model
 does not know.
@@ -33,6 +35,7 @@ log = get_logger("remediate.kubeapi")
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read
 FIELD_MANAGER = "gpu-pod-exporter-remediate"
+REPAIR_GROUP, REPAIR_VERSION, REPAIR_PLURAL = "remediation.gpu-pod-exporter.io", "v1alpha1", "gpurepairrequests"
 
 JsonObject = dict[str, Any]
 
@@ -114,6 +117,37 @@ class KubeApi:
         answer = self._call("list pods", lambda: self.core.list_pod_for_all_namespaces(
             field_selector=f"spec.nodeName={node}", **_options()))
         return list(answer.get("items") or [])
+
+    def evict_pod(self, namespace: str, name: str) -> JsonObject:
+        """POST a ``policy/v1`` Eviction, one attempt: 429 (a PodDisruptionBudget would be violated) is paced
+        by the caller's drain backoff (``exporter.kube.backoff``), not retried here; 404: the pod is gone."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        try:
+            response = self.core.create_namespaced_pod_eviction(name, namespace, body, field_manager=FIELD_MANAGER,
+                                                                **_options())
+        except Exception as exc:  # noqa: BLE001 - sorted by classify
+            raise classify(exc) from None
+        return _json(response)
+
+    def create_repair_request(self, body: JsonObject) -> JsonObject:
+        """Create a cluster-scoped ``GpuRepairRequest`` (exporter/remediate/repair.py); 409: it exists."""
+        return self._call("create repair request", lambda: self._custom().create_cluster_custom_object(
+            REPAIR_GROUP, REPAIR_VERSION, REPAIR_PLURAL, body, field_manager=FIELD_MANAGER, **_options()))
+
+    def create_job(self, namespace: str, body: JsonObject) -> JsonObject:
+        return self._call("create job", lambda: self._batch().create_namespaced_job(
+            namespace, body, field_manager=FIELD_MANAGER, **_options()))
+
+    def get_job(self, namespace: str, name: str) -> JsonObject:
+        return self._call("read job", lambda: self._batch().read_namespaced_job(name, namespace, **_options()))
+
+    def _custom(self) -> Any:
+        from kubernetes import client  # noqa: PLC0415 - the exporter never imports the client
+        return client.CustomObjectsApi(self.core.api_client)
+
+    def _batch(self) -> Any:
+        from kubernetes import client  # noqa: PLC0415
+        return client.BatchV1Api(self.core.api_client)
 
     def create_event(self, namespace: str, event: JsonObject) -> JsonObject:
         return self._call("create event", lambda: self.core.create_namespaced_event(

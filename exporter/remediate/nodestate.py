@@ -32,6 +32,7 @@ from typing import Any
 TAINT_KEY = "gpu-pod-exporter/unhealthy-gpu"
 GPUS_ANNOTATION = "gpu-pod-exporter/unhealthy-gpus"
 STATE_ANNOTATION = "gpu-pod-exporter/remediation"
+PHASE_ANNOTATION = "gpu-pod-exporter/remediation-phase"  # JSON {phase, why, since}: beyond "quarantined"
 CONDITION_TYPE = "UnhealthyGPU"
 CONDITION_CLEARED_REASON = "GpusHealthy"
 EFFECT_STRENGTH = {"PreferNoSchedule": 1, "NoSchedule": 2, "NoExecute": 3}

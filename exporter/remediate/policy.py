@@ -5,6 +5,7 @@ alerts. Schema (docs/remediation.md explains each)::
 
     mode: dry-run                # dry-run | events | enforce
     node_label: Hostname         # the alert label holding the Kubernetes node name
+    cluster: ""                  # when set: act only on alerts whose `cluster` label has this value
     alerts:                      # the allowlist (replaces the default one when given)
       GpuXidFatal:
         actions: [event, taint, annotate, condition]   # and/or cordon (opt-in)
@@ -15,6 +16,17 @@ alerts. Schema (docs/remediation.md explains each)::
       max_nodes_per_hour: 3      # circuit breaker: distinct nodes changed in any rolling hour
       max_tainted_percent: 10    # circuit breaker: share of GPU nodes carrying our taint at once
       gpu_resources: [nvidia.com/]   # allocatable resource prefixes that make a node a GPU node
+    drain:                       # absent: no drain (the taint only keeps new pods away)
+      mode: none                 # none | evict | allow-completion (exporter/remediate/drain.py)
+      deadline: 1h               # allow-completion: evicted after this
+      namespaces: {batch: allow-completion}
+      pod_label: gpu-pod-exporter/drain
+      unmanaged_pods: false
+    repair_request: false        # create a GpuRepairRequest (CRD) once the node is quarantined and drained
+    validation:                  # absent: re-admission needs only the hold (untaint_after)
+      image: registry.example/gpu-diag:1   # a Job with this image must succeed on the node first
+      namespace: gpu-monitoring
+      command: [dcgmi, diag, -r, "2"]
 
 A mistake raises ``PolicyError`` (a ``ConfigError``): the subcommand prints it and exits 2.
 """
@@ -22,7 +34,7 @@ A mistake raises ``PolicyError`` (a ``ConfigError``): the subcommand prints it a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -31,6 +43,8 @@ import yaml
 
 from exporter import safeyaml
 from exporter.config import ConfigError
+from exporter.remediate.drain import DEFAULT_POD_LABEL, DRAIN_MODES, DrainPolicy
+from exporter.remediate.repair import Validation
 from exporter.web.webconfig import parse_go_duration
 
 MODES = ("dry-run", "events", "enforce")
@@ -75,6 +89,10 @@ class Policy:
         default_factory=lambda: MappingProxyType(dict.fromkeys(DEFAULT_ALERTS, AlertPolicy())))
     limits: Limits = Limits()
     source: str = "built-in defaults"
+    cluster: str = ""  # "" acts on alerts of any cluster (one Alertmanager per cluster)
+    drain: DrainPolicy | None = None  # None: no drain
+    repair_request: bool = False
+    validation: Validation | None = None  # None: no validation Job before re-admission
 
     def for_alert(self, name: str) -> AlertPolicy | None:
         return self.alerts.get(name)
@@ -90,8 +108,7 @@ def load_policy(path: str | None, mode_override: str | None = None) -> Policy:
     if mode_override is not None:
         if mode_override not in MODES:
             raise PolicyError("--mode", "mode", f"expected one of {', '.join(MODES)}, got {mode_override!r}")
-        policy = Policy(mode=mode_override, node_label=policy.node_label, alerts=policy.alerts,
-                        limits=policy.limits, source=policy.source)
+        policy = replace(policy, mode=mode_override)
     return policy
 
 
@@ -148,7 +165,8 @@ def _parse_file(path: str) -> Policy:
     if root is None:
         return Policy(source=path)
     walker = _Walker(path)
-    top = walker.mapping(root, "", ("mode", "node_label", "alerts", "limits"))
+    top = walker.mapping(root, "", ("mode", "node_label", "cluster", "alerts", "limits", "drain",
+                                           "repair_request", "validation"))
     defaults = Policy()
     mode = defaults.mode
     if "mode" in top:
@@ -156,13 +174,75 @@ def _parse_file(path: str) -> Policy:
     node_label = defaults.node_label
     if "node_label" in top:
         node_label = walker.convert(top["node_label"][1], "node_label", _label_name)
+    cluster = defaults.cluster
+    if "cluster" in top:
+        cluster = walker.convert(top["cluster"][1], "cluster", _label_value)
     alerts = defaults.alerts
     if "alerts" in top:
         alerts = _alerts(walker, top["alerts"][1])
     limits = defaults.limits
     if "limits" in top:
         limits = _limits(walker, top["limits"][1])
-    return Policy(mode=mode, node_label=node_label, alerts=alerts, limits=limits, source=path)
+    drain = _drain(walker, top["drain"][1]) if "drain" in top else None
+    repair = walker.convert(top["repair_request"][1], "repair_request", _boolean) if "repair_request" in top \
+        else False
+    validation = _validation(walker, top["validation"][1]) if "validation" in top else None
+    return Policy(mode=mode, node_label=node_label, alerts=alerts, limits=limits, source=path, cluster=cluster,
+                  drain=drain, repair_request=repair, validation=validation)
+
+
+def _validation(walker: _Walker, node: yaml.Node) -> Validation:
+    fields = walker.mapping(node, "validation", ("image", "namespace", "command"))
+    if "image" not in fields:
+        raise walker.fail(node, "validation.image", "required: the image of the validation Job")
+    image = walker.convert(fields["image"][1], "validation.image", _nonempty)
+    namespace = walker.convert(fields["namespace"][1], "validation.namespace", _nonempty) \
+        if "namespace" in fields else "gpu-monitoring"
+    command: tuple[str, ...] = ()
+    if "command" in fields:
+        command = walker.convert(fields["command"][1], "validation.command", _strings)
+    return Validation(image=image, namespace=namespace, command=command)
+
+
+def _nonempty(raw: Any) -> str:
+    if not isinstance(raw, str) or not raw.strip():
+        raise ValueError(f"expected a non-empty string, got {raw!r}")
+    return raw
+
+
+def _strings(raw: Any) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not raw or not all(isinstance(item, str | int) for item in raw):
+        raise ValueError("expected a non-empty list of strings")
+    return tuple(str(item) for item in raw)
+
+
+def _drain(walker: _Walker, node: yaml.Node) -> DrainPolicy:
+    fields = walker.mapping(node, "drain", ("mode", "deadline", "namespaces", "pod_label", "unmanaged_pods"))
+    defaults = DrainPolicy()
+    mode = defaults.mode
+    if "mode" in fields:
+        mode = walker.convert(fields["mode"][1], "drain.mode", _choice(DRAIN_MODES))
+    deadline = defaults.deadline_s
+    if "deadline" in fields:
+        deadline = walker.convert(fields["deadline"][1], "drain.deadline", _duration)
+    namespaces: dict[str, str] = {}
+    if "namespaces" in fields:
+        for name, (_, value_node) in walker.mapping(fields["namespaces"][1], "drain.namespaces").items():
+            namespaces[name] = walker.convert(value_node, f"drain.namespaces.{name}", _choice(DRAIN_MODES))
+    label = DEFAULT_POD_LABEL
+    if "pod_label" in fields:
+        label = walker.convert(fields["pod_label"][1], "drain.pod_label", _label_value)
+    unmanaged = False
+    if "unmanaged_pods" in fields:
+        unmanaged = walker.convert(fields["unmanaged_pods"][1], "drain.unmanaged_pods", _boolean)
+    return DrainPolicy(mode=mode, deadline_s=deadline, namespaces=MappingProxyType(namespaces), pod_label=label,
+                       unmanaged_pods=unmanaged)
+
+
+def _boolean(raw: Any) -> bool:
+    if not isinstance(raw, bool):
+        raise ValueError(f"expected true or false, got {raw!r}")
+    return raw
 
 
 def _alerts(walker: _Walker, node: yaml.Node) -> Mapping[str, AlertPolicy]:
@@ -226,6 +306,14 @@ def _label_name(raw: Any) -> str:
     if not isinstance(raw, str) or not raw or not (raw[0].isalpha() or raw[0] == "_") \
             or not all(ch.isalnum() or ch == "_" for ch in raw):
         raise ValueError(f"expected a Prometheus label name, got {raw!r}")
+    return raw
+
+
+def _label_value(raw: Any) -> str:
+    if raw is None:
+        return ""
+    if not isinstance(raw, str):
+        raise ValueError(f"expected the value of the alerts' cluster label (a string), got {raw!r}")
     return raw
 
 

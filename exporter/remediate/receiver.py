@@ -6,7 +6,8 @@ and rate limit from the same web config file (exporter-toolkit format, ``exporte
 It adds what a webhook needs and a scrape endpoint does not:
 
 * a **bearer token** (``--bearer-token-file``), which is what Alertmanager's
-  ``http_config.authorization`` sends: ``POST /alerts`` requires it, or one of the web config's
+  ``http_config.authorization`` sends: ``POST /alerts`` and ``POST /breaker/close`` (a person closing
+  the latched circuit breaker) require it, or one of the web config's
   basic-auth users. The basic-auth users guard ``/metrics`` too, as they do the exporter's; the
   token does not (Prometheus scrapes with the web config's credentials, and the counts it reads
   are no secret). ``/health`` never asks (kubelet probes cannot authenticate);
@@ -89,10 +90,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
-        if path not in ("/alerts", "/"):
+        if path not in ("/alerts", "/", "/breaker/close"):
             self._send(404, b"not found; Alertmanager posts to /alerts\n")
             return
         if not self._admitted(webhook=True):
+            return
+        if path == "/breaker/close":
+            closed = self.server.owner.remediator.close_breaker(self.client_address[0])
+            self._send(200, b"circuit breaker closed\n" if closed else b"circuit breaker was not open\n")
             return
         metrics = self.server.owner.metrics
         length_text = self.headers.get("Content-Length")
@@ -131,8 +136,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path == "/metrics":
             self._send(200, owner.metrics.exposition(), PROMETHEUS_TEXT)
         else:
-            self._send(200, b"gpu-pod-exporter remediate: POST /alerts (Alertmanager webhook), GET /metrics, "
-                            b"GET /health\n")
+            self._send(200, b"gpu-pod-exporter remediate: POST /alerts (Alertmanager webhook), POST /breaker/close, "
+                            b"GET /metrics, GET /health\n")
 
     def _method_not_allowed(self) -> None:
         self._send(405, b"method not allowed\n", extra={"Allow": "GET, POST"})

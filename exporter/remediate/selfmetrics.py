@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-ACTIONS = ("event", "taint", "untaint", "cordon", "uncordon", "annotate", "condition")
-RESULTS = ("applied", "dry_run", "unchanged", "suppressed", "deferred", "failed")
+ACTIONS = ("event", "taint", "untaint", "cordon", "uncordon", "annotate", "condition", "evict")
+RESULTS = ("applied", "dry_run", "unchanged", "suppressed", "deferred", "dropped", "failed")
 
 
 class RemediationMetrics:
@@ -18,11 +18,13 @@ class RemediationMetrics:
         self.actions = Counter(
             "gpu_pod_exporter_remediation_actions", "Remediation actions by kind and outcome: applied, "
             "dry_run (mode dry-run or events: only reported), unchanged (already in place), suppressed "
-            "(circuit breaker), deferred (cooldown), failed (the API server refused or was unreachable).",
+            "(circuit breaker), deferred (cooldown), dropped (its alert resolved while the change was held), "
+            "failed (the API server refused or was unreachable).",
             ["action", "result"], registry=self.registry)
         self.breaker_open = Gauge(
             "gpu_pod_exporter_remediation_breaker_open", "1 while the circuit breaker holds back node changes "
-            "(max_nodes_per_hour or max_tainted_percent reached), else 0.", registry=self.registry)
+            "(latched open by max_nodes_per_hour until a person closes it, or max_tainted_percent reached), "
+            "else 0.", registry=self.registry)
         self.held = Gauge(
             "gpu_pod_exporter_remediation_held_nodes", "Nodes with a change held back, by the limit holding it.",
             ["limit"], registry=self.registry)

@@ -76,6 +76,8 @@ class FakeNodeApiServer:
         self.requests: list[Request] = []
         self._failures: list[int] = []
         self._conflicts = 0
+        self._blocked: dict[tuple[str, str], int] = {}
+        self.objects: dict[tuple[tuple[str, str, str], str], JsonObject] = {}  # ((group, ns, plural), name)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -147,12 +149,19 @@ class FakeNodeApiServer:
             return copy.deepcopy(obj)
 
     def add_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None,
-                gpu_resource: str = "nvidia.com/gpu", gpus: int = 1) -> JsonObject:
+                gpu_resource: str = "nvidia.com/gpu", gpus: int = 1, owner_kind: str | None = None,
+                labels: Mapping[str, str] | None = None) -> JsonObject:
+        """``owner_kind``: the kind of the pod's controller (ReplicaSet, Job, DaemonSet...); None: unmanaged."""
         limits = {gpu_resource: str(gpus)} if gpus else {}
+        owners = [{"apiVersion": "apps/v1" if owner_kind != "Job" else "batch/v1", "kind": owner_kind,
+                   "name": f"{name}-owner", "uid": stable_uid("owner", namespace, name), "controller": True}] \
+            if owner_kind else []
         obj: JsonObject = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "uid": uid or stable_uid("pod", namespace, name),
-                         "creationTimestamp": "2024-01-01T00:00:00Z"},
+                         "creationTimestamp": "2024-01-01T00:00:00Z",
+                         **({"ownerReferences": owners} if owners else {}),
+                         **({"labels": dict(labels)} if labels else {})},
             "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.example/app:1",
                                                        "resources": {"limits": limits}}]},
             "status": {"phase": "Running"},
@@ -188,6 +197,11 @@ class FakeNodeApiServer:
         with self._lock:
             self._failures.extend([status] * count)
 
+    def block_evictions(self, namespace: str, name: str, count: int) -> None:
+        """The next ``count`` evictions of the pod answer 429, as a PodDisruptionBudget at its limit does."""
+        with self._lock:
+            self._blocked[(namespace, name)] = self._blocked.get((namespace, name), 0) + count
+
     def conflict_next_patches(self, count: int) -> None:
         with self._lock:
             self._conflicts += count
@@ -210,6 +224,8 @@ class FakeNodeApiServer:
             code = self._failures.pop(0)
             return code, _status(code, "ServiceUnavailable" if code == 503 else "InternalError", "injected failure")
         parts = [part for part in path.split("/") if part]
+        if parts[:1] == ["apis"]:
+            return self._apis(method, path, parts[1:], body)
         if parts[:2] != ["api", "v1"]:
             return 404, _status(404, "NotFound", f"no such path {path}")
         route = parts[2:]
@@ -223,6 +239,8 @@ class FakeNodeApiServer:
             if route[0] == "nodes" and route[2] == "status" else _not_found(path),
             ("POST", 3): lambda: self._create_event(route[1], body)
             if route[0] == "namespaces" and route[2] == "events" else _not_found(path),
+            ("POST", 5): lambda: self._evict(route[1], route[3], body)
+            if route[0] == "namespaces" and route[2] == "pods" and route[4] == "eviction" else _not_found(path),
         }
         handler = routes.get((method, len(route)))
         return handler() if handler else _not_found(path)
@@ -286,6 +304,58 @@ class FakeNodeApiServer:
         if result != node:
             self.nodes[name] = self._stamp(result)
         return 200, copy.deepcopy(self.nodes[name])
+
+    def _apis(self, method: str, path: str, parts: list[str], body: Any) -> tuple[int, JsonObject]:
+        """Named API groups, schema-less: create (409 when the name exists) and read any resource
+        (``/apis/<group>/<version>[/namespaces/<ns>]/<plural>[/<name>]``), e.g. Jobs and custom resources."""
+        if len(parts) < 3:
+            return _not_found(path)
+        rest = parts[2:]
+        namespace = rest[1] if rest[0] == "namespaces" and len(rest) >= 3 else ""
+        rest = rest[2:] if namespace else rest
+        collection = (parts[0], namespace, rest[0])
+        if method == "POST" and len(rest) == 1:
+            if not isinstance(body, dict) or not (body.get("metadata") or {}).get("name"):
+                return 422, _status(422, "Invalid", "metadata.name is required")
+            name = body["metadata"]["name"]
+            if (collection, name) in self.objects:
+                return 409, _status(409, "AlreadyExists", f'{rest[0]} "{name}" already exists')
+            obj = copy.deepcopy(body)
+            obj["metadata"].update({"uid": stable_uid(*collection, name), **({"namespace": namespace} if namespace
+                                                                              else {})})
+            self.objects[(collection, name)] = self._stamp(obj)
+            return 201, copy.deepcopy(obj)
+        if method == "GET" and len(rest) == 2:
+            found = self.objects.get((collection, rest[1]))
+            return (200, copy.deepcopy(found)) if found else _not_found(path)
+        return _not_found(path)
+
+    def objects_of(self, plural: str) -> list[JsonObject]:
+        """The objects created under a named API group's ``plural`` (Jobs, GpuRepairRequests...)."""
+        with self._lock:
+            return [copy.deepcopy(obj) for ((_, _, kind), _), obj in self.objects.items() if kind == plural]
+
+    def set_object_status(self, plural: str, name: str, status: JsonObject) -> None:
+        """What a controller would write: e.g. a Job's ``status.succeeded``."""
+        with self._lock:
+            for (collection, object_name), obj in self.objects.items():
+                if collection[2] == plural and object_name == name:
+                    obj["status"] = copy.deepcopy(status)
+                    self._stamp(obj)
+
+    def _evict(self, namespace: str, name: str, body: Any) -> tuple[int, JsonObject]:
+        """policy/v1 Eviction: 429 while a (simulated) PodDisruptionBudget blocks it, else the pod is deleted."""
+        if not isinstance(body, dict) or body.get("kind") != "Eviction" or \
+                (body.get("metadata") or {}).get("name") != name:
+            return 400, _status(400, "BadRequest", "expected a policy/v1 Eviction naming the pod")
+        if (namespace, name) not in self.pods:
+            return 404, _status(404, "NotFound", f'pods "{name}" not found')
+        if self._blocked.get((namespace, name)):
+            self._blocked[(namespace, name)] -= 1
+            return 429, _status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's "
+                                                        "disruption budget.")
+        del self.pods[(namespace, name)]
+        return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def _create_event(self, namespace: str, body: Any) -> tuple[int, JsonObject]:
         if not isinstance(body, dict):

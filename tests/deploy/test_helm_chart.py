@@ -145,9 +145,18 @@ def test_default_probes_keep_a_gpu_less_node_visible_but_not_crash_looping(defau
 
 def test_default_schedules_on_gpu_nodes_and_tolerates_the_gpu_taint(default: Rendered) -> None:
     terms = default.pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert terms["nodeSelectorTerms"] == [
-        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}
-    ]
+    # One term per way a provider marks a GPU node (any one qualifies); tests/platform/test_placement.py
+    # shows the real scheduler placing one pod on each such node and none elsewhere.
+    assert terms["nodeSelectorTerms"] == [{"matchExpressions": [e]} for e in [
+        {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
+        {"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": ["true"]},
+        {"key": "feature.node.kubernetes.io/pci-0302_10de.present", "operator": "In", "values": ["true"]},
+        {"key": "feature.node.kubernetes.io/pci-0300_10de.present", "operator": "In", "values": ["true"]},
+        {"key": "cloud.google.com/gke-accelerator", "operator": "Exists"},
+        {"key": "kubernetes.azure.com/accelerator", "operator": "In", "values": ["nvidia"]},
+        {"key": "accelerator", "operator": "In", "values": ["nvidia"]},
+        {"key": "karpenter.k8s.aws/instance-gpu-manufacturer", "operator": "In", "values": ["nvidia"]},
+    ]]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in default.pod_spec["tolerations"]
 
 
@@ -446,6 +455,10 @@ def test_affinity_override_and_extra_tolerations() -> None:
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, toleration
     ]
     assert rendered.pod_spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    one_label = render({"gpuNodeAffinity": {"key": "example.com/gpu", "values": ["yes", "true"]}})
+    assert one_label.pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "example.com/gpu", "operator": "In", "values": ["yes", "true"]}]}]}
     anywhere = render({"gpuNodeAffinity": {"enabled": False}, "gpuToleration": False})
     assert "affinity" not in anywhere.pod_spec and "tolerations" not in anywhere.pod_spec
 

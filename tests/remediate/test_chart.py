@@ -239,3 +239,45 @@ def test_the_remediators_own_alerts_are_valid_rules(enabled: Rendered, tmp_path:
     docs = (Path(__file__).resolve().parents[2] / "docs" / "remediation.md").read_text(encoding="utf-8").lower()
     for name in names:  # every runbook_url anchor exists
         assert f"### {name.lower()}" in docs
+
+
+def test_drain_hand_off_and_validation_add_exactly_their_permissions_and_the_crd(tmp_path: Path) -> None:
+    values = load_ci_values(REMEDIATION_VALUES)
+    values["remediation"].update({
+        "cluster": "prod-a",
+        "drain": {"enabled": True, "mode": "evict", "namespaces": {"batch": "allow-completion"}, "deadline": "30m"},
+        "repairRequest": {"enabled": True},
+        "validation": {"image": "registry.example/gpu-diag:1", "command": ["dcgmi", "diag", "-r", "2"]}})
+    rendered = render(values, api_versions=APIS)
+    role = rendered.one("ClusterRole", NAME)
+    assert role["rules"][4:] == [
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+        {"apiGroups": ["remediation.gpu-pod-exporter.io"], "resources": ["gpurepairrequests"], "verbs": ["create"]},
+    ]
+    jobs = rendered.one("Role", f"{NAME}-validation")
+    assert jobs["metadata"]["namespace"] == "gpu-monitoring"
+    assert jobs["rules"] == [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get"]}]
+    binding = rendered.one("RoleBinding", f"{NAME}-validation")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": NAME, "namespace": "gpu-monitoring"}]
+    crd = rendered.one("CustomResourceDefinition", "gpurepairrequests.remediation.gpu-pod-exporter.io")
+    assert crd["spec"]["scope"] == "Cluster" and crd["spec"]["names"]["kind"] == "GpuRepairRequest"
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["required"] == ["nodeName", "requestedAt", "gpus", "evidence"]
+    for obj in (role, jobs, binding, crd):
+        kubernetes_validate.validate(obj, KUBERNETES_VERSIONS[-1], strict=True)
+    # The policy the chart writes is the one the remediator loads.
+    path = tmp_path / "policy.yaml"
+    path.write_text(rendered.one("ConfigMap", NAME)["data"]["policy.yaml"], encoding="utf-8")
+    policy = load_policy(str(path))
+    assert policy.cluster == "prod-a" and policy.repair_request is True
+    assert policy.drain is not None and policy.drain.mode == "evict" and policy.drain.deadline_s == 1800
+    assert dict(policy.drain.namespaces) == {"batch": "allow-completion"}
+    assert policy.validation is not None and policy.validation.namespace == "gpu-monitoring"
+    assert policy.validation.command == ("dcgmi", "diag", "-r", "2")
+
+
+def test_without_drain_hand_off_or_validation_none_of_their_permissions_exist(enabled: Rendered) -> None:
+    kinds = {obj["kind"] for obj in enabled.objects}
+    assert "CustomResourceDefinition" not in kinds and "Role" not in kinds
+    verbs = {(tuple(r["resources"]), tuple(r["verbs"])) for r in enabled.one("ClusterRole", NAME)["rules"]}
+    assert (("pods/eviction",), ("create",)) not in verbs

@@ -19,14 +19,22 @@ import yaml
 from exporter.remediate.alerts import parse_notification
 from exporter.remediate.controller import Remediator
 from exporter.remediate.events import (
+    REASON_BREAKER_OPEN,
     REASON_DEFERRED,
+    REASON_DRAINED,
+    REASON_DROPPED,
     REASON_DRY_RUN,
+    REASON_EVICTED,
+    REASON_REPAIR_REQUESTED,
     REASON_SUPPRESSED,
     REASON_TAINTED,
     REASON_UNTAINTED,
+    REASON_VALIDATED,
+    REASON_VALIDATING,
+    REASON_VALIDATION_FAILED,
 )
 from exporter.remediate.kubeapi import Backoff, KubeApi, load_core_api
-from exporter.remediate.nodestate import GPUS_ANNOTATION, TAINT_KEY
+from exporter.remediate.nodestate import GPUS_ANNOTATION, PHASE_ANNOTATION, TAINT_KEY
 from exporter.remediate.policy import load_policy
 from exporter.remediate.selfmetrics import RemediationMetrics
 from exporter.simulate.fakenodeapi import FakeNodeApiServer
@@ -242,7 +250,9 @@ def test_a_restarted_remediator_carries_on_from_what_is_on_the_nodes(api: FakeNo
     notify(second, alert(xid="79", pod="trainer-0", namespace="ml"))  # Alertmanager's next repeat
     notify(second, alert("node-b", uuid="GPU-b"))
     second.run_once()
-    assert len(api.event_list()) == events_before + 2  # only node-b's: its alert and "suppressed"
+    # only node-b's: its alert, "breaker open" (the hourly limit latched) and "suppressed"
+    assert [e["reason"] for e in api.event_list()[events_before:]] == \
+        ["GpuXidFatal", REASON_BREAKER_OPEN, REASON_SUPPRESSED]
     assert second.metrics.actions.labels("event", "unchanged")._value.get() == 2  # the replays hit AlreadyExists
     assert taint(api, "node-b") is None  # the hourly window came back from node-a's annotation
     notify(second, alert(status="resolved", ends="2024-05-01T12:01:00Z"))
@@ -318,3 +328,323 @@ def test_health_reports_the_mode_and_pending_work(api: FakeNodeApiServer, tmp_pa
                                          "changes")
     remediator.run_once()
     assert "synced" in remediator.health()[1]
+
+
+# -- issue 29: held changes, the latched breaker, storms, scope, node-level alerts -------------------------
+
+STORM_POLICY: dict[str, Any] = {"mode": "enforce", "alerts": {"GpuXidFatal": {"untaint_after": "0s"}},
+                                "limits": {"cooldown": "10m", "max_nodes_per_hour": 3, "max_tainted_percent": 100}}
+
+
+def tainted_nodes(api: FakeNodeApiServer) -> set[str]:
+    return {name for name in api.nodes if taint(api, name) is not None}
+
+
+def ever_tainted(api: FakeNodeApiServer) -> set[str]:
+    """Every node a PATCH ever gave our taint (the request bodies the fake API server recorded)."""
+    return {r.path.rsplit("/", 1)[-1] for r in api.writes("PATCH", "/api/v1/nodes/") if r.status == 200
+            and any(t.get("key") == TAINT_KEY for t in ((r.body or {}).get("spec") or {}).get("taints") or [])}
+
+
+def storm(count: int, status: str = "firing", ends: str | None = None) -> list[dict[str, Any]]:
+    return [alert(f"storm-{index:02d}", uuid=f"GPU-storm-{index}", status=status, ends=ends) for index in range(count)]
+
+
+def run_minutes(remediator: Remediator, clock: Clock, api: FakeNodeApiServer, minutes: int,
+                seen: list[int], step: int = 1) -> None:
+    """One worker pass every ``step`` minutes; ``seen``: how many nodes carried our taint after each pass."""
+    for _ in range(0, minutes, step):
+        clock.advance(minutes=step)
+        remediator.run_once()
+        seen.append(len(tainted_nodes(api)))
+
+
+def test_storm_that_resolves_within_five_minutes_taints_at_most_the_limit_and_nothing_later(
+        api: FakeNodeApiServer, tmp_path: Path, clock: Clock) -> None:
+    for index in range(30):
+        api.add_node(f"storm-{index:02d}")
+    remediator = make(api, tmp_path, clock, STORM_POLICY)
+    notify(remediator, *storm(30))
+    remediator.run_once()
+    seen = [len(tainted_nodes(api))]
+    run_minutes(remediator, clock, api, 4, seen)
+    assert remediator.breaker.is_open and remediator.metrics.breaker_open._value.get() == 1
+    notify(remediator, *storm(30, "resolved", "2024-05-01T12:05:00Z"))
+    run_minutes(remediator, clock, api, 15, seen)  # the three tainted ones wait out the 10m cooldown
+    assert tainted_nodes(api) == set()
+    patches_after_resolve = len(api.writes("PATCH"))
+    run_minutes(remediator, clock, api, 120, seen, step=5)  # two hourly windows roll: nothing held is left to land
+    assert max(seen) == 3 and len(ever_tainted(api)) == 3
+    assert len(api.writes("PATCH")) == patches_after_resolve
+    assert reasons(api).count(REASON_DROPPED) == 27
+    assert metric(remediator, "taint", "dropped") == 27
+    assert remediator.metrics.held.labels("max_nodes_per_hour")._value.get() == 0
+
+
+def test_storm_that_stays_firing_taints_at_most_the_limit_until_a_person_closes_the_breaker(
+        api: FakeNodeApiServer, tmp_path: Path, clock: Clock) -> None:
+    for index in range(30):
+        api.add_node(f"storm-{index:02d}")
+    remediator = make(api, tmp_path, clock, STORM_POLICY)
+    notify(remediator, *storm(30))
+    remediator.run_once()
+    seen = [len(tainted_nodes(api))]
+    run_minutes(remediator, clock, api, 150, seen, step=5)  # the rolling window empties twice; the breaker stays open
+    assert max(seen) == 3 and len(ever_tainted(api)) == 3
+    assert reasons(api).count(REASON_BREAKER_OPEN) == 1
+    [opened] = [e for e in api.event_list() if e["reason"] == REASON_BREAKER_OPEN]
+    assert "until a person closes it (POST /breaker/close)" in opened["message"]
+    assert remediator.metrics.breaker_open._value.get() == 1
+
+    assert remediator.close_breaker("test") is True  # a person looked and decided the alarms are real
+    remediator.run_once()
+    assert len(tainted_nodes(api)) == 6  # the hourly limit applies again: three more, then it opens again
+    assert remediator.breaker.is_open
+    assert remediator.close_breaker("test") is True and remediator.close_breaker("test") is False
+
+
+def test_a_held_change_is_dropped_when_its_alert_resolves(api: FakeNodeApiServer, tmp_path: Path,
+                                                          clock: Clock) -> None:
+    """The field report: max_nodes_per_hour 1, node-b held, its alert resolves 5 min later, tainted 66 min in."""
+    policy = {"mode": "enforce", "limits": {"cooldown": "0s", "max_nodes_per_hour": 1, "max_tainted_percent": 100}}
+    remediator = make(api, tmp_path, clock, policy)
+    notify(remediator, alert("node-a"), alert("node-b", uuid="GPU-b"))
+    remediator.run_once()
+    assert taint(api, "node-a") is not None and taint(api, "node-b") is None
+    clock.advance(minutes=5)
+    notify(remediator, alert("node-b", uuid="GPU-b", status="resolved", ends="2024-05-01T12:05:00Z"))
+    remediator.run_once()
+    clock.advance(minutes=61)
+    remediator.close_breaker("test")  # even a closed breaker has nothing of node-b's left to apply
+    remediator.run_once()
+    assert taint(api, "node-b") is None
+    assert reasons(api, "node-b") == ["GpuXidFatal", REASON_BREAKER_OPEN, REASON_SUPPRESSED, REASON_DROPPED]
+    [dropped] = [e for e in api.event_list() if e["reason"] == REASON_DROPPED]
+    assert "GpuXidFatal for GPU 3 (GPU-b) resolved while held by max_nodes_per_hour" in dropped["message"]
+
+
+def test_every_transition_logs_one_line_with_the_alert_fingerprint(api: FakeNodeApiServer, tmp_path: Path,
+                                                                   clock: Clock,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    policy = {"mode": "enforce", "alerts": {"GpuXidFatal": {"untaint_after": "0s"}},
+              "limits": {"cooldown": "0s", "max_tainted_percent": 100}}
+    remediator = make(api, tmp_path, clock, policy)
+    caplog.set_level("INFO", logger="gpu_pod_exporter.remediate")
+    notify(remediator, alert(fingerprint="fp-1234"))
+    remediator.run_once()
+    notify(remediator, alert(fingerprint="fp-1234", status="resolved", ends="2024-05-01T12:00:00Z"))
+    clock.advance(seconds=1)
+    remediator.run_once()
+    lines = [r for r in caplog.records if r.getMessage() == "remediation transition"]
+    fields = [r.fields for r in lines]  # type: ignore[attr-defined]
+    assert [(f["event"], f["state"], f["fingerprints"], f["node"]) for f in fields] == [
+        (REASON_TAINTED, "quarantined", "fp-1234", "node-a"), (REASON_UNTAINTED, "healthy", "fp-1234", "node-a")]
+    assert reasons(api, "node-a") == ["GpuXidFatal", REASON_TAINTED, REASON_UNTAINTED]
+
+
+def test_alerts_of_another_cluster_are_ignored_when_the_cluster_is_set(api: FakeNodeApiServer, tmp_path: Path,
+                                                                       clock: Clock) -> None:
+    remediator = make(api, tmp_path, clock, {**ENFORCE, "cluster": "prod-a"})
+    counts = notify(remediator, alert("node-a", cluster="prod-b"), alert("node-b", uuid="GPU-b"),
+                    alert("node-c", uuid="GPU-c", cluster="prod-a"))
+    assert counts == {"new": 1, "repeat": 0, "ignored": 2, "unusable": 0}
+    remediator.run_once()
+    assert tainted_nodes(api) == {"node-c"}
+    unscoped = make(api, tmp_path, clock, ENFORCE)  # no cluster set: one Alertmanager per cluster, all are ours
+    assert notify(unscoped, alert("node-a", cluster="prod-b"))["new"] == 1
+
+
+def test_a_node_level_alert_without_a_uuid_marks_the_node(api: FakeNodeApiServer, tmp_path: Path,
+                                                          clock: Clock) -> None:
+    remediator = make(api, tmp_path, clock, {**ENFORCE, "alerts": {"GpuNodeFabricDown": None}})
+    node_level = alert("node-a", name="GpuNodeFabricDown")
+    del node_level["labels"]["UUID"], node_level["labels"]["gpu"]
+    assert notify(remediator, node_level)["new"] == 1
+    remediator.run_once()
+    assert taint(api, "node-a") == {"key": TAINT_KEY, "value": "node", "effect": "NoSchedule"}
+    context = [e for e in api.event_list() if e["reason"] == "GpuNodeFabricDown"]
+    assert "the node as a whole (the alert names no GPU UUID) on node node-a" in context[0]["message"]
+
+
+# -- the drain: Eviction API, PodDisruptionBudgets (429), dry-run plan ----------------------------------------
+
+DRAIN_POLICY: dict[str, Any] = {**ENFORCE, "drain": {"mode": "evict", "namespaces": {"batch": "allow-completion"},
+                                                     "deadline": "30m"}}
+
+
+def drain_node(api: FakeNodeApiServer) -> None:
+    api.add_node("node-d")
+    api.add_pod("ml", "on-gpu-3", "node-d", owner_kind="ReplicaSet")
+    api.add_pod("ml", "on-gpu-5", "node-d", owner_kind="ReplicaSet")  # a healthy GPU: stays
+    api.add_pod("batch", "job-on-gpu-3", "node-d", owner_kind="Job")
+    api.add_pod("kube-system", "gpu-agent", "node-d", owner_kind="DaemonSet")
+    api.add_pod("ml", "bare-on-gpu-3", "node-d")  # unmanaged
+
+
+def gpu3_alerts(status: str = "firing") -> list[dict[str, Any]]:
+    pods = [("ml", "on-gpu-3"), ("batch", "job-on-gpu-3"), ("kube-system", "gpu-agent"), ("ml", "bare-on-gpu-3")]
+    return [alert("node-d", uuid="GPU-d3", status=status, fingerprint=f"fp-{name}", pod=name, namespace=namespace)
+            for namespace, name in pods]
+
+
+def pods_on(api: FakeNodeApiServer, node: str) -> set[str]:
+    return {f"{ns}/{name}" for (ns, name), obj in api.pods.items() if obj["spec"]["nodeName"] == node}
+
+
+def test_the_drain_evicts_only_pods_on_the_failed_gpu_and_backs_off_while_a_pdb_refuses(
+        api: FakeNodeApiServer, tmp_path: Path, clock: Clock) -> None:
+    drain_node(api)
+    api.block_evictions("ml", "on-gpu-3", 2)  # its PodDisruptionBudget allows no disruption yet
+    remediator = make(api, tmp_path, clock, DRAIN_POLICY)
+    notify(remediator, *gpu3_alerts())
+    remediator.run_once()
+    assert taint(api, "node-d") is not None
+    evictions = [r for r in api.requests if r.path.endswith("/eviction")]
+    assert [(r.path, r.status) for r in evictions] == [("/api/v1/namespaces/ml/pods/on-gpu-3/eviction", 429)]
+    assert evictions[0].body["apiVersion"] == "policy/v1" and evictions[0].body["kind"] == "Eviction"
+    remediator.run_once()  # within the backoff window: no new attempt
+    assert len([r for r in api.requests if r.path.endswith("/eviction")]) == 1
+    for _ in range(4):  # windows 5-10 s, then 10-20 s: at most one attempt each
+        clock.advance(seconds=20)
+        remediator.run_once()
+    assert "ml/on-gpu-3" not in pods_on(api, "node-d")
+    statuses = [r.status for r in api.requests if r.path == "/api/v1/namespaces/ml/pods/on-gpu-3/eviction"]
+    assert statuses == [429, 429, 201]
+    assert metric(remediator, "evict", "deferred") == 2 and metric(remediator, "evict", "applied") == 1
+    assert reasons(api, "on-gpu-3")[-1] == REASON_EVICTED
+    assert pods_on(api, "node-d") == {"ml/on-gpu-5", "batch/job-on-gpu-3", "kube-system/gpu-agent",
+                                      "ml/bare-on-gpu-3"}
+    assert REASON_DRAINED not in reasons(api, "node-d")  # the batch job may still complete
+    clock.advance(minutes=31)
+    remediator.run_once()
+    assert pods_on(api, "node-d") == {"ml/on-gpu-5", "kube-system/gpu-agent", "ml/bare-on-gpu-3"}
+    [drained] = [e for e in api.event_list() if e["reason"] == REASON_DRAINED]
+    assert "DaemonSet pod: never evicted" in drained["message"] and "unmanaged pod" in drained["message"]
+    evicted_paths = {r.path for r in api.requests if r.path.endswith("/eviction")}
+    assert evicted_paths == {"/api/v1/namespaces/ml/pods/on-gpu-3/eviction",
+                             "/api/v1/namespaces/batch/pods/job-on-gpu-3/eviction"}
+
+
+def test_dry_run_prints_the_drain_plan_and_evicts_nothing(api: FakeNodeApiServer, tmp_path: Path,
+                                                          clock: Clock) -> None:
+    drain_node(api)
+    remediator = make(api, tmp_path, clock, {**DRAIN_POLICY, "mode": "dry-run"})
+    notify(remediator, *gpu3_alerts())
+    remediator.run_once()
+    remediator.run_once()
+    assert not [r for r in api.requests if r.path.endswith("/eviction")]
+    plans = [e["message"] for e in api.event_list() if "would drain" in e["message"]]
+    assert len(plans) == 1
+    assert "ml/on-gpu-3: evict (drain mode evict (drain.mode))" in plans[0]
+    assert "batch/job-on-gpu-3: wait (allowed to complete until 2024-05-01 12:30:00 UTC (namespace batch))" \
+        in plans[0]
+    assert "kube-system/gpu-agent: skip (DaemonSet pod: never evicted)" in plans[0]
+    assert "ml/on-gpu-5: skip (not on a failed GPU)" in plans[0]
+
+
+# -- the state machine: quarantined, draining, repair requested, validating, healthy again ----------------------
+
+LIFECYCLE_POLICY: dict[str, Any] = {
+    "mode": "enforce", "alerts": {"GpuXidFatal": {"untaint_after": "10m"}},
+    "limits": {"cooldown": "0s", "max_tainted_percent": 100},
+    "drain": {"mode": "evict"}, "repair_request": True,
+    "validation": {"image": "registry.example/gpu-diag:1", "command": ["dcgmi", "diag", "-r", "2"]}}
+
+
+def phase(api: FakeNodeApiServer, node: str) -> str | None:
+    raw = api.node(node)["metadata"]["annotations"].get(PHASE_ANNOTATION)
+    return json.loads(raw)["phase"] if raw else None
+
+
+def xid_on_gpu3(status: str = "firing") -> dict[str, Any]:
+    return alert("node-d", uuid="GPU-d3", status=status, fingerprint="fp-xid79", xid="79", pod="on-gpu-3",
+                 namespace="ml", ends="2024-05-01T12:05:00Z" if status == "resolved" else None)
+
+
+def test_a_fatal_xid_goes_through_every_state_and_the_node_is_readmitted_after_validation(
+        api: FakeNodeApiServer, tmp_path: Path, clock: Clock) -> None:
+    drain_node(api)
+    remediator = make(api, tmp_path, clock, LIFECYCLE_POLICY)
+    notify(remediator, xid_on_gpu3())
+    remediator.run_once()
+    assert taint(api, "node-d") == {"key": TAINT_KEY, "value": "3", "effect": "NoSchedule"}
+    assert "ml/on-gpu-3" not in pods_on(api, "node-d") and "ml/on-gpu-5" in pods_on(api, "node-d")
+    assert phase(api, "node-d") == "repair-requested"
+    [request] = api.objects_of("gpurepairrequests")
+    assert request["apiVersion"] == "remediation.gpu-pod-exporter.io/v1alpha1"
+    assert request["kind"] == "GpuRepairRequest"
+    assert request["spec"]["nodeName"] == "node-d"
+    assert request["spec"]["gpus"] == [{"uuid": "GPU-d3", "index": "3"}]
+    assert request["spec"]["evidence"] == [{"alert": "GpuXidFatal", "fingerprint": "fp-xid79",
+                                            "since": "2024-05-01T11:59:00Z", "xid": "79"}]
+
+    clock.advance(minutes=5)
+    notify(remediator, xid_on_gpu3("resolved"))
+    remediator.run_once()
+    assert taint(api, "node-d") is not None and api.objects_of("jobs") == []  # the hold has not passed
+    clock.advance(minutes=11)
+    remediator.run_once()
+    [job] = api.objects_of("jobs")
+    assert phase(api, "node-d") == "validating" and taint(api, "node-d") is not None
+    pod_spec = job["spec"]["template"]["spec"]
+    assert pod_spec["nodeName"] == "node-d" and pod_spec["containers"][0]["image"] == "registry.example/gpu-diag:1"
+    assert pod_spec["containers"][0]["command"] == ["dcgmi", "diag", "-r", "2"]
+    assert {"key": TAINT_KEY, "operator": "Exists"} in pod_spec["tolerations"]
+    clock.advance(seconds=10)
+    remediator.run_once()  # the Job is still running: the node stays out
+    assert taint(api, "node-d") is not None
+
+    api.set_object_status("jobs", job["metadata"]["name"], {"succeeded": 1, "conditions": [
+        {"type": "Complete", "status": "True"}]})
+    clock.advance(seconds=10)
+    remediator.run_once()
+    node = api.node("node-d")
+    assert taint(api, "node-d") is None and PHASE_ANNOTATION not in node["metadata"]["annotations"]
+    [condition] = [c for c in node["status"]["conditions"] if c["type"] == "UnhealthyGPU"]
+    assert condition["status"] == "False"
+    assert reasons(api, "node-d") == ["GpuXidFatal", REASON_TAINTED, REASON_DRAINED, REASON_REPAIR_REQUESTED,
+                                      REASON_VALIDATING, REASON_VALIDATED, REASON_UNTAINTED]
+
+
+def test_a_failed_validation_keeps_the_node_out(api: FakeNodeApiServer, tmp_path: Path, clock: Clock) -> None:
+    drain_node(api)
+    remediator = make(api, tmp_path, clock, LIFECYCLE_POLICY)
+    notify(remediator, xid_on_gpu3())
+    remediator.run_once()
+    notify(remediator, xid_on_gpu3("resolved"))
+    clock.advance(minutes=16)
+    remediator.run_once()
+    [job] = api.objects_of("jobs")
+    api.set_object_status("jobs", job["metadata"]["name"], {"failed": 1})
+    for _ in range(3):
+        clock.advance(minutes=10)
+        remediator.run_once()
+    assert taint(api, "node-d") is not None and phase(api, "node-d") == "repair-requested"
+    [failed] = [e for e in api.event_list() if e["reason"] == REASON_VALIDATION_FAILED]
+    assert failed["type"] == "Warning" and "failed: the node stays quarantined" in failed["message"]
+    assert len(api.objects_of("jobs")) == 1
+
+
+def test_a_restarted_remediator_carries_on_the_episode_from_the_node(api: FakeNodeApiServer, tmp_path: Path,
+                                                                     clock: Clock) -> None:
+    drain_node(api)
+    first = make(api, tmp_path, clock, LIFECYCLE_POLICY)
+    notify(first, xid_on_gpu3())
+    first.run_once()
+    assert phase(api, "node-d") == "repair-requested"
+    requests_before = len(api.writes("POST", "/apis/"))
+
+    clock.advance(minutes=1)
+    second = make(api, tmp_path, clock, LIFECYCLE_POLICY)  # a new process: nothing in memory
+    notify(second, xid_on_gpu3())  # Alertmanager's next repeat
+    second.run_once()
+    assert len(api.writes("POST", "/apis/")) == requests_before  # no second hand-off
+    notify(second, xid_on_gpu3("resolved"))  # ended 12:05, hold 10m
+    clock.advance(minutes=15)
+    second.run_once()
+    [job] = api.objects_of("jobs")
+    api.set_object_status("jobs", job["metadata"]["name"], {"succeeded": 1})
+    clock.advance(seconds=10)
+    second.run_once()
+    node = api.node("node-d")
+    assert taint(api, "node-d") is None and PHASE_ANNOTATION not in node["metadata"]["annotations"]

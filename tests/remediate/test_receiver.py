@@ -35,6 +35,10 @@ class StubRemediator:
     def health(self) -> tuple[bool, str]:
         return True, "ok: stub"
 
+    def close_breaker(self, who: str = "") -> bool:
+        self.closed = getattr(self, "closed", 0) + 1
+        return self.closed == 1
+
 
 class Listener:
     def __init__(self, security: Any = None, token: str | None = None, context: ssl.SSLContext | None = None) -> None:
@@ -180,3 +184,12 @@ def test_listen_addresses(text: str, expected: tuple[str, int]) -> None:
 def test_bad_listen_addresses(text: str) -> None:
     with pytest.raises(ValueError, match=r"expected \[host\]:port"):
         parse_listen_address(text)
+
+
+def test_closing_the_breaker_needs_the_webhook_credentials(listeners: list[Listener]) -> None:
+    listener = start(listeners, token="s3cret")
+    status, _, _ = listener.request("POST", "/breaker/close", b"", {"Content-Length": "0"})
+    assert status == 401 and not hasattr(listener.remediator, "closed")
+    auth = {"Authorization": "Bearer s3cret", "Content-Length": "0"}
+    assert listener.request("POST", "/breaker/close", b"", auth)[::2] == (200, b"circuit breaker closed\n")
+    assert listener.request("POST", "/breaker/close", b"", auth)[::2] == (200, b"circuit breaker was not open\n")

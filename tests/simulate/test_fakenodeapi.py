@@ -104,3 +104,31 @@ def test_the_three_patch_types() -> None:
         apply_patch(node, JSON_PATCH, [{"op": "test", "path": "/metadata/labels/a", "value": "2"}])
     with pytest.raises(ValueError, match="unsupported"):
         apply_patch(node, "application/apply-patch+yaml", {})
+
+
+def test_an_eviction_is_refused_while_a_disruption_budget_blocks_it_then_deletes_the_pod(
+        api: FakeNodeApiServer) -> None:
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "trainer-0", "namespace": "ml"}}
+    path = "/api/v1/namespaces/ml/pods/trainer-0/eviction"
+    api.block_evictions("ml", "trainer-0", 1)
+    status, answer = call(api, "POST", path, eviction, "application/json")
+    assert (status, answer["reason"]) == (429, "TooManyRequests") and "disruption budget" in answer["message"]
+    assert call(api, "POST", path, {**eviction, "kind": "Pod"}, "application/json")[0] == 400
+    assert call(api, "POST", path, eviction, "application/json")[0] == 201
+    assert ("ml", "trainer-0") not in api.pods
+    assert call(api, "POST", path, eviction, "application/json")[0] == 404
+
+
+def test_named_api_groups_create_once_and_read_back(api: FakeNodeApiServer) -> None:
+    path = "/apis/batch/v1/namespaces/ops/jobs"
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "validate-1"}, "spec": {}}
+    status, created = call(api, "POST", path, job, "application/json")
+    assert status == 201 and created["metadata"]["namespace"] == "ops" and created["metadata"]["uid"]
+    assert call(api, "POST", path, job, "application/json")[0] == 409
+    api.set_object_status("jobs", "validate-1", {"succeeded": 1})
+    assert call(api, "GET", f"{path}/validate-1")[1]["status"] == {"succeeded": 1}
+    assert call(api, "GET", f"{path}/other")[0] == 404
+    cluster_scoped = "/apis/remediation.gpu-pod-exporter.io/v1alpha1/gpurepairrequests"
+    assert call(api, "POST", cluster_scoped, {"metadata": {"name": "r"}}, "application/json")[0] == 201
+    assert [o["metadata"]["name"] for o in api.objects_of("gpurepairrequests")] == ["r"]
+    assert call(api, "POST", cluster_scoped, {"metadata": {}}, "application/json")[0] == 422

@@ -217,3 +217,59 @@ true
 {{- define "gpu-pod-exporter.csvList" -}}
 {{- join "," . -}}
 {{- end -}}
+
+{{/*
+The GPU node affinity's nodeSelectorTerms: one term per gpuNodeAffinity.labels entry (a node with
+any of them qualifies), or the single gpuNodeAffinity.key when it is set.
+*/}}
+{{- define "gpu-pod-exporter.gpuNodeSelectorTerms" -}}
+{{- if .Values.gpuNodeAffinity.key }}
+- matchExpressions:
+    - key: {{ .Values.gpuNodeAffinity.key | quote }}
+      operator: In
+      values:
+        {{- toYaml .Values.gpuNodeAffinity.values | nindent 8 }}
+{{- else }}
+{{- range .Values.gpuNodeAffinity.labels }}
+- matchExpressions:
+    - key: {{ .key | quote }}
+      operator: {{ .operator | default "In" }}
+      {{- if and .values (has (.operator | default "In") (list "In" "NotIn")) }}
+      values:
+        {{- toYaml .values | nindent 8 }}
+      {{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+How many of the cluster's nodes the GPU node affinity selects, or "" when the chart cannot see the
+nodes (helm template, or no right to list them): NOTES.txt warns when a cluster has nodes and none
+qualifies, since the DaemonSet then schedules nothing and says nothing.
+*/}}
+{{- define "gpu-pod-exporter.gpuNodesMatched" -}}
+{{- $nodes := (lookup "v1" "Node" "" "").items | default list -}}
+{{- if $nodes -}}
+{{- $terms := list -}}
+{{- if .Values.gpuNodeAffinity.key -}}
+{{- $terms = list (dict "key" .Values.gpuNodeAffinity.key "operator" "In" "values" .Values.gpuNodeAffinity.values) -}}
+{{- else -}}
+{{- $terms = .Values.gpuNodeAffinity.labels -}}
+{{- end -}}
+{{- $matched := 0 -}}
+{{- range $node := $nodes -}}
+{{- $labels := $node.metadata.labels | default dict -}}
+{{- $hit := false -}}
+{{- range $term := $terms -}}
+{{- $op := $term.operator | default "In" -}}
+{{- $has := hasKey $labels $term.key -}}
+{{- $value := get $labels $term.key -}}
+{{- if or (and (eq $op "Exists") $has) (and (eq $op "DoesNotExist") (not $has)) (and (eq $op "In") $has (has $value ($term.values | default list))) (and (eq $op "NotIn") (or (not $has) (not (has $value ($term.values | default list))))) -}}
+{{- $hit = true -}}
+{{- end -}}
+{{- end -}}
+{{- if $hit -}}{{- $matched = add1 $matched -}}{{- end -}}
+{{- end -}}
+{{- $matched -}}
+{{- end -}}
+{{- end }}

