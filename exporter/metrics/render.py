@@ -42,6 +42,8 @@ class RenderOptions:
     replace_blanks_in_model_name: bool = False
     devices: DeviceSelection = ALL_DEVICES  # -d: which GPUs / GPU instances the CSV rows are reported for
     use_old_namespace: bool = False  # -o: dcgm-exporter 1.x label names (uuid instead of UUID)
+    # The node label's name: Hostname (dcgm-exporter <= 4.8.2) or hostname (4.8.3+), --dcgm-exporter-compat.
+    hostname_label: str = "Hostname"
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ class RenderContext:
     extras: Mapping[str, object] = field(default_factory=dict)
 
     def identity_labels(self, identity: DeviceIdentity, mig: MigIdentity | None = None) -> dict[str, str]:
-        """gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID], Hostname."""
+        """gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID], Hostname (or hostname)."""
         model = identity.model.replace(" ", "-") if self.options.replace_blanks_in_model_name else identity.model
         labels = {
             "gpu": str(identity.index),
@@ -70,7 +72,7 @@ class RenderContext:
             labels["GPU_I_PROFILE"] = mig.profile
             labels["GPU_I_ID"] = str(mig.gpu_instance_id)
         if self.options.hostname is not None:
-            labels["Hostname"] = self.options.hostname
+            labels[self.options.hostname_label] = self.options.hostname
         return labels
 
     def base_labels(self, identity: DeviceIdentity, mig: MigIdentity | None = None) -> dict[str, str]:

@@ -32,6 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from exporter.logs import StateLog, get_logger
+from exporter.metrics.hostname_label import node_name
 from exporter.remediate import events as ev
 from exporter.remediate.alerts import Alert, Notification
 from exporter.remediate.breaker import Breaker, Verdict
@@ -159,7 +160,7 @@ class Remediator:
         policy = self.policy.for_alert(alert.name)
         if policy is None:
             return "ignored"
-        node = alert.labels.get(self.policy.node_label, "")
+        node = node_name(alert.labels, self.policy.node_label)  # Hostname or 4.8.3's hostname
         uuid = alert.labels.get("UUID", "")
         if not node or not uuid:
             self._states.once(("unusable", alert.name), logging.WARNING,

@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from exporter.health.xid_codes import xid_message
+from exporter.metrics.hostname_label import node_name
 from exporter.remediate.nodestate import rfc3339
 
 COMPONENT = "gpu-pod-exporter-remediate"
@@ -71,7 +72,7 @@ def alert_context(labels: Mapping[str, str], annotations: Mapping[str, str], pod
     """The shared part of the alert-context messages."""
     sharing = sorted({str(pod) for pod in pods})
     parts = [f"{labels.get('alertname', 'alert')}: {describe_gpu(labels)} on node "
-             f"{labels.get('Hostname', '?')} reported {describe_problem(labels)}."]
+             f"{node_name(labels) or '?'} reported {describe_problem(labels)}."]
     parts.append(f"Pods on this GPU: {', '.join(sharing)}." if sharing else "No pod is known to use this GPU.")
     if annotations.get("summary"):
         parts.append(annotations["summary"].rstrip(".") + ".")
