@@ -150,7 +150,8 @@ def test_overview_lists_unhealthy_gpus_with_xid_ecc_temperature_and_reason() -> 
     overview = dashboard_by_uid("gpu-pod-exporter-overview")
     panels = {p["title"]: p for p in panels_of(overview)}
     table = panels["Unhealthy GPUs"]
-    metrics = set().union(*(names_in(substitute(t["expr"], {"Hostname": ".*", "modelName": ".*", "cluster": ""})).metrics
+    metrics = set().union(*(names_in(substitute(
+        t["expr"], {"Hostname": ".*", "modelName": ".*", "cluster": ""})).metrics
                             for t in table["targets"]))
     assert {"DCGM_EXP_GPU_HEALTHY", "DCGM_EXP_XID_ERRORS_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
             "DCGM_FI_DEV_GPU_TEMP"} <= metrics
