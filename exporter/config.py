@@ -602,8 +602,11 @@ def go_style_arguments(argv: Sequence[str]) -> list[str]:
     for index, given in enumerate(argv):
         if given == "--":
             return result + list(argv[index:])
-        if value_next:
-            result.append(given)
+        if value_next:  # Go takes the next word as the value, even "-x"; argparse needs --flag=-x for that
+            if given.startswith("-"):
+                result[-1] = f"{result[-1]}={given}"
+            else:
+                result.append(given)
             value_next = False
             continue
         name, eq, value = given.partition("=")

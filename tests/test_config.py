@@ -162,3 +162,54 @@ def test_a_malformed_upstream_value_is_one_line_and_exit_2(argv: list[str], mess
 
 def test_configmap_none_is_dcgm_exporters_unset() -> None:
     assert load_config(["-m", "none"], {}).configmap_data == ""
+
+
+@pytest.mark.parametrize("spelling", ["1", "t", "T", "TRUE", "true", "True"])
+def test_go_true_spellings_in_the_environment(spelling: str) -> None:
+    assert load_config([], {"DCGM_EXPORTER_KUBERNETES": spelling}).kubernetes is True
+
+
+@pytest.mark.parametrize("spelling", ["0", "f", "F", "FALSE", "false", "False"])
+def test_go_false_spellings_in_the_environment(spelling: str) -> None:
+    assert load_config([], {"DCGM_EXPORTER_NO_HOSTNAME": spelling}).no_hostname is False
+
+
+def test_go_single_dash_long_flags_are_the_long_flags() -> None:
+    config = load_config(["-collectors", "/etc/dcgm-exporter/dcp-metrics-included.csv", "-kubernetes",
+                          "-collect-interval=2000", "-rbmn", "-kubernetes-gpu-id-type", "device-name"], {})
+    assert config.collectors == "/etc/dcgm-exporter/dcp-metrics-included.csv"
+    assert config.kubernetes is True
+    assert config.collect_interval_ms == 2000
+    assert config.replace_blanks_in_model_name is True  # -rbmn is its own short flag, not -r bmn
+    assert config.kubernetes_gpu_id_type == "device-name"
+    # a value that looks like a flag is still the value of the flag before it
+    assert load_config(["--dcgm-log-level", "-kubernetes"], {}).kubernetes is False
+
+
+def test_repeated_list_flags_accumulate_as_upstream_string_slices() -> None:
+    config = load_config(["--nvidia-resource-names", "nvidia.com/a100", "--nvidia-resource-names",
+                          "nvidia.com/h100,nvidia.com/l4", "--kubernetes-pod-label-allowlist-regex", "^app$",
+                          "-kubernetes-pod-label-allowlist-regex", "^team$"], {})
+    assert config.nvidia_resource_names == ("nvidia.com/a100", "nvidia.com/h100", "nvidia.com/l4")
+    assert config.kubernetes_pod_label_allowlist_regex == ("^app$", "^team$")
+
+
+def test_dcgm_exporter_4_8_3_flags_are_accepted_with_their_variables() -> None:
+    config = load_config(["--web-read-timeout", "15s", "--web-write-timeout=1m30s"],
+                         {"DCGM_EXPORTER_CONTAINER_LABELS": "true",
+                          "DCGM_EXPORTER_CONTAINER_RUNTIME_SOCKET": "/run/docker.sock"})
+    assert (config.web_read_timeout_s, config.web_write_timeout_s) == (15.0, 90.0)
+    warnings = config.no_effect_warnings()
+    assert any(line.startswith("environment variable DCGM_EXPORTER_CONTAINER_LABELS (--container-labels)")
+               and "not supported here" in line for line in warnings)
+    assert any("DCGM_EXPORTER_CONTAINER_RUNTIME_SOCKET" in line for line in warnings)
+    with pytest.raises(ConfigError, match="flag --web-read-timeout: web-read-timeout: invalid duration '10 seconds'"):
+        load_config(["--web-read-timeout", "10 seconds"], {})
+
+
+def test_compatibility_setting_selects_the_node_label_spelling() -> None:
+    assert load_config([], {}).hostname_label == "Hostname"
+    assert load_config(["--dcgm-exporter-compat", "4.8.3"], {}).hostname_label == "hostname"
+    assert load_config([], {"GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT": "4.8.3"}).hostname_label == "hostname"
+    with pytest.raises(ConfigError, match=r"expected one of 4\.8\.2, 4\.8\.3"):
+        load_config(["--dcgm-exporter-compat", "4.9"], {})
