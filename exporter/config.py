@@ -34,6 +34,7 @@ from exporter.metrics.selection import DeviceSelection, parse_devices
 EXIT_CONFIG_ERROR = 2
 PROGRAM = "gpu-pod-exporter"
 SIMULATE_DEFAULT = "default"
+CONFIG_FILE_ENV = "DCGM_EXPORTER_CONFIG_FILE"  # --config-file's variable (dcgm-exporter 4.8.3's name)
 
 
 class ConfigError(Exception):
@@ -564,7 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("--config-file", dest="config_file", metavar="PATH",
                         help="YAML file whose keys are the long flag names, e.g. 'collect-interval: 2000' "
-                        "[env DCGM_EXPORTER_CONFIG_FILE]")
+                        f"[env {CONFIG_FILE_ENV}]")
     for option in OPTIONS:
         env_note = f" [env {option.env}]" if option.env else ""
         default_note = f" (default: {_describe_default(option)})"
@@ -643,7 +644,7 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
 
-    config_file = parsed.pop("config_file", None) or env.get("DCGM_EXPORTER_CONFIG_FILE", "")
+    config_file = parsed.pop("config_file", None) or env.get(CONFIG_FILE_ENV, "")
     extra: dict[str, Any] = {}
     if config_file:
         loaded = _load_yaml(config_file)
