@@ -36,6 +36,16 @@ def no_workloads(_identity: DeviceIdentity, _gpu_instance_id: int | None) -> Seq
     return ({},)
 
 
+# (identity, gpu instance, field) -> the workload samples (extra labels, value) that replace the per-workload
+# copies of that field's device value, or None to repeat it (--kubernetes-virtual-gpus: exporter.kube.series).
+FieldWorkloads = Callable[[DeviceIdentity, int | None, str], Sequence[tuple[Mapping[str, str], float]] | None]
+
+
+def no_field_workloads(_identity: DeviceIdentity, _gpu_instance_id: int | None,
+                       _field: str) -> Sequence[tuple[Mapping[str, str], float]] | None:
+    return None
+
+
 @dataclass(frozen=True)
 class RenderOptions:
     hostname: str | None  # None: --no-hostname
@@ -54,6 +64,7 @@ class RenderContext:
     counters: CounterSet
     options: RenderOptions
     workloads: WorkloadLabeler = no_workloads
+    field_workloads: FieldWorkloads = no_field_workloads
     stall: InFlight | None = None  # an NVML call in flight longer than the staleness limit
     stall_seconds: float = 0.0
     extras: Mapping[str, object] = field(default_factory=dict)
@@ -120,7 +131,16 @@ def dcgm_families(ctx: RenderContext) -> list[Metric]:
             continue  # rendered by the producing component's own builder (it adds its own labels)
         family = Metric(row.name, row.help, row.prom_type)
         for entity, labels in zip(entities, label_sets, strict=True):
-            _add_samples(family, row.name, entity.values.get(row.spec.name), labels)
+            value = entity.values.get(row.spec.name)
+            mig = entity.mig.identity if entity.mig else None
+            own = ctx.field_workloads(entity.reading.identity, mig.gpu_instance_id if mig else None, row.name)
+            if own is None:
+                _add_samples(family, row.name, value, labels)
+                continue
+            base = ctx.base_labels(entity.reading.identity, mig)  # the device series, then each workload's own
+            _add_samples(family, row.name, value, (base,))
+            for extension, own_value in own:
+                family.add_sample(row.name, {**base, **extension}, own_value)
         families.append(family)
     return families
 
