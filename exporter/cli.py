@@ -123,6 +123,8 @@ def run_exporter(arguments: Sequence[str]) -> int:
         log.warning(warning)
     for note in config.notes:
         log.warning(note)
+    if config.compat_note:
+        log.info(config.compat_note)
     configmap = None
     counters: CounterSet | None = None
     if config.configmap_data:

@@ -99,8 +99,12 @@ def _parse_go_duration(raw: object) -> float:
     return seconds
 
 
+COMPAT_AUTO = "auto"
 COMPAT_4_8_2 = "4.8.2"
 COMPAT_4_8_3 = "4.8.3"
+# Settings that only dcgm-exporter 4.8.3 and later have (4.8.2 exits 2 on them): a command line that
+# uses one was written for 4.8.3+, so "auto" takes that generation's behaviour.
+ONLY_4_8_3 = ("web_read_timeout_s", "web_write_timeout_s", "container_labels", "container_runtime_socket")
 
 
 def hostname_label(compat: str) -> str:
@@ -360,9 +364,11 @@ OPTIONS: tuple[Option, ...] = (
            _parse_str, "", "dcgm-exporter 4.8.3's Docker-compatible runtime socket (accepted; not supported here).",
            no_effect="the container runtime API is not read here (see --container-labels)"),
     Option("dcgm_exporter_compat", ("--dcgm-exporter-compat",), "GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT",
-           _choice(COMPAT_4_8_2, COMPAT_4_8_3), COMPAT_4_8_2,
+           _choice(COMPAT_AUTO, COMPAT_4_8_2, COMPAT_4_8_3), COMPAT_AUTO,
            "Which dcgm-exporter generation to match where they differ: 4.8.2 (and earlier: the Hostname label) "
-           "or 4.8.3 (and later: the hostname label)."),
+           "or 4.8.3 (and later: the hostname label); auto: 4.8.3 when a setting only 4.8.3 has is given "
+           "(--config-file in its version-1 format, --web-read-timeout, --web-write-timeout, --container-labels, "
+           "--container-runtime-socket), else 4.8.2."),
     Option("node_name", ("--node-name",), "NODE_NAME", _parse_str, "",
            "Node name for the Hostname label and the pod watch (default: this machine's hostname)."),
     Option("no_hostname", ("-n", "--no-hostname"), "DCGM_EXPORTER_NO_HOSTNAME", _parse_bool, False,
@@ -472,7 +478,7 @@ class Config:
     web_write_timeout_s: float = 30.0
     container_labels: bool = False
     container_runtime_socket: str = ""
-    dcgm_exporter_compat: str = COMPAT_4_8_2
+    dcgm_exporter_compat: str = COMPAT_AUTO
     node_name: str = ""
     no_hostname: bool = False
     devices: DeviceSelection = ALL_DEVICES
@@ -511,6 +517,13 @@ class Config:
     @property
     def hostname_label(self) -> str:
         return hostname_label(self.dcgm_exporter_compat)
+
+    @property
+    def compat_note(self) -> str:
+        """Why this generation, when "auto" chose it (one start-up line); empty when the user chose."""
+        where = self.sources.get("dcgm_exporter_compat", "")
+        return f"dcgm-exporter {self.dcgm_exporter_compat} behaviour ({where}): the node label is " \
+               f"{self.hostname_label}" if where.startswith("auto") else ""
 
     def no_effect_warnings(self) -> list[str]:
         """One line per accepted flag that was set but means nothing here (DCGM-only, or retired)."""
@@ -669,10 +682,23 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -
         values[attr] = _convert(option, raw, where)
         sources[attr] = where
 
+    upstream_file = bool(extra.pop("upstream_format", False))
+    if values.get("dcgm_exporter_compat", COMPAT_AUTO) == COMPAT_AUTO:
+        values["dcgm_exporter_compat"], sources["dcgm_exporter_compat"] = _auto_compat(sources, upstream_file)
     if "collectors" in values and "inline_counters" in extra:
         extra.pop("inline_counters")  # a flag or variable naming a CSV wins over the file's metrics.fields
         extra.pop("inline_counters_source")
     return Config(config_file=config_file, sources=sources, **values, **extra)
+
+
+def _auto_compat(sources: Mapping[str, str], upstream_file: bool) -> tuple[str, str]:
+    """--dcgm-exporter-compat auto: 4.8.3 when a 4.8.3-only setting was given, else 4.8.2."""
+    for attr in ONLY_4_8_3:
+        if attr in sources:
+            return COMPAT_4_8_3, f"auto: {sources[attr]} exists from dcgm-exporter 4.8.3 on"
+    if upstream_file:
+        return COMPAT_4_8_3, "auto: the --config-file is dcgm-exporter 4.8.3's format (version: 1)"
+    return COMPAT_4_8_2, "auto: no setting only dcgm-exporter 4.8.3 has"
 
 
 def _convert(option: Option, raw: object, where: str) -> Any:

@@ -89,8 +89,9 @@ def _fields_csv(path: str, node: yaml.Node, where: str) -> str:
 def load_upstream_config(path: str, root: yaml.MappingNode) -> dict[str, tuple[Any, str]]:
     """Settings from a dcgm-exporter 4.8.3 config file: ``attr -> (value, file:line)``.
 
-    Besides option attributes, the result may hold ``inline_counters`` (CSV text),
-    ``inline_counters_source`` and ``notes`` (lines to log at start).
+    Besides option attributes, the result holds ``upstream_format`` (for --dcgm-exporter-compat auto)
+    and may hold ``inline_counters`` (CSV text), ``inline_counters_source`` and ``notes`` (lines to
+    log at start).
     """
     top = _mapping(path, root, "", _TOP)
     version_node, version_where = top["version"]
@@ -98,7 +99,7 @@ def load_upstream_config(path: str, root: yaml.MappingNode) -> dict[str, tuple[A
     if version != SUPPORTED_VERSION:
         raise ConfigError(version_where, "version", f"unsupported version {version!r}: dcgm-exporter's config "
                           f"file version {SUPPORTED_VERSION} is read here")
-    result: dict[str, tuple[Any, str]] = {}
+    result: dict[str, tuple[Any, str]] = {"upstream_format": (True, version_where)}
     notes: list[str] = []
     if "metrics" in top:
         metrics = _mapping(path, top["metrics"][0], "metrics", _METRICS)

@@ -213,3 +213,19 @@ def test_compatibility_setting_selects_the_node_label_spelling() -> None:
     assert load_config([], {"GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT": "4.8.3"}).hostname_label == "hostname"
     with pytest.raises(ConfigError, match=r"expected one of 4\.8\.2, 4\.8\.3"):
         load_config(["--dcgm-exporter-compat", "4.9"], {})
+
+
+def test_auto_compatibility_follows_a_setting_only_4_8_3_has(tmp_path: Path) -> None:
+    plain = load_config(["-f", "/etc/dcgm-exporter/default-counters.csv", "-k"], {})
+    assert (plain.dcgm_exporter_compat, plain.hostname_label) == ("4.8.2", "Hostname")
+    assert plain.compat_note == ("dcgm-exporter 4.8.2 behaviour (auto: no setting only dcgm-exporter 4.8.3 has): "
+                                 "the node label is Hostname")
+    newer = load_config([], {"DCGM_EXPORTER_WEB_WRITE_TIMEOUT": "30s"})
+    assert (newer.dcgm_exporter_compat, newer.hostname_label) == ("4.8.3", "hostname")
+    assert "auto: environment variable DCGM_EXPORTER_WEB_WRITE_TIMEOUT exists from dcgm-exporter 4.8.3 on" \
+        in newer.compat_note
+    v1 = tmp_path / "config.yaml"
+    v1.write_text("version: 1\ncollection:\n  interval: 1000\n", encoding="utf-8")
+    assert load_config(["--config-file", str(v1)], {}).hostname_label == "hostname"
+    chosen = load_config(["--dcgm-exporter-compat", "4.8.2", "--web-read-timeout", "10s"], {})
+    assert (chosen.hostname_label, chosen.compat_note) == ("Hostname", "")  # the user's choice wins, silently
