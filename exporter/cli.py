@@ -123,7 +123,7 @@ def run_exporter(arguments: Sequence[str]) -> int:
         log.warning(warning)
     for note in config.notes:
         log.warning(note)
-    if config.compat_note:
+    if config.compat_note and config.hostname_label != "Hostname":  # auto chose 4.8.3: say why, once
         log.info(config.compat_note)
     configmap = None
     counters: CounterSet | None = None

@@ -211,7 +211,7 @@ def test_compatibility_setting_selects_the_node_label_spelling() -> None:
     assert load_config([], {}).hostname_label == "Hostname"
     assert load_config(["--dcgm-exporter-compat", "4.8.3"], {}).hostname_label == "hostname"
     assert load_config([], {"GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT": "4.8.3"}).hostname_label == "hostname"
-    with pytest.raises(ConfigError, match=r"expected one of 4\.8\.2, 4\.8\.3"):
+    with pytest.raises(ConfigError, match=r"expected one of auto, 4\.8\.2, 4\.8\.3"):
         load_config(["--dcgm-exporter-compat", "4.9"], {})
 
 
