@@ -128,7 +128,8 @@ def test_every_dcgm_exporter_flag_alias_and_variable_is_accepted(flag: UpstreamF
     option = next(option for option in OPTIONS if option.long_flag == flag.long)
     assert option.env == flag.env
     assert set(flag.aliases) <= set(option.flags)
-    spellings = [flag.argv, *([alias, *flag.argv[1:]] for alias in flag.aliases)]
+    go_style = [f"-{flag.long[2:]}", *flag.argv[1:]]  # Go's flag package: -name is --name
+    spellings = [flag.argv, go_style, *([alias, *flag.argv[1:]] for alias in flag.aliases)]
     if flag.value is not None:
         spellings.append([f"{flag.long}={flag.value}"])
     for argv in spellings:
