@@ -641,6 +641,8 @@ def _describe_default(option: Option) -> str:
         return ",".join(value) or "none"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float):  # a Go duration, in seconds
+        return f"{value:g}s"
     return str(value) if value != "" else "none"
 
 
