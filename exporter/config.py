@@ -287,7 +287,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("kubernetes_enable_pod_uid", ("--kubernetes-enable-pod-uid",), "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID",
            _parse_bool, False, "Add the pod_uid label to attributed series.", is_switch=True),
     Option("kubernetes_virtual_gpus", ("--kubernetes-virtual-gpus",), "KUBERNETES_VIRTUAL_GPUS", _parse_bool, False,
-           "Duplicate shared-GPU series once per sharing pod with a vgpu label (dcgm-exporter's mode).",
+           "Repeat shared-GPU series once per sharing pod with a vgpu label, and give GPU_UTIL and FB_USED per pod "
+           "from its processes beside the device series (dcgm-exporter's mode; reads the process lists).",
            is_switch=True),
     Option("nvidia_resource_names", ("--nvidia-resource-names",), "NVIDIA_RESOURCE_NAMES", _parse_list, (),
            "Extra comma-separated extended-resource names that carry NVIDIA GPUs."),
