@@ -123,8 +123,6 @@ def run_exporter(arguments: Sequence[str]) -> int:
         log.warning(warning)
     for note in config.notes:
         log.warning(note)
-    if config.compat_note and config.hostname_label != "Hostname":  # auto chose 4.8.3: say why, once
-        log.info(config.compat_note)
     configmap = None
     counters: CounterSet | None = None
     if config.configmap_data:
@@ -175,6 +173,11 @@ def run_exporter(arguments: Sequence[str]) -> int:
         configmap.on_change = app.set_counters
         app.extensions.on_start.append(configmap.start)
         app.extensions.on_stop.append(configmap.stop)
+    # Every input is good: say where this run differs from dcgm-exporter's defaults, and which generation.
+    for difference in config.default_differences():
+        log.info(difference)
+    if config.compat_note and config.hostname_label != "Hostname":  # auto chose 4.8.3: say why, once
+        log.info(config.compat_note)
     app.run()
     logging.shutdown()
     return 0

@@ -437,6 +437,14 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 _BY_ATTR = {option.attr: option for option in OPTIONS}
+
+# Defaults that differ from dcgm-exporter's, each said once at start when left to its default
+# (docs/migrate-from-dcgm-exporter.md has the reasons).
+UPSTREAM_DEFAULT_DIFFERENCES = {
+    "collect_interval_ms": "sampling every 1000 ms; dcgm-exporter's default is 30000 ms (-c 30000 for its cadence)",
+    "devices": "every GPU once plus each MIG instance with its own readings; dcgm-exporter's default (-d f) "
+               "repeats a MIG GPU's chip-wide readings on every instance",
+}
 _BY_YAML_KEY = {option.yaml_key: option for option in OPTIONS}
 
 
@@ -535,6 +543,11 @@ class Config:
                 named = source if source == f"flag {option.long_flag}" else f"{source} ({option.long_flag})"
                 lines.append(f"{named} is accepted for compatibility but has no effect here: {option.no_effect}")
         return lines
+
+    def default_differences(self) -> list[str]:
+        """One line per default that differs from dcgm-exporter's and was left to its default (logged at start)."""
+        return [f"{option.long_flag} not given: {text}" for attr, text in UPSTREAM_DEFAULT_DIFFERENCES.items()
+                if attr not in self.sources and (option := _BY_ATTR[attr])]
 
     def source_of(self, attr: str) -> str:
         """Where a setting came from, for error messages about its value (e.g. a missing file)."""

@@ -230,3 +230,13 @@ def test_auto_compatibility_follows_a_setting_only_4_8_3_has(tmp_path: Path) -> 
     assert load_config(["--config-file", str(v1)], {}).hostname_label == "hostname"
     chosen = load_config(["--dcgm-exporter-compat", "4.8.2", "--web-read-timeout", "10s"], {})
     assert (chosen.hostname_label, chosen.compat_note) == ("Hostname", "")  # the user's choice wins, silently
+
+
+def test_defaults_that_differ_from_dcgm_exporters_are_named_when_left_to_them() -> None:
+    lines = load_config([], {}).default_differences()
+    assert lines == [
+        "--collect-interval not given: sampling every 1000 ms; dcgm-exporter's default is 30000 ms "
+        "(-c 30000 for its cadence)",
+        "--devices not given: every GPU once plus each MIG instance with its own readings; dcgm-exporter's "
+        "default (-d f) repeats a MIG GPU's chip-wide readings on every instance"]
+    assert load_config(["-c", "30000"], {"DCGM_EXPORTER_DEVICES_STR": "f"}).default_differences() == []
