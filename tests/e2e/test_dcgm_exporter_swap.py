@@ -102,6 +102,9 @@ def test_the_daemonset_runs_unchanged_and_says_what_it_ignores(swapped: Swapped)
     assert [line for line in log.splitlines() if line.split()[1:2] == ["error"]] == []
     ignored = [line for line in log.splitlines() if "has no effect here" in line]
     assert len(ignored) == 1 and "DCGM_REMOTE_HOSTENGINE_INFO" in ignored[0]  # one line, saying why
+    if swapped.host_label == "hostname":  # 4.8.3's timeouts select its behaviour, and the log says so
+        assert "dcgm-exporter 4.8.3 behaviour (auto: flag --web-read-timeout exists from dcgm-exporter 4.8.3 on): " \
+               "the node label is hostname" in log
     if not Path("/etc/dcgm-exporter/dcp-metrics-included.csv").exists():  # the image has the file itself
         assert "/etc/dcgm-exporter/dcp-metrics-included.csv does not exist on this machine" in log
 
