@@ -58,6 +58,11 @@ class Extensions:
     sampler_dependencies: list[FieldSpec] = field(default_factory=list)
 
 
+def _if_set(config: Config, attr: str) -> float | None:
+    """A setting's value when the user gave one, else None (the component keeps its own default)."""
+    return float(getattr(config, attr)) if attr in config.sources else None
+
+
 def node_hostname(config: Config) -> str | None:
     if config.no_hostname:
         return None
@@ -74,7 +79,8 @@ class App:
         self._clock = clock
         self.options = RenderOptions(hostname=node_hostname(config),
                                      replace_blanks_in_model_name=config.replace_blanks_in_model_name,
-                                     devices=config.devices, use_old_namespace=config.use_old_namespace)
+                                     devices=config.devices, use_old_namespace=config.use_old_namespace,
+                                     hostname_label=config.hostname_label)
         self.sampler = Sampler(
             counters.field_specs(),
             config.collect_interval_s,
@@ -85,7 +91,9 @@ class App:
         )
         self.cache = ExpositionCache(self._render)
         self.server = ExporterHTTPServer(config.address, self.cache, self.health, security,
-                                         listener=listener, max_connections=config.web_max_connections)
+                                         listener=listener, max_connections=config.web_max_connections,
+                                         read_timeout_s=_if_set(config, "web_read_timeout_s"),
+                                         write_timeout_s=_if_set(config, "web_write_timeout_s"))
         self.supervisor = supervisor or SUPERVISOR
         self.builders: Sequence[FamilyBuilder] = (*DEFAULT_BUILDERS, *self.extensions.builders,
                                                   self._thread_families)

@@ -13,7 +13,7 @@ from exporter.app import App, Extensions
 from exporter.config import EXIT_CONFIG_ERROR, PROGRAM, Config, ConfigError, load_config
 from exporter.health.wiring import health_extensions
 from exporter.logs import configure, get_logger
-from exporter.metrics.counters import CounterFileError, CounterSet, load_counters
+from exporter.metrics.counters import CounterFileError, CounterSet, load_counters, parse_counters
 from exporter.metrics.selection import unknown_ids
 from exporter.metrics.upstream_paths import resolve_collectors
 from exporter.snapshot import Snapshot
@@ -122,6 +122,8 @@ def run_exporter(arguments: Sequence[str]) -> int:
     configure(config.log_format, config.debug)
     for warning in config.no_effect_warnings():
         log.warning(warning)
+    for note in config.notes:
+        log.warning(note)
     configmap = None
     counters: CounterSet | None = None
     if config.configmap_data:
@@ -135,6 +137,11 @@ def run_exporter(arguments: Sequence[str]) -> int:
         except ConfigMapUnavailableError as exc:
             log.warning("%s; starting with %s and reading the ConfigMap again in the background", exc,
                         config.collectors or "the built-in default counters")
+    if counters is None and config.inline_counters:
+        try:
+            counters = parse_counters(config.inline_counters, config.inline_counters_source)
+        except CounterFileError as exc:
+            return _fail(str(exc))
     if counters is None:
         resolved = resolve_collectors(config.collectors, bool(config.collectors) and Path(config.collectors).exists())
         if resolved.note:
@@ -167,6 +174,11 @@ def run_exporter(arguments: Sequence[str]) -> int:
         configmap.on_change = app.set_counters
         app.extensions.on_start.append(configmap.start)
         app.extensions.on_stop.append(configmap.stop)
+    # Every input is good: say where this run differs from dcgm-exporter's defaults, and which generation.
+    for difference in config.default_differences():
+        log.info(difference)
+    if config.compat_note and config.hostname_label != "Hostname":  # auto chose 4.8.3: say why, once
+        log.info(config.compat_note)
     app.run()
     logging.shutdown()
     return 0

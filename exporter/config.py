@@ -34,6 +34,7 @@ from exporter.metrics.selection import DeviceSelection, parse_devices
 EXIT_CONFIG_ERROR = 2
 PROGRAM = "gpu-pod-exporter"
 SIMULATE_DEFAULT = "default"
+CONFIG_FILE_ENV = "DCGM_EXPORTER_CONFIG_FILE"  # --config-file's variable (dcgm-exporter 4.8.3's name)
 
 
 class ConfigError(Exception):
@@ -59,15 +60,56 @@ def _one_line(text: str) -> str:
 # ValueError with a message that says what was expected.
 
 
+# Go's strconv.ParseBool spellings (1, t, T, TRUE, true, True and their false twins), which
+# dcgm-exporter's urfave/cli applies to every DCGM_EXPORTER_* switch, plus yes/no/on/off (this
+# exporter's own earlier manifests use them). Compared case-insensitively: a superset of Go's.
+_TRUE = frozenset({"1", "t", "true", "yes", "on"})
+_FALSE = frozenset({"0", "f", "false", "no", "off", ""})
+
+
 def _parse_bool(raw: object) -> bool:
     if isinstance(raw, bool):
         return raw
     text = str(raw).strip().lower()
-    if text in {"1", "true", "yes", "on"}:
+    if text in _TRUE:
         return True
-    if text in {"0", "false", "no", "off", ""}:
+    if text in _FALSE:
         return False
-    raise ValueError(f"invalid boolean {_shown(raw)}: expected true or false")
+    raise ValueError(f"invalid boolean {_shown(raw)}: expected true or false (or Go's 1, t, T, 0, f, F)")
+
+
+_GO_DURATION = re.compile(r"^(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?(?:(?P<s>\d+(?:\.\d+)?)s)?"
+                          r"(?:(?P<ms>\d+(?:\.\d+)?)ms)?$")
+
+
+def _parse_go_duration(raw: object) -> float:
+    """A Go ``time.Duration`` as dcgm-exporter's flags take it (``10s``, ``1m30s``, ``500ms``) -> seconds.
+
+    Bounded to (0, 1 h]: a web timeout of zero would disable it (Go's meaning), which this server
+    does not allow, and longer than an hour is a typo.
+    """
+    text = _parse_str(raw).strip()
+    match = _GO_DURATION.match(text)
+    if not text or match is None or not any(match.groupdict().values()):
+        raise ValueError(f"invalid duration {_shown(text)}: expected a Go duration such as 10s, 1m30s or 500ms")
+    parts = {unit: float(value) for unit, value in match.groupdict().items() if value}
+    seconds = parts.get("h", 0) * 3600 + parts.get("m", 0) * 60 + parts.get("s", 0) + parts.get("ms", 0) / 1000
+    if not 0 < seconds <= 3600:
+        raise ValueError(f"invalid duration {_shown(text)}: must be more than 0 and at most 1h")
+    return seconds
+
+
+COMPAT_AUTO = "auto"
+COMPAT_4_8_2 = "4.8.2"
+COMPAT_4_8_3 = "4.8.3"
+# Settings that only dcgm-exporter 4.8.3 and later have (4.8.2 exits 2 on them): a command line that
+# uses one was written for 4.8.3+, so "auto" takes that generation's behaviour.
+ONLY_4_8_3 = ("web_read_timeout_s", "web_write_timeout_s", "container_labels", "container_runtime_socket")
+
+
+def hostname_label(compat: str) -> str:
+    """The node label's spelling: ``Hostname`` up to dcgm-exporter 4.8.2, ``hostname`` from 4.8.3 (PR 655)."""
+    return "hostname" if compat == COMPAT_4_8_3 else "Hostname"
 
 
 # Every interval and window has an upper bound: a value past what a timer can wait would end the
@@ -245,7 +287,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("kubernetes_enable_pod_uid", ("--kubernetes-enable-pod-uid",), "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID",
            _parse_bool, False, "Add the pod_uid label to attributed series.", is_switch=True),
     Option("kubernetes_virtual_gpus", ("--kubernetes-virtual-gpus",), "KUBERNETES_VIRTUAL_GPUS", _parse_bool, False,
-           "Duplicate shared-GPU series once per sharing pod with a vgpu label (dcgm-exporter's mode).",
+           "Repeat shared-GPU series once per sharing pod with a vgpu label, and give GPU_UTIL and FB_USED per pod "
+           "from its processes beside the device series (dcgm-exporter's mode; reads the process lists).",
            is_switch=True),
     Option("nvidia_resource_names", ("--nvidia-resource-names",), "NVIDIA_RESOURCE_NAMES", _parse_list, (),
            "Extra comma-separated extended-resource names that carry NVIDIA GPUs."),
@@ -307,6 +350,26 @@ OPTIONS: tuple[Option, ...] = (
     Option("web_max_connections", ("--web-max-connections",), "GPU_POD_EXPORTER_WEB_MAX_CONNECTIONS",
            _positive_int(16, "connections", 1_000_000), 1024,
            "Open client connections at most; at the cap the oldest one that has not sent a request is closed."),
+    Option("web_read_timeout_s", ("--web-read-timeout",), "DCGM_EXPORTER_WEB_READ_TIMEOUT", _parse_go_duration,
+           5.0, "dcgm-exporter 4.8.3's read timeout (Go duration, e.g. 10s): the time a client has to send its "
+           "request head (and TLS handshake)."),
+    Option("web_write_timeout_s", ("--web-write-timeout",), "DCGM_EXPORTER_WEB_WRITE_TIMEOUT", _parse_go_duration,
+           30.0, "dcgm-exporter 4.8.3's write timeout (Go duration, e.g. 30s): the time a client has to read "
+           "the whole response; keep Prometheus's scrape_timeout below it."),
+    Option("container_labels", ("--container-labels",), "DCGM_EXPORTER_CONTAINER_LABELS", _parse_bool, False,
+           "dcgm-exporter 4.8.3's container label for non-Kubernetes containers (accepted; not supported here).",
+           is_switch=True,
+           no_effect="the container label for containers outside Kubernetes (Docker Engine API) is not "
+                     "supported here; GPUs of Kubernetes pods get container/namespace/pod with -k"),
+    Option("container_runtime_socket", ("--container-runtime-socket",), "DCGM_EXPORTER_CONTAINER_RUNTIME_SOCKET",
+           _parse_str, "", "dcgm-exporter 4.8.3's Docker-compatible runtime socket (accepted; not supported here).",
+           no_effect="the container runtime API is not read here (see --container-labels)"),
+    Option("dcgm_exporter_compat", ("--dcgm-exporter-compat",), "GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT",
+           _choice(COMPAT_AUTO, COMPAT_4_8_2, COMPAT_4_8_3), COMPAT_AUTO,
+           "Which dcgm-exporter generation to match where they differ: 4.8.2 (and earlier: the Hostname label) "
+           "or 4.8.3 (and later: the hostname label); auto: 4.8.3 when a setting only 4.8.3 has is given "
+           "(--config-file in its version-1 format, --web-read-timeout, --web-write-timeout, --container-labels, "
+           "--container-runtime-socket), else 4.8.2."),
     Option("node_name", ("--node-name",), "NODE_NAME", _parse_str, "",
            "Node name for the Hostname label and the pod watch (default: this machine's hostname)."),
     Option("no_hostname", ("-n", "--no-hostname"), "DCGM_EXPORTER_NO_HOSTNAME", _parse_bool, False,
@@ -374,6 +437,14 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 _BY_ATTR = {option.attr: option for option in OPTIONS}
+
+# Defaults that differ from dcgm-exporter's, each said once at start when left to its default
+# (docs/migrate-from-dcgm-exporter.md has the reasons).
+UPSTREAM_DEFAULT_DIFFERENCES = {
+    "collect_interval_ms": "sampling every 1000 ms; dcgm-exporter's default is 30000 ms (-c 30000 for its cadence)",
+    "devices": "every GPU once plus each MIG instance with its own readings; dcgm-exporter's default (-d f) "
+               "repeats a MIG GPU's chip-wide readings on every instance",
+}
 _BY_YAML_KEY = {option.yaml_key: option for option in OPTIONS}
 
 
@@ -412,6 +483,11 @@ class Config:
     web_systemd_socket: bool = False
     web_max_requests: int = 32
     web_max_connections: int = 1024
+    web_read_timeout_s: float = 5.0
+    web_write_timeout_s: float = 30.0
+    container_labels: bool = False
+    container_runtime_socket: str = ""
+    dcgm_exporter_compat: str = COMPAT_AUTO
     node_name: str = ""
     no_hostname: bool = False
     devices: DeviceSelection = ALL_DEVICES
@@ -435,12 +511,28 @@ class Config:
     debug: bool = False
     simulate: str = ""
     config_file: str = ""
+    # dcgm-exporter 4.8.3's --config-file ``metrics.fields``: the counters as CSV text, and where they came from.
+    inline_counters: str = ""
+    inline_counters_source: str = ""
+    # One line each, logged at start: what a dcgm-exporter YAML config asked for that works differently here.
+    notes: tuple[str, ...] = field(default=(), compare=False)
     # Where each non-default value came from ("flag --x", "environment variable X", "file.yaml:3").
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def collect_interval_s(self) -> float:
         return self.collect_interval_ms / 1000.0
+
+    @property
+    def hostname_label(self) -> str:
+        return hostname_label(self.dcgm_exporter_compat)
+
+    @property
+    def compat_note(self) -> str:
+        """Why this generation, when "auto" chose it (one start-up line); empty when the user chose."""
+        where = self.sources.get("dcgm_exporter_compat", "")
+        return f"dcgm-exporter {self.dcgm_exporter_compat} behaviour ({where}): the node label is " \
+               f"{self.hostname_label}" if where.startswith("auto") else ""
 
     def no_effect_warnings(self) -> list[str]:
         """One line per accepted flag that was set but means nothing here (DCGM-only, or retired)."""
@@ -452,6 +544,11 @@ class Config:
                 lines.append(f"{named} is accepted for compatibility but has no effect here: {option.no_effect}")
         return lines
 
+    def default_differences(self) -> list[str]:
+        """One line per default that differs from dcgm-exporter's and was left to its default (logged at start)."""
+        return [f"{option.long_flag} not given: {text}" for attr, text in UPSTREAM_DEFAULT_DIFFERENCES.items()
+                if attr not in self.sources and (option := _BY_ATTR[attr])]
+
     def source_of(self, attr: str) -> str:
         """Where a setting came from, for error messages about its value (e.g. a missing file)."""
         option = _BY_ATTR.get(attr)
@@ -460,7 +557,8 @@ class Config:
 
 
 def _check_table_matches_config() -> None:
-    names = {f.name for f in dataclasses.fields(Config)} - {"sources", "config_file"}
+    names = {f.name for f in dataclasses.fields(Config)} - {"sources", "config_file", "inline_counters",
+                                                             "inline_counters_source", "notes"}
     declared = set(_BY_ATTR)
     if names != declared:  # pragma: no cover - a programming error caught by the test suite at import
         raise RuntimeError(f"Config fields and OPTIONS differ: {sorted(names ^ declared)}")
@@ -494,7 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("--config-file", dest="config_file", metavar="PATH",
                         help="YAML file whose keys are the long flag names, e.g. 'collect-interval: 2000' "
-                        "[env DCGM_EXPORTER_CONFIG_FILE]")
+                        f"[env {CONFIG_FILE_ENV}]")
     for option in OPTIONS:
         env_note = f" [env {option.env}]" if option.env else ""
         default_note = f" (default: {_describe_default(option)})"
@@ -504,10 +602,47 @@ def build_parser() -> argparse.ArgumentParser:
         elif option.is_switch:
             parser.add_argument(*option.flags, dest=option.attr, nargs="?", const="true", metavar="BOOL",
                                 help=option.help + env_note + default_note)
+        elif isinstance(option.default, tuple):  # dcgm-exporter's StringSliceFlags: repeats accumulate
+            parser.add_argument(*option.flags, dest=option.attr, action="append", metavar=_metavar(option),
+                                help=option.help + " Repeatable." + env_note + default_note)
         else:
             parser.add_argument(*option.flags, dest=option.attr, metavar=_metavar(option),
                                 help=option.help + env_note + default_note)
     return parser
+
+
+def go_style_arguments(argv: Sequence[str]) -> list[str]:
+    """Rewrite Go's single-dash long flags (``-collectors FILE``, ``-kubernetes``) to ``--collectors``.
+
+    dcgm-exporter parses its command line with Go's flag syntax, where ``-name`` and ``--name`` are
+    the same flag; argparse would read ``-kubernetes`` as ``-k ubernetes``. A token is rewritten only
+    when it is not itself a declared flag (``-rbmn`` stays) and ``--name`` is one; the value that
+    follows a flag taking a value, and everything after ``--``, is left alone.
+    """
+    takes_value = {"--config-file"}
+    declared = {"--config-file", "--version", "-h", "--help"}
+    for option in OPTIONS:
+        declared.update(option.flags)
+        if not option.is_switch and option.attr != "simulate":
+            takes_value.update(option.flags)
+    result: list[str] = []
+    value_next = False
+    for index, given in enumerate(argv):
+        if given == "--":
+            return result + list(argv[index:])
+        if value_next:  # Go takes the next word as the value, even "-x"; argparse needs --flag=-x for that
+            if given.startswith("-"):
+                result[-1] = f"{result[-1]}={given}"
+            else:
+                result.append(given)
+            value_next = False
+            continue
+        name, eq, value = given.partition("=")
+        if name.startswith("-") and not name.startswith("--") and name not in declared and f"-{name}" in declared:
+            name = f"-{name}"
+        value_next = name in takes_value and not eq and (len(name) == 2 or name.startswith("--"))
+        result.append(name + eq + value)
+    return result
 
 
 def _metavar(option: Option) -> str:
@@ -520,6 +655,8 @@ def _describe_default(option: Option) -> str:
         return ",".join(value) or "none"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float):  # a Go duration, in seconds
+        return f"{value:g}s"
     return str(value) if value != "" else "none"
 
 
@@ -532,15 +669,20 @@ def _version() -> str:
 def load_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Config:
     """Resolve the effective configuration; raises ``ConfigError`` on any bad input."""
     env = os.environ if environ is None else environ
-    parsed = vars(build_parser().parse_args(list(argv)))
+    parsed = vars(build_parser().parse_args(go_style_arguments(argv)))
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
 
-    config_file = parsed.pop("config_file", None) or env.get("DCGM_EXPORTER_CONFIG_FILE", "")
+    config_file = parsed.pop("config_file", None) or env.get(CONFIG_FILE_ENV, "")
+    extra: dict[str, Any] = {}
     if config_file:
-        for attr, (value, where) in _load_yaml(config_file).items():
-            values[attr] = value
-            sources[attr] = where
+        loaded = _load_yaml(config_file)
+        for attr, (value, where) in loaded.items():
+            if attr in _BY_ATTR:
+                values[attr] = value
+                sources[attr] = where
+            else:
+                extra[attr] = value
 
     for option in OPTIONS:
         if option.env and option.env in env:
@@ -548,13 +690,31 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -
             values[option.attr] = _convert(option, env[option.env], where)
             sources[option.attr] = where
 
-    for attr, raw in parsed.items():
+    for attr, given in parsed.items():
         option = _BY_ATTR[attr]
         where = f"flag {option.long_flag}"
+        # a repeatable flag: every occurrence counts, each comma-separated
+        raw = ",".join(given) if isinstance(given, list) else given
         values[attr] = _convert(option, raw, where)
         sources[attr] = where
 
-    return Config(config_file=config_file, sources=sources, **values)
+    upstream_file = bool(extra.pop("upstream_format", False))
+    if values.get("dcgm_exporter_compat", COMPAT_AUTO) == COMPAT_AUTO:
+        values["dcgm_exporter_compat"], sources["dcgm_exporter_compat"] = _auto_compat(sources, upstream_file)
+    if "collectors" in values and "inline_counters" in extra:
+        extra.pop("inline_counters")  # a flag or variable naming a CSV wins over the file's metrics.fields
+        extra.pop("inline_counters_source")
+    return Config(config_file=config_file, sources=sources, **values, **extra)
+
+
+def _auto_compat(sources: Mapping[str, str], upstream_file: bool) -> tuple[str, str]:
+    """--dcgm-exporter-compat auto: 4.8.3 when a 4.8.3-only setting was given, else 4.8.2."""
+    for attr in ONLY_4_8_3:
+        if attr in sources:
+            return COMPAT_4_8_3, f"auto: {sources[attr]} exists from dcgm-exporter 4.8.3 on"
+    if upstream_file:
+        return COMPAT_4_8_3, "auto: the --config-file is dcgm-exporter 4.8.3's format (version: 1)"
+    return COMPAT_4_8_2, "auto: no setting only dcgm-exporter 4.8.3 has"
 
 
 def _convert(option: Option, raw: object, where: str) -> Any:
@@ -583,6 +743,10 @@ def _load_yaml(path: str) -> dict[str, tuple[Any, str]]:
         return {}
     if not isinstance(root, yaml.MappingNode):
         raise ConfigError(f"{path}:{root.start_mark.line + 1}", "yaml", "expected a mapping of option: value")
+    if any(isinstance(key, yaml.ScalarNode) and key.value == "version" for key, _value in root.value):
+        from exporter.upstream_config import load_upstream_config  # noqa: PLC0415 - only for that format
+
+        return load_upstream_config(path, root)
 
     result: dict[str, tuple[Any, str]] = {}
     seen: set[str] = set()

@@ -128,7 +128,8 @@ def test_every_dcgm_exporter_flag_alias_and_variable_is_accepted(flag: UpstreamF
     option = next(option for option in OPTIONS if option.long_flag == flag.long)
     assert option.env == flag.env
     assert set(flag.aliases) <= set(option.flags)
-    spellings = [flag.argv, *([alias, *flag.argv[1:]] for alias in flag.aliases)]
+    go_style = [f"-{flag.long[2:]}", *flag.argv[1:]]  # Go's flag package: -name is --name
+    spellings = [flag.argv, go_style, *([alias, *flag.argv[1:]] for alias in flag.aliases)]
     if flag.value is not None:
         spellings.append([f"{flag.long}={flag.value}"])
     for argv in spellings:
@@ -162,3 +163,80 @@ def test_a_malformed_upstream_value_is_one_line_and_exit_2(argv: list[str], mess
 
 def test_configmap_none_is_dcgm_exporters_unset() -> None:
     assert load_config(["-m", "none"], {}).configmap_data == ""
+
+
+@pytest.mark.parametrize("spelling", ["1", "t", "T", "TRUE", "true", "True"])
+def test_go_true_spellings_in_the_environment(spelling: str) -> None:
+    assert load_config([], {"DCGM_EXPORTER_KUBERNETES": spelling}).kubernetes is True
+
+
+@pytest.mark.parametrize("spelling", ["0", "f", "F", "FALSE", "false", "False"])
+def test_go_false_spellings_in_the_environment(spelling: str) -> None:
+    assert load_config([], {"DCGM_EXPORTER_NO_HOSTNAME": spelling}).no_hostname is False
+
+
+def test_go_single_dash_long_flags_are_the_long_flags() -> None:
+    config = load_config(["-collectors", "/etc/dcgm-exporter/dcp-metrics-included.csv", "-kubernetes",
+                          "-collect-interval=2000", "-rbmn", "-kubernetes-gpu-id-type", "device-name"], {})
+    assert config.collectors == "/etc/dcgm-exporter/dcp-metrics-included.csv"
+    assert config.kubernetes is True
+    assert config.collect_interval_ms == 2000
+    assert config.replace_blanks_in_model_name is True  # -rbmn is its own short flag, not -r bmn
+    assert config.kubernetes_gpu_id_type == "device-name"
+    # a value that looks like a flag is still the value of the flag before it
+    assert load_config(["--dcgm-log-level", "-kubernetes"], {}).kubernetes is False
+
+
+def test_repeated_list_flags_accumulate_as_upstream_string_slices() -> None:
+    config = load_config(["--nvidia-resource-names", "nvidia.com/a100", "--nvidia-resource-names",
+                          "nvidia.com/h100,nvidia.com/l4", "--kubernetes-pod-label-allowlist-regex", "^app$",
+                          "-kubernetes-pod-label-allowlist-regex", "^team$"], {})
+    assert config.nvidia_resource_names == ("nvidia.com/a100", "nvidia.com/h100", "nvidia.com/l4")
+    assert config.kubernetes_pod_label_allowlist_regex == ("^app$", "^team$")
+
+
+def test_dcgm_exporter_4_8_3_flags_are_accepted_with_their_variables() -> None:
+    config = load_config(["--web-read-timeout", "15s", "--web-write-timeout=1m30s"],
+                         {"DCGM_EXPORTER_CONTAINER_LABELS": "true",
+                          "DCGM_EXPORTER_CONTAINER_RUNTIME_SOCKET": "/run/docker.sock"})
+    assert (config.web_read_timeout_s, config.web_write_timeout_s) == (15.0, 90.0)
+    warnings = config.no_effect_warnings()
+    assert any(line.startswith("environment variable DCGM_EXPORTER_CONTAINER_LABELS (--container-labels)")
+               and "not supported here" in line for line in warnings)
+    assert any("DCGM_EXPORTER_CONTAINER_RUNTIME_SOCKET" in line for line in warnings)
+    with pytest.raises(ConfigError, match="flag --web-read-timeout: web-read-timeout: invalid duration '10 seconds'"):
+        load_config(["--web-read-timeout", "10 seconds"], {})
+
+
+def test_compatibility_setting_selects_the_node_label_spelling() -> None:
+    assert load_config([], {}).hostname_label == "Hostname"
+    assert load_config(["--dcgm-exporter-compat", "4.8.3"], {}).hostname_label == "hostname"
+    assert load_config([], {"GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT": "4.8.3"}).hostname_label == "hostname"
+    with pytest.raises(ConfigError, match=r"expected one of auto, 4\.8\.2, 4\.8\.3"):
+        load_config(["--dcgm-exporter-compat", "4.9"], {})
+
+
+def test_auto_compatibility_follows_a_setting_only_4_8_3_has(tmp_path: Path) -> None:
+    plain = load_config(["-f", "/etc/dcgm-exporter/default-counters.csv", "-k"], {})
+    assert (plain.dcgm_exporter_compat, plain.hostname_label) == ("4.8.2", "Hostname")
+    assert plain.compat_note == ("dcgm-exporter 4.8.2 behaviour (auto: no setting only dcgm-exporter 4.8.3 has): "
+                                 "the node label is Hostname")
+    newer = load_config([], {"DCGM_EXPORTER_WEB_WRITE_TIMEOUT": "30s"})
+    assert (newer.dcgm_exporter_compat, newer.hostname_label) == ("4.8.3", "hostname")
+    assert "auto: environment variable DCGM_EXPORTER_WEB_WRITE_TIMEOUT exists from dcgm-exporter 4.8.3 on" \
+        in newer.compat_note
+    v1 = tmp_path / "config.yaml"
+    v1.write_text("version: 1\ncollection:\n  interval: 1000\n", encoding="utf-8")
+    assert load_config(["--config-file", str(v1)], {}).hostname_label == "hostname"
+    chosen = load_config(["--dcgm-exporter-compat", "4.8.2", "--web-read-timeout", "10s"], {})
+    assert (chosen.hostname_label, chosen.compat_note) == ("Hostname", "")  # the user's choice wins, silently
+
+
+def test_defaults_that_differ_from_dcgm_exporters_are_named_when_left_to_them() -> None:
+    lines = load_config([], {}).default_differences()
+    assert lines == [
+        "--collect-interval not given: sampling every 1000 ms; dcgm-exporter's default is 30000 ms "
+        "(-c 30000 for its cadence)",
+        "--devices not given: every GPU once plus each MIG instance with its own readings; dcgm-exporter's "
+        "default (-d f) repeats a MIG GPU's chip-wide readings on every instance"]
+    assert load_config(["-c", "30000"], {"DCGM_EXPORTER_DEVICES_STR": "f"}).default_differences() == []

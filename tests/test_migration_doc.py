@@ -1,4 +1,5 @@
-"""docs/migrate-from-dcgm-exporter.md lists every dcgm-exporter flag, variable and chart key."""
+"""docs/migrate-from-dcgm-exporter.md lists every dcgm-exporter flag, variable and chart key of both
+generations (4.8.2 and 4.8.3), and what its tables claim ("Same", "Differs", "Warns") holds."""
 
 from __future__ import annotations
 
@@ -6,14 +7,18 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from tests.dcgm_exporter_flags import UPSTREAM_FLAGS
+from exporter.config import OPTIONS, Option
+from tests.dcgm_exporter_flags import UPSTREAM_CONFIG_FILE, UPSTREAM_FLAGS, UpstreamFlag
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "migrate-from-dcgm-exporter.md"
 CHART_CI = REPO / "deploy" / "helm" / "gpu-pod-exporter" / "ci"
-UPSTREAM_VALUES = (CHART_CI / "dcgm-exporter-defaults-values.yaml", CHART_CI / "dcgm-exporter-customised-values.yaml")
+UPSTREAM_VALUES = (CHART_CI / "dcgm-exporter-defaults-values.yaml", CHART_CI / "dcgm-exporter-customised-values.yaml",
+                   CHART_CI / "dcgm-exporter-4.8.3-values.yaml")
+VERDICTS = ("Same", "Differs", "Warns")
 
 
 def _table(heading: str) -> list[list[str]]:
@@ -46,7 +51,7 @@ def test_every_flag_alias_and_variable_has_a_row_saying_what_it_does_here() -> N
     for flag in UPSTREAM_FLAGS:
         matching = [row for row in rows if f"`{flag.long}`" in row[0]]
         assert len(matching) == 1, flag.long
-        [flag_cell, env_cell, here] = matching[0]
+        [flag_cell, env_cell, _since, here] = matching[0]
         assert all(f"`{alias}`" in flag_cell for alias in flag.aliases), flag.long
         assert env_cell == f"`{flag.env}`", flag.long
         assert here, flag.long
@@ -60,3 +65,34 @@ def test_every_chart_key_has_a_row() -> None:
         missing = {key for key in keys if not any(".".join(key.split(".")[:depth]) in documented
                                                   for depth in range(1, key.count(".") + 2))}
         assert missing == set(), path.name
+
+
+def _flag_cell(flag: UpstreamFlag) -> str:
+    return ", ".join(f"`{name}`" for name in (*flag.aliases, flag.long))
+
+
+def test_the_flag_table_is_generated_from_both_generations() -> None:
+    """Flag, aliases, variable and generation of every row come from the upstream list, in its order."""
+    expected = [[_flag_cell(flag), f"`{flag.env}`", flag.since] for flag in (*UPSTREAM_FLAGS, UPSTREAM_CONFIG_FILE)]
+    expected.append(["—", "`NODE_NAME`", "4.8.2"])
+    assert [row[:3] for row in _table("Flags and environment variables")] == expected
+    assert {flag.since for flag in UPSTREAM_FLAGS} == {"4.8.2", "4.8.3"}
+
+
+def _option(flag: UpstreamFlag) -> Option:
+    return next(option for option in OPTIONS if option.long_flag == flag.long)
+
+
+@pytest.mark.parametrize("flag", UPSTREAM_FLAGS, ids=[flag.long for flag in UPSTREAM_FLAGS])
+def test_each_same_differs_or_warns_claim_holds(flag: UpstreamFlag) -> None:
+    [row] = [row for row in _table("Flags and environment variables") if f"`{flag.long}`" in row[0]]
+    here = row[3]
+    verdict = re.split(r"[ :;(.,]", here, maxsplit=1)[0]
+    assert verdict in VERDICTS, here
+    option = _option(flag)
+    # "Warns" exactly for the flags that are accepted without effect (one warning line at start)
+    assert (verdict == "Warns") == bool(option.no_effect), flag.long
+    if flag.default and verdict != "Warns":
+        same_default = option.parse(flag.default) == option.default
+        # a different default is said in the row; "Same" is only written where the default is the same
+        assert same_default == ("Differs (default)" not in here), (flag.long, flag.default, option.default)

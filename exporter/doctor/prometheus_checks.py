@@ -147,7 +147,9 @@ def _our_targets(api: PrometheusApi, config: Config, hostname: str | None) -> li
               for item in api.get("/api/v1/targets", state="active").get("activeTargets") or []]
     pairs: set[tuple[str, str]] = set()
     if hostname:
-        expr = f'count by (job, instance) ({{__name__=~"DCGM_.+", Hostname="{_escape(hostname)}"}})'
+        node = _escape(hostname)  # either spelling: dcgm-exporter 4.8.3 and --dcgm-exporter-compat=4.8.3 write hostname
+        expr = (f'count by (job, instance) ({{__name__=~"DCGM_.+", Hostname="{node}"}} '
+                f'or {{__name__=~"DCGM_.+", hostname="{node}"}})')
         pairs = {(item["metric"].get("job", ""), item["metric"].get("instance", "")) for item in api.query(expr)}
     ours = [target for target in active if (target.job, target.instance) in pairs]
     if not ours:  # nothing scraped from this node: a target on the exporter's port that is down is the suspect

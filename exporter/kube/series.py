@@ -158,6 +158,54 @@ def workload_label_sets(attribution: AttributionSnapshot, device: LabeledDevice,
     return sets
 
 
+# dcgm-exporter's --kubernetes-virtual-gpus (its pull request 594): these two fields keep the device
+# series and add one per holder with what that holder's own processes use, not the device total.
+VIRTUAL_GPU_FIELDS = frozenset({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"})
+
+
+def _same_container(a: Workload, b: Workload) -> bool:
+    return (a.namespace, a.pod, a.container) == (b.namespace, b.pod, b.container)
+
+
+def virtual_gpu_samples(attribution: AttributionSnapshot, device: LabeledDevice, field: str,
+                        config: Config) -> list[tuple[dict[str, str], float]] | None:
+    """With ``--kubernetes-virtual-gpus``, the per-holder samples of GPU_UTIL / FB_USED, as dcgm-exporter.
+
+    None: the field is not one of those two (or virtual mode is off, or the device has no holder),
+    and the caller repeats the device's series per holder as for every other field. Otherwise the
+    caller writes the device series once with the device's value (no workload labels) and then
+    one series per holder (workload labels, ``vgpu``) with: FB_USED the MiB of that holder's
+    processes on the device (or MIG instance), GPU_UTIL the % of the whole GPU its processes used
+    (NVML's per-process samples, summed per container); 0 for a holder without processes. While
+    the process data of the device is unknown (not read yet, or unreadable) the list is empty:
+    no per-holder series rather than the device total copied onto every pod.
+    MIG: memory only (NVML samples no processes there), as upstream.
+    """
+    if not config.kubernetes_virtual_gpus or field not in VIRTUAL_GPU_FIELDS:
+        return None
+    allocation = attribution.allocation(device.uuid, device.gpu_instance_id)
+    if allocation is None or not allocation.holders:
+        return None
+    if field == "DCGM_FI_DEV_GPU_UTIL":
+        if device.gpu_instance_id is not None:
+            return None
+        if device.uuid not in attribution.utilization_gpus:
+            return []
+        used = [(item.workload, float(item.utilization.sm)) for item in attribution.utilization(device.uuid)]
+    else:
+        if device.uuid not in attribution.process_gpus:
+            return []
+        used = [(item.workload, item.used_bytes / MIB)
+                for item in attribution.memory(device.uuid, device.gpu_instance_id)]
+    samples = []
+    for holder in allocation.holders:
+        labels = holder_labels(holder, config, device.labels)
+        if holder.replica_ids and "vgpu" not in device.labels:
+            labels["vgpu"] = holder.replica_ids[0]
+        samples.append((labels, sum(value for workload, value in used if _same_container(workload, holder.workload))))
+    return samples
+
+
 def attribution_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
                          config: Config) -> list[Metric]:
     """Every family the Kubernetes attribution contributes (see the module docstring).

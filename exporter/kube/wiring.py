@@ -37,7 +37,13 @@ from prometheus_client.core import Metric
 from exporter.app import App, Extensions
 from exporter.config import Config
 from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution
-from exporter.kube.series import LabeledDevice, attribution_families, workload_label_sets
+from exporter.kube.series import (
+    VIRTUAL_GPU_FIELDS,
+    LabeledDevice,
+    attribution_families,
+    virtual_gpu_samples,
+    workload_label_sets,
+)
 from exporter.logs import get_logger
 from exporter.metrics.render import RenderContext
 from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity, ProcessUtilization, Snapshot
@@ -142,8 +148,9 @@ class KubernetesWiring:
     """The attribution as seen by the app: hooks for start/stop, snapshots, renders and builders."""
 
     def __init__(self, config: Config, attribution: KubernetesAttribution | None = None) -> None:
-        # --kubernetes-process-metrics needs the process lists that --kubernetes-process-attribution reads.
-        if config.process_metrics and not config.process_attribution:
+        # --kubernetes-process-metrics and --kubernetes-virtual-gpus (each pod's own GPU_UTIL and FB_USED)
+        # need the process lists.
+        if (config.process_metrics or config.kubernetes_virtual_gpus) and not config.process_attribution:
             config = dataclasses.replace(config, process_attribution=True)
         self.config = config
         self._invalidate: Callable[[], None] = lambda: None
@@ -220,7 +227,16 @@ class KubernetesWiring:
             device = LabeledDevice(identity.uuid, gpu_instance_id, ctx.base_labels(identity, mig))
             return workload_label_sets(attribution, device, config)
 
-        return dataclasses.replace(ctx, workloads=workloads, extras={**ctx.extras, EXTRAS_KEY: attribution})
+        def field_workloads(identity: DeviceIdentity, gpu_instance_id: int | None,
+                            field: str) -> Sequence[tuple[Mapping[str, str], float]] | None:
+            if not config.kubernetes_virtual_gpus or field not in VIRTUAL_GPU_FIELDS:
+                return None
+            mig = instances.get((identity.uuid, gpu_instance_id)) if gpu_instance_id is not None else None
+            device = LabeledDevice(identity.uuid, gpu_instance_id, ctx.base_labels(identity, mig))
+            return virtual_gpu_samples(attribution, device, field, config)
+
+        return dataclasses.replace(ctx, workloads=workloads, field_workloads=field_workloads,
+                                   extras={**ctx.extras, EXTRAS_KEY: attribution})
 
     def families(self, ctx: RenderContext) -> list[Metric]:
         """DCGM_EXP_GPU_ALLOCATED/_ALLOCATION_INFO, memory per container, and the Kubernetes self-metrics."""

@@ -36,12 +36,24 @@ def no_workloads(_identity: DeviceIdentity, _gpu_instance_id: int | None) -> Seq
     return ({},)
 
 
+# (identity, gpu instance, field) -> the workload samples (extra labels, value) that replace the per-workload
+# copies of that field's device value, or None to repeat it (--kubernetes-virtual-gpus: exporter.kube.series).
+FieldWorkloads = Callable[[DeviceIdentity, int | None, str], Sequence[tuple[Mapping[str, str], float]] | None]
+
+
+def no_field_workloads(_identity: DeviceIdentity, _gpu_instance_id: int | None,
+                       _field: str) -> Sequence[tuple[Mapping[str, str], float]] | None:
+    return None
+
+
 @dataclass(frozen=True)
 class RenderOptions:
     hostname: str | None  # None: --no-hostname
     replace_blanks_in_model_name: bool = False
     devices: DeviceSelection = ALL_DEVICES  # -d: which GPUs / GPU instances the CSV rows are reported for
     use_old_namespace: bool = False  # -o: dcgm-exporter 1.x label names (uuid instead of UUID)
+    # The node label's name: Hostname (dcgm-exporter <= 4.8.2) or hostname (4.8.3+), --dcgm-exporter-compat.
+    hostname_label: str = "Hostname"
 
 
 @dataclass(frozen=True)
@@ -52,12 +64,13 @@ class RenderContext:
     counters: CounterSet
     options: RenderOptions
     workloads: WorkloadLabeler = no_workloads
+    field_workloads: FieldWorkloads = no_field_workloads
     stall: InFlight | None = None  # an NVML call in flight longer than the staleness limit
     stall_seconds: float = 0.0
     extras: Mapping[str, object] = field(default_factory=dict)
 
     def identity_labels(self, identity: DeviceIdentity, mig: MigIdentity | None = None) -> dict[str, str]:
-        """gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID], Hostname."""
+        """gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID], Hostname (or hostname)."""
         model = identity.model.replace(" ", "-") if self.options.replace_blanks_in_model_name else identity.model
         labels = {
             "gpu": str(identity.index),
@@ -70,7 +83,7 @@ class RenderContext:
             labels["GPU_I_PROFILE"] = mig.profile
             labels["GPU_I_ID"] = str(mig.gpu_instance_id)
         if self.options.hostname is not None:
-            labels["Hostname"] = self.options.hostname
+            labels[self.options.hostname_label] = self.options.hostname
         return labels
 
     def base_labels(self, identity: DeviceIdentity, mig: MigIdentity | None = None) -> dict[str, str]:
@@ -118,7 +131,16 @@ def dcgm_families(ctx: RenderContext) -> list[Metric]:
             continue  # rendered by the producing component's own builder (it adds its own labels)
         family = Metric(row.name, row.help, row.prom_type)
         for entity, labels in zip(entities, label_sets, strict=True):
-            _add_samples(family, row.name, entity.values.get(row.spec.name), labels)
+            value = entity.values.get(row.spec.name)
+            mig = entity.mig.identity if entity.mig else None
+            own = ctx.field_workloads(entity.reading.identity, mig.gpu_instance_id if mig else None, row.name)
+            if own is None:
+                _add_samples(family, row.name, value, labels)
+                continue
+            base = ctx.base_labels(entity.reading.identity, mig)  # the device series, then each workload's own
+            _add_samples(family, row.name, value, (base,))
+            for extension, own_value in own:
+                family.add_sample(row.name, {**base, **extension}, own_value)
         families.append(family)
     return families
 

@@ -36,6 +36,7 @@ from typing import Any
 from exporter.kube.backoff import Backoff as DrainBackoff
 from exporter.kube.backoff import BackoffPolicy
 from exporter.logs import StateLog, get_logger
+from exporter.metrics.hostname_label import node_name
 from exporter.remediate import drain as drains
 from exporter.remediate import events as ev
 from exporter.remediate import repair
@@ -215,7 +216,7 @@ class Remediator:
 
     def node_name(self, labels: Mapping[str, str]) -> str:
         """The Kubernetes node an alert is about: the one place that reads the node label."""
-        return labels.get(self.policy.node_label, "")
+        return node_name(labels, self.policy.node_label)  # Hostname or 4.8.3's hostname
 
     def _in_scope(self, alert: Alert) -> bool:
         """With ``cluster`` set, only alerts labelled with that cluster are ours (one Alertmanager, many clusters)."""

@@ -188,7 +188,8 @@ class _Connection(asyncio.Protocol):
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         if self._context is not None:
             self.state = "handshake"
-            self.arm(HANDSHAKE_TIMEOUT_S, "handshake-timeout", "a client did not complete the TLS handshake in time")
+            self.arm(self.server.handshake_timeout_s, "handshake-timeout",
+                     "a client did not complete the TLS handshake in time")
         else:
             self._reading_head()
 
@@ -225,7 +226,7 @@ class _Connection(asyncio.Protocol):
 
     def _reading_head(self) -> None:
         self.state = "head"
-        self.arm(HEAD_TIMEOUT_S, "head-timeout", "a client did not send a complete request head in time")
+        self.arm(self.server.read_timeout_s, "head-timeout", "a client did not send a complete request head in time")
 
     def _head_data(self, data: bytes) -> None:
         self._buffer += data
@@ -303,7 +304,7 @@ class _Connection(asyncio.Protocol):
         if self.state == "closed" or transport is None or transport.is_closing():
             return
         self.state = "writing"
-        self.arm(WRITE_TIMEOUT_S, "write-timeout", "a client did not read its response in time")
+        self.arm(self.server.write_timeout_s, "write-timeout", "a client did not read its response in time")
         if len(body) <= CHUNK_BYTES:
             self._write(head + body)
             self._finish()
@@ -372,8 +373,15 @@ class ExporterHTTPServer:
 
     def __init__(self, address: str, cache: ExpositionCache, health: Callable[[], HealthReport],
                  security: WebSecurity | None = None, *,
-                 listener: socket.socket | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+                 listener: socket.socket | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 read_timeout_s: float | None = None, write_timeout_s: float | None = None) -> None:
         self.cache = cache
+        # --web-read-timeout / --web-write-timeout (dcgm-exporter 4.8.3's flags): the handshake and
+        # request head must arrive within the first, the response must be read within the second.
+        # None: the module's defaults, looked up now (tests shorten them).
+        self.handshake_timeout_s = HANDSHAKE_TIMEOUT_S if read_timeout_s is None else read_timeout_s
+        self.read_timeout_s = HEAD_TIMEOUT_S if read_timeout_s is None else read_timeout_s
+        self.write_timeout_s = WRITE_TIMEOUT_S if write_timeout_s is None else write_timeout_s
         self.health = health
         self.security = security or WebSecurity()
         limit = raise_file_limit(max_connections + RESERVED_FDS)

@@ -31,6 +31,12 @@ BUILTIN_VARIABLES: dict[str, str] = {
     "__range_ms": "3600000",
 }
 
+# Variables that Grafana derives from the data rather than from a user's choice, with the value
+# they take on this exporter's default output. ``host_label`` is the node label's spelling
+# (``label_names()`` filtered to Hostname|hostname): a test of the dcgm-exporter 4.8.3 spelling
+# passes ``{"host_label": "hostname"}``.
+DERIVED_VARIABLES: dict[str, str] = {"host_label": "Hostname"}
+
 # ${name}, ${name:format}, [[name]], [[name:format]] and $name (Grafana's three syntaxes).
 _VARIABLE = re.compile(r"\$\{(\w+)(?::[\w-]+)?\}|\[\[(\w+)(?::[\w-]+)?\]\]|\$(\w+)")
 _LABEL_VALUES = re.compile(r"^\s*label_values\((?P<args>.*)\)\s*$", re.DOTALL)
@@ -191,7 +197,7 @@ def substitute(expr: str, values: Mapping[str, str]) -> str:
     references (label_replace replacements) are left alone. A variable with no value raises
     UnknownVariableError, so that a test notices a query it cannot really run.
     """
-    merged = {**BUILTIN_VARIABLES, **values}
+    merged = {**BUILTIN_VARIABLES, **DERIVED_VARIABLES, **values}
 
     def replace(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(2) or match.group(3)

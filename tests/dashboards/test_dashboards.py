@@ -22,6 +22,7 @@ from tests.dashboards.dashboard_queries import (
     dcgm_exporter_queries,
     iter_panels,
     load_dashboards,
+    substitute,
     variable_names,
     variables_used,
 )
@@ -134,7 +135,7 @@ def test_node_dashboard_has_the_detail_panels() -> None:
     assert {"Hostname", "gpu"} <= set(variables)
     panels = {p["title"]: p for p in panels_of(node)}
     overlay = panels["Memory, utilization and temperature"]
-    metrics = set().union(*(names_in(t["expr"].replace("$gpu", "0").replace("$Hostname", "a")).metrics
+    metrics = set().union(*(names_in(substitute(t["expr"], {"gpu": "0", "Hostname": "a", "cluster": ""})).metrics
                             for t in overlay["targets"]))
     assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP"} <= metrics
     right_axis = [o for o in overlay["fieldConfig"]["overrides"]
@@ -149,7 +150,8 @@ def test_overview_lists_unhealthy_gpus_with_xid_ecc_temperature_and_reason() -> 
     overview = dashboard_by_uid("gpu-pod-exporter-overview")
     panels = {p["title"]: p for p in panels_of(overview)}
     table = panels["Unhealthy GPUs"]
-    metrics = set().union(*(names_in(t["expr"].replace("$Hostname", ".*").replace("$modelName", ".*")).metrics
+    metrics = set().union(*(names_in(substitute(
+        t["expr"], {"Hostname": ".*", "modelName": ".*", "cluster": ""})).metrics
                             for t in table["targets"]))
     assert {"DCGM_EXP_GPU_HEALTHY", "DCGM_EXP_XID_ERRORS_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
             "DCGM_FI_DEV_GPU_TEMP"} <= metrics

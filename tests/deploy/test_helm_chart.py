@@ -9,12 +9,12 @@ import bcrypt
 import pytest
 import yaml
 
-from exporter.config import OPTIONS, Config
+from exporter.config import CONFIG_FILE_ENV, OPTIONS, Config
 from tests.deploy.chart_support import CI_VALUES, MONITORING_APIS, NAMESPACE, Rendered, load_ci_values, render
 
 # Variables the NVIDIA container runtime reads (not the exporter).
 RUNTIME_ENV = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
-EXPORTER_ENV = {option.env for option in OPTIONS if option.env}
+EXPORTER_ENV = {option.env for option in OPTIONS if option.env} | {CONFIG_FILE_ENV}
 
 
 def ci(name: str, **extra: Any) -> Rendered:

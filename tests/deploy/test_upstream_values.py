@@ -141,3 +141,96 @@ def test_configmap_flag_without_kubernetes_still_mounts_the_token() -> None:
     assert rendered.pod_spec["automountServiceAccountToken"] is True
     assert rendered.one("Role")["metadata"]["namespace"] == "ml"
     assert "ClusterRole" not in rendered.kinds()
+
+
+# --- dcgm-exporter 4.8.3's chart, the compatibility setting and series identity on a Helm swap -------------
+
+GEN_4_8_3 = CHART_DIR / "ci" / "dcgm-exporter-4.8.3-values.yaml"
+
+
+@pytest.fixture(scope="module")
+def gen_4_8_3() -> Rendered:
+    return render(load_ci_values(GEN_4_8_3), api_versions=MONITORING_APIS)
+
+
+def test_a_4_8_2_values_file_keeps_the_hostname_label_of_4_8_2(defaults: Rendered) -> None:
+    assert "GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT" not in defaults.env  # the exporter's default: Hostname
+
+
+def test_a_4_8_3_values_file_gets_4_8_3_behaviour_and_its_new_keys_work(gen_4_8_3: Rendered) -> None:
+    assert gen_4_8_3.env["GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT"] == "4.8.3"  # from the image tag
+    assert "dcgm-exporter 4.8.3 behaviour (GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT): the node label is hostname" \
+        in gen_4_8_3.notes
+    assert gen_4_8_3.container["args"] == ["--web-read-timeout=10s", "--web-write-timeout=30s"]
+    config = gen_4_8_3.one("ConfigMap", "gpu-pod-exporter-dcgm-exporter-config")
+    assert yaml.safe_load(config["data"]["config.yaml"]) == {
+        "version": 1, "metrics": {"file": "/etc/dcgm-exporter/default-counters.csv"},
+        "collection": {"interval": 30000}}
+    path = gen_4_8_3.env["DCGM_EXPORTER_CONFIG_FILE"]
+    mount = gen_4_8_3.mounts["dcgm-exporter-config"]
+    assert path == f"{mount['mountPath']}/config.yaml"
+    assert gen_4_8_3.volumes["dcgm-exporter-config"]["configMap"]["name"] == config["metadata"]["name"]
+    assert gen_4_8_3.pod_spec["automountServiceAccountToken"] is True  # -k reads the API; false cannot stop that
+    for obj in gen_4_8_3.objects:
+        if obj["kind"] not in {"ServiceMonitor", "PrometheusRule"}:
+            kubernetes_validate.validate(obj, "1.35.0", strict=True)
+
+
+def test_the_compatibility_value_wins_over_the_image_tag() -> None:
+    values = load_ci_values(GEN_4_8_3)
+    values["exporter"] = {"dcgmExporterCompat": "4.8.2"}
+    assert render(values).env["GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT"] == "4.8.2"
+    values = load_ci_values(DEFAULTS)
+    values["exporter"] = {"dcgmExporterCompat": "4.8.3"}
+    assert render(values).env["GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT"] == "4.8.3"
+
+
+def test_service_enable_false_renders_with_upstreams_default_servicemonitor() -> None:
+    values = load_ci_values(DEFAULTS)
+    values["service"]["enable"] = False
+    assert values["serviceMonitor"]["enabled"] is True  # dcgm-exporter's default
+    rendered = render(values, api_versions=MONITORING_APIS)
+    assert "Service" not in rendered.kinds()
+    assert "ServiceMonitor" not in rendered.kinds()
+    assert "serviceMonitor.enabled is ignored with service.enable false" in rendered.notes
+
+
+def _target_labels(rendered: Rendered) -> dict[str, str]:
+    """The labels the Prometheus Operator gives every series scraped through the ServiceMonitor (apart from
+    pod and instance, which change with every pod anyway): job, service, endpoint, namespace, container."""
+    monitor = rendered.one("ServiceMonitor")
+    service = rendered.one("Service")
+    [endpoint] = monitor["spec"]["endpoints"]
+    job_label = monitor["spec"].get("jobLabel")
+    job = service["metadata"]["labels"][job_label] if job_label else service["metadata"]["name"]
+    [container] = [c["name"] for c in rendered.pod_spec["containers"]
+                   if endpoint["port"] in {port.get("name") for port in c.get("ports", [])}]
+    assert service["spec"]["selector"].items() <= rendered.one("DaemonSet")["spec"]["template"]["metadata"][
+        "labels"].items()
+    return {"job": job, "service": service["metadata"]["name"], "endpoint": endpoint["port"],
+            "namespace": monitor["metadata"]["namespace"], "container": container}
+
+
+# What dcgm-exporter's chart gives a release named dcgm-exporter in gpu-monitoring (its templates: Service
+# and ServiceMonitor named by its fullname, which is the release name when that contains "dcgm-exporter";
+# port "metrics"; container "exporter"; no jobLabel), for both generations.
+UPSTREAM_TARGET_LABELS = {"job": "dcgm-exporter", "service": "dcgm-exporter", "endpoint": "metrics",
+                          "namespace": "gpu-monitoring", "container": "exporter"}
+
+
+@pytest.mark.parametrize("values_file", [DEFAULTS, CUSTOMISED, GEN_4_8_3], ids=["4.8.2", "customised", "4.8.3"])
+def test_a_helm_swap_with_name_override_keeps_every_target_label(values_file: Any) -> None:
+    values = load_ci_values(values_file) | {"nameOverride": "dcgm-exporter"}
+    rendered = render(values, api_versions=MONITORING_APIS, name="dcgm-exporter")
+    assert _target_labels(rendered) == UPSTREAM_TARGET_LABELS
+    names = {obj["metadata"]["name"] for obj in rendered.objects if obj["kind"] in {"DaemonSet", "Service",
+                                                                                     "ServiceMonitor"}}
+    assert names == {"dcgm-exporter"}
+    labels = rendered.one("DaemonSet")["metadata"]["labels"]
+    assert (labels["app.kubernetes.io/name"], labels["app.kubernetes.io/instance"]) == ("dcgm-exporter",
+                                                                                        "dcgm-exporter")
+
+
+def test_without_the_override_the_job_label_changes_as_the_guide_warns() -> None:
+    rendered = render(load_ci_values(DEFAULTS), api_versions=MONITORING_APIS, name="dcgm-exporter")
+    assert _target_labels(rendered)["job"] == "dcgm-exporter-gpu-pod-exporter"

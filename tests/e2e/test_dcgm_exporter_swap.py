@@ -33,6 +33,9 @@ from tests.e2e.tools import stop_process
 pytestmark = pytest.mark.e2e
 
 DAEMONSET = REPO_ROOT / "tests" / "fixtures" / "dcgm-exporter-daemonset.yaml"
+DAEMONSET_4_8_3 = REPO_ROOT / "tests" / "fixtures" / "dcgm-exporter-4.8.3-daemonset.yaml"
+# Each generation's DaemonSet, and the node label its consumers read (4.8.3 renamed it, pull request 655).
+GENERATIONS = {"4.8.2": (DAEMONSET, "Hostname"), "4.8.3": (DAEMONSET_4_8_3, "hostname")}
 NODE = "hgx-node-01"  # the simulated node; the downward API would give the node the pod runs on
 
 
@@ -43,14 +46,15 @@ class Swapped:
     target: str
     prometheus: PrometheusHarness
     args: list[str]
+    host_label: str  # the node label this generation's consumers read
 
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
 
-def container_spec() -> tuple[list[str], dict[str, str]]:
+def container_spec(daemonset: Path = DAEMONSET) -> tuple[list[str], dict[str, str]]:
     """The DaemonSet container's args and its environment as the kubelet would set it."""
-    spec: dict[str, Any] = yaml.safe_load(DAEMONSET.read_text(encoding="utf-8"))
+    spec: dict[str, Any] = yaml.safe_load(daemonset.read_text(encoding="utf-8"))
     [container] = spec["spec"]["template"]["spec"]["containers"]
     env: dict[str, str] = {}
     for item in container["env"]:
@@ -61,9 +65,10 @@ def container_spec() -> tuple[list[str], dict[str, str]]:
     return [str(arg) for arg in container["args"]], env
 
 
-@pytest.fixture(scope="module")
-def swapped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swapped]:
-    args, env = container_spec()
+@pytest.fixture(scope="module", params=sorted(GENERATIONS))
+def swapped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swapped]:
+    daemonset, host_label = GENERATIONS[request.param]
+    args, env = container_spec(daemonset)
     assert env["DCGM_EXPORTER_LISTEN"] == ":9400"
     port = free_port()
     env["DCGM_EXPORTER_LISTEN"] = f":{port}"  # see the module docstring
@@ -86,7 +91,7 @@ def swapped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swapped]:
         wait_for(healthy, 60.0, "the swapped exporter's /health")
         with PrometheusHarness([f"127.0.0.1:{port}"]) as prometheus:
             prometheus.wait_for_targets_up(deadline_s=60.0)
-            yield Swapped(process, log_path, f"127.0.0.1:{port}", prometheus, args)
+            yield Swapped(process, log_path, f"127.0.0.1:{port}", prometheus, args, host_label)
     finally:
         stop_process(process)
 
@@ -97,6 +102,9 @@ def test_the_daemonset_runs_unchanged_and_says_what_it_ignores(swapped: Swapped)
     assert [line for line in log.splitlines() if line.split()[1:2] == ["error"]] == []
     ignored = [line for line in log.splitlines() if "has no effect here" in line]
     assert len(ignored) == 1 and "DCGM_REMOTE_HOSTENGINE_INFO" in ignored[0]  # one line, saying why
+    if swapped.host_label == "hostname":  # 4.8.3's timeouts select its behaviour, and the log says so
+        assert "dcgm-exporter 4.8.3 behaviour (auto: flag --web-read-timeout exists from dcgm-exporter 4.8.3 on): " \
+               "the node label is hostname" in log
     if not Path("/etc/dcgm-exporter/dcp-metrics-included.csv").exists():  # the image has the file itself
         assert "/etc/dcgm-exporter/dcp-metrics-included.csv does not exist on this machine" in log
 
@@ -116,7 +124,15 @@ def test_dcgm_exporters_dashboard_answers(swapped: Swapped) -> None:
             assert {sample.labels["gpu"] for sample in result} == {str(gpu) for gpu in range(8)}, expr
     # -k from DCGM_EXPORTER_KUBERNETES: the GPUs carry the pods that hold them.
     held = prometheus.wait_for('DCGM_FI_DEV_GPU_TEMP{pod!=""}', bool)
-    assert {sample.labels["Hostname"] for sample in held} == {NODE}
+    assert {sample.labels[swapped.host_label] for sample in held} == {NODE}
+
+
+def test_a_consumer_of_this_generations_node_label_answers_and_only_that_spelling_exists(swapped: Swapped) -> None:
+    """A 4.8.2 consumer groups by Hostname; a 4.8.3 one (Slurm joins, its dashboards) by hostname."""
+    other = "hostname" if swapped.host_label == "Hostname" else "Hostname"
+    per_node = swapped.prometheus.wait_for(f"count by ({swapped.host_label}) (DCGM_FI_DEV_GPU_TEMP)", bool)
+    assert [(sample.labels, sample.value) for sample in per_node] == [({swapped.host_label: NODE}, 8.0)]
+    assert swapped.prometheus.query(f'count({{__name__=~"DCGM_.+", {other}!=""}})') == []
 
 
 def test_prometheus_stores_every_counter_as_a_counter(swapped: Swapped) -> None:

@@ -119,17 +119,25 @@ def test_exclusive_and_time_sliced_gpus(cluster: NodeCluster, process_attributio
         assert unattributed == {"0": 0.0, "1": 0.0, "2": 0.0, "3": 2 * GIB_IN_MIB, "4": 0.0, "5": 0.0}
 
 
-@attribution_modes
-def test_virtual_gpus_repeat_the_shared_device_once_per_pod(cluster: NodeCluster, process_attribution: bool) -> None:
-    extra = ["--kubernetes-virtual-gpus", *(["--kubernetes-process-metrics"] if process_attribution else [])]
-    with _start(cluster, process_attribution, *extra) as exporter:
-        _wait_attributed(exporter, pods=5, process_attribution=process_attribution)
+@pytest.mark.parametrize("process_metrics", [False, True], ids=["virtual", "virtual+process-metrics"])
+def test_virtual_gpus_repeat_the_shared_device_once_per_pod(cluster: NodeCluster, process_metrics: bool) -> None:
+    # Virtual mode reads the process lists itself (each pod's GPU_UTIL and FB_USED come from its processes).
+    extra = ["--kubernetes-virtual-gpus", *(["--kubernetes-process-metrics"] if process_metrics else [])]
+    with _start(cluster, True, *extra) as exporter:
+        _wait_attributed(exporter, pods=5, process_attribution=True)
         shared = series_for(exporter.samples("DCGM_FI_DEV_GPU_TEMP"), GPUS[2].uuid)
         assert sorted((labels["pod"], labels["vgpu"]) for labels, _ in shared) == [
             ("chat-0", "0"), ("embed-0", "1"), ("rerank-0", "2")]
         assert len({value for _, value in shared}) == 1  # the same device reading, repeated
-        if not process_attribution:
-            _assert_no_process_families(exporter)
+        # FB_USED: the device series once, then each pod with its own processes' memory (dcgm-exporter 4.8.2,
+        # pull request 594), not the device total copied onto every pod.
+        used = series_for(exporter.samples("DCGM_FI_DEV_FB_USED"), GPUS[2].uuid)
+        [device_used] = [value for labels, value in used if "pod" not in labels]
+        own = {labels["pod"]: value for labels, value in used if "pod" in labels}
+        assert own == {"chat-0": 5 * GIB_IN_MIB, "embed-0": 3 * GIB_IN_MIB, "rerank-0": 1 * GIB_IN_MIB}
+        assert device_used >= sum(own.values())
+        if not process_metrics:
+            assert "DCGM_EXP_PROCESS_FB_USED" not in exporter.metrics()
             return
         processes = {labels["pid"]: (labels.get("pod"), value)
                      for labels, value in exporter.samples("DCGM_EXP_PROCESS_FB_USED")}

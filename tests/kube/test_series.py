@@ -17,12 +17,14 @@ from exporter.kube.attribution import (
     AttributionSnapshot,
     AttributionStatus,
     ContainerMemory,
+    ContainerUtilization,
     DeviceAllocation,
     ProcessMemory,
+    Utilization,
     Workload,
 )
 from exporter.kube.deviceids import GpuKey
-from exporter.kube.series import LabeledDevice, attribution_families, workload_label_sets
+from exporter.kube.series import LabeledDevice, attribution_families, virtual_gpu_samples, workload_label_sets
 
 from .helpers import GPU0, GPU1, GPU2
 
@@ -270,3 +272,47 @@ def test_nothing_when_kubernetes_mode_is_off() -> None:
 def test_families_encode_and_parse_with_standard_tooling() -> None:
     parsed = _round_trip(attribution_families(_snapshot(), [DEVICE0, DEVICE1, MIG3, MIG5], _config()))
     assert len(parsed["DCGM_EXP_GPU_ALLOCATION_INFO"]) == 4
+
+
+# --- --kubernetes-virtual-gpus: each pod's own GPU_UTIL and FB_USED (dcgm-exporter pull request 594) -----
+
+SHARER = Workload("ml", "batch-0", "batch")
+
+
+def _three_pods_share_gpu1(**kwargs: object) -> AttributionSnapshot:
+    allocation = DeviceAllocation(GPU1, None, (AllocationHolder(EVAL, ("0",)), AllocationHolder(NOTEBOOK, ("1",)),
+                                               AllocationHolder(SHARER, ("2",))), shared=True)
+    values: dict[str, object] = {
+        "status": AttributionStatus(enabled=True, kubelet_up=True),
+        "allocation_known": True,
+        "allocations": MappingProxyType({GpuKey(GPU1): allocation}),
+        "container_memory": (ContainerMemory(GPU1, None, EVAL, 10000 << 20), ContainerMemory(GPU1, None, NOTEBOOK,
+                                                                                               30000 << 20),
+                             ContainerMemory(GPU1, None, SHARER, 0)),
+        "process_gpus": frozenset({GPU1}),
+        "container_utilization": (ContainerUtilization(GPU1, EVAL, Utilization(sm=35.0)),
+                                  ContainerUtilization(GPU1, NOTEBOOK, Utilization(sm=5.0))),
+        "utilization_gpus": frozenset({GPU1}),
+    }
+    values.update(kwargs)
+    return AttributionSnapshot(**values)  # type: ignore[arg-type]
+
+
+def test_virtual_gpus_give_each_pod_its_own_memory_and_utilization() -> None:
+    config = _config(kubernetes_virtual_gpus=True)
+    fb = virtual_gpu_samples(_three_pods_share_gpu1(), DEVICE1, "DCGM_FI_DEV_FB_USED", config)
+    util = virtual_gpu_samples(_three_pods_share_gpu1(), DEVICE1, "DCGM_FI_DEV_GPU_UTIL", config)
+    assert fb is not None and util is not None
+    assert [(labels["pod"], labels["vgpu"], value) for labels, value in fb] == [
+        ("eval-0", "0", 10000.0), ("nb", "1", 30000.0), ("batch-0", "2", 0.0)]
+    assert [(labels["pod"], value) for labels, value in util] == [("eval-0", 35.0), ("nb", 5.0), ("batch-0", 0.0)]
+    # every other field keeps dcgm-exporter's per-pod copies; off, nothing changes
+    assert virtual_gpu_samples(_three_pods_share_gpu1(), DEVICE1, "DCGM_FI_DEV_GPU_TEMP", config) is None
+    assert virtual_gpu_samples(_three_pods_share_gpu1(), DEVICE1, "DCGM_FI_DEV_FB_USED", _config()) is None
+
+
+def test_virtual_gpus_never_copy_the_device_total_while_process_data_is_unknown() -> None:
+    unknown = _three_pods_share_gpu1(process_gpus=frozenset(), utilization_gpus=frozenset())
+    config = _config(kubernetes_virtual_gpus=True)
+    assert virtual_gpu_samples(unknown, DEVICE1, "DCGM_FI_DEV_FB_USED", config) == []
+    assert virtual_gpu_samples(unknown, DEVICE1, "DCGM_FI_DEV_GPU_UTIL", config) == []

@@ -210,6 +210,15 @@ def test_virtual_gpus_repeat_the_device_series_per_pod() -> None:
             if labels["UUID"] == GPU0] == [("a-0", "0"), ("b-0", "1")]
 
 
+def test_virtual_gpus_read_the_process_lists_their_per_pod_values_come_from() -> None:
+    wiring, _ = _stub_wiring(kubernetes_virtual_gpus=True)
+    assert wiring.config.process_attribution is True
+    families = _render(wiring, _mig_snapshot())
+    # no process data yet: the device series alone, never the device total copied onto each pod
+    assert [(labels.get("pod"), value) for labels, value in _samples(families, "DCGM_FI_DEV_FB_USED")
+            if labels["UUID"] == GPU0] == [(None, 1000)]
+
+
 def test_the_context_hook_publishes_the_value_for_other_builders() -> None:
     wiring, _ = _stub_wiring()
     ctx = RenderContext(snapshot=_mig_snapshot(), counters=load_counters(None), options=RenderOptions(hostname="n"))

@@ -127,3 +127,33 @@ def test_self_metrics_describe_the_sampler() -> None:
                       "gpu_pod_exporter_nvml_calls_per_cycle": 26, "gpu_pod_exporter_nvml_calls_total": 90,
                       "gpu_pod_exporter_sampler_stalled": 1,
                       "gpu_pod_exporter_last_sample_timestamp_seconds": 1_700_000_000.0}
+
+
+def test_dcgm_exporter_4_8_3_spelling_names_the_node_label_hostname_in_the_same_place() -> None:
+    snapshot = Snapshot(devices=(DeviceReading(identity=GPU0, values={"DCGM_FI_DEV_GPU_TEMP": 41}),), status=STATUS)
+    ctx = RenderContext(snapshot=snapshot, counters=load_counters(None),
+                        options=RenderOptions(hostname="node-1", hostname_label="hostname"))
+    [(labels, _)] = samples(render(ctx), "DCGM_FI_DEV_GPU_TEMP")
+    assert "Hostname" not in labels
+    assert list(labels)[list(labels).index("modelName") + 1] == "hostname"
+    assert labels["hostname"] == "node-1"
+    up = [labels for labels, _ in samples(render(ctx), "gpu_pod_exporter_device_up")]
+    assert [labels.get("hostname") for labels in up] == ["node-1"]
+
+
+def test_field_workload_samples_keep_the_device_series_and_add_each_workloads_own_value() -> None:
+    snapshot = Snapshot(devices=(DeviceReading(identity=GPU0, values={"DCGM_FI_DEV_GPU_TEMP": 41,
+                                                                      "DCGM_FI_DEV_FB_USED": 49152}),), status=STATUS)
+    pods = ({"pod": "a"}, {"pod": "b"}, {"pod": "c"})
+
+    def own(_identity: object, _gi: object, field: str) -> list[tuple[dict[str, str], float]] | None:
+        return [({"pod": "a"}, 1000.0), ({"pod": "b"}, 2000.0), ({"pod": "c"}, 0.0)] \
+            if field == "DCGM_FI_DEV_FB_USED" else None
+
+    ctx = RenderContext(snapshot=snapshot, counters=load_counters(None), options=RenderOptions(hostname="n"),
+                        workloads=lambda _identity, _gi: pods, field_workloads=own)
+    families = render(ctx)
+    assert [(labels.get("pod"), value) for labels, value in samples(families, "DCGM_FI_DEV_FB_USED")] == [
+        (None, 49152), ("a", 1000.0), ("b", 2000.0), ("c", 0.0)]
+    assert [(labels.get("pod"), value) for labels, value in samples(families, "DCGM_FI_DEV_GPU_TEMP")] == [
+        ("a", 41), ("b", 41), ("c", 41)]

@@ -32,6 +32,7 @@ from exporter.remediate.events import (
     REASON_VALIDATED,
     REASON_VALIDATING,
     REASON_VALIDATION_FAILED,
+    alert_context,
 )
 from exporter.remediate.kubeapi import Backoff, KubeApi, load_core_api
 from exporter.remediate.nodestate import GPUS_ANNOTATION, PHASE_ANNOTATION, TAINT_KEY
@@ -310,6 +311,19 @@ def test_alerts_it_cannot_place_or_was_not_asked_about_are_counted_not_acted_on(
     assert counts == {"new": 0, "repeat": 0, "ignored": 1, "unusable": 1}
     remediator.run_once()
     assert api.writes() == []
+
+
+def test_an_alert_in_dcgm_exporter_4_8_3_spelling_names_its_node_too(api: FakeNodeApiServer, tmp_path: Path,
+                                                                     clock: Clock) -> None:
+    """node_label: Hostname (the default) also finds 4.8.3's hostname label."""
+    remediator = make(api, tmp_path, clock, {**ENFORCE, "mode": "dry-run"})
+    renamed = alert()
+    renamed["labels"]["hostname"] = renamed["labels"].pop("Hostname")
+    assert notify(remediator, renamed)["unusable"] == 0
+    remediator.run_once()
+    assert reasons(api, "node-a") == [REASON_DRY_RUN]
+    context = alert_context(renamed["labels"], {}, [], node=remediator.node_name(renamed["labels"]))
+    assert "on node node-a reported" in context  # the pods' event text
 
 
 def test_an_alert_for_a_node_that_is_gone_is_dropped(api: FakeNodeApiServer, tmp_path: Path, clock: Clock) -> None:

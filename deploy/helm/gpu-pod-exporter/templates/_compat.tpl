@@ -20,6 +20,25 @@ ignored in another.
 {{- if regexMatch "(^|/)nvidia/k8s/dcgm-exporter$" (toString .Values.image.repository) -}}true{{- end -}}
 {{- end -}}
 
+{{/* The dcgm-exporter generation to match: exporter.dcgmExporterCompat, else 4.8.3 when the values name
+     dcgm-exporter's image at 4.8.3 or later (its tags read <DCGM>-<exporter>-<os>, e.g. 4.6.0-4.8.3-ubuntu22.04),
+     else empty (the exporter's default, 4.8.2). */}}
+{{- define "gpu-pod-exporter.dcgmExporterCompat" -}}
+{{- if .Values.exporter.dcgmExporterCompat -}}
+{{- .Values.exporter.dcgmExporterCompat -}}
+{{- else if include "gpu-pod-exporter.upstreamImage" . -}}
+{{- $version := regexFind "-[0-9]+[.][0-9]+[.][0-9]+" (toString .Values.image.tag) | trimPrefix "-" -}}
+{{- if and $version (semverCompare ">=4.8.3-0" $version) -}}4.8.3{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* dcgm-exporter 4.8.3's `config` value: the --config-file YAML as text ("" when none). */}}
+{{- define "gpu-pod-exporter.upstreamConfigYaml" -}}
+{{- with .Values.config -}}
+{{- if kindIs "string" . -}}{{- . -}}{{- else -}}{{- toYaml . -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "gpu-pod-exporter.upstreamCompat" -}}
 {{- $v := .Values -}}
 {{- if not (hasKey $v "gpuPodExporterUpstreamCompatApplied") -}}
@@ -56,6 +75,19 @@ ignored in another.
 {{- /* service.enable / port / address. */ -}}
 {{- if hasKey $v.service "enable" -}}
 {{- $_ := set $v.service "enabled" $v.service.enable -}}
+{{- /* dcgm-exporter's chart renders its ServiceMonitor (default enabled: true) even without the Service,
+       where it selects nothing; here there is then no ServiceMonitor, and NOTES says so. */ -}}
+{{- if and (not $v.service.enable) $v.serviceMonitor.enabled -}}
+{{- $_ := set $v.serviceMonitor "enabled" false -}}
+{{- $_ := set $v "gpuPodExporterServiceMonitorDropped" true -}}
+{{- end -}}
+{{- end -}}
+{{- /* 4.8.3's service.webReadTimeout / webWriteTimeout: the exporter's --web-read-timeout / --web-write-timeout. */ -}}
+{{- with $v.service.webReadTimeout -}}
+{{- $_ := set $v "extraArgs" (append ($v.extraArgs | default list) (printf "--web-read-timeout=%s" .)) -}}
+{{- end -}}
+{{- with $v.service.webWriteTimeout -}}
+{{- $_ := set $v "extraArgs" (append ($v.extraArgs | default list) (printf "--web-write-timeout=%s" .)) -}}
 {{- end -}}
 {{- with $v.service.port -}}
 {{- $_ := set $v.web "port" (. | int64) -}}
@@ -158,6 +190,12 @@ ignored in another.
 {{- if hasKey $v "hostPID" }}{{ $lines = append $lines (printf "hostPID -> hostPID %v (processAttribution.enabled sets it for per-process attribution)" $v.hostPID) }}{{ end -}}
 {{- with $v.rollingUpdate }}{{ $lines = append $lines "rollingUpdate -> updateStrategy.rollingUpdate" }}{{ end -}}
 {{- if hasKey $v.service "enable" }}{{ $lines = append $lines (printf "service.enable -> service.enabled %v" $v.service.enable) }}{{ end -}}
+{{- if $v.gpuPodExporterServiceMonitorDropped }}{{ $lines = append $lines "serviceMonitor.enabled is ignored with service.enable false: there is no Service for it to select (dcgm-exporter's chart renders one that selects nothing)" }}{{ end -}}
+{{- with $v.service.webReadTimeout }}{{ $lines = append $lines (printf "service.webReadTimeout -> --web-read-timeout=%s" .) }}{{ end -}}
+{{- with $v.service.webWriteTimeout }}{{ $lines = append $lines (printf "service.webWriteTimeout -> --web-write-timeout=%s" .) }}{{ end -}}
+{{- with include "gpu-pod-exporter.upstreamConfigYaml" . }}{{ $lines = append $lines (printf "config -> ConfigMap %s-dcgm-exporter-config, read through DCGM_EXPORTER_CONFIG_FILE" (include "gpu-pod-exporter.fullname" $)) }}{{ end -}}
+{{- if hasKey $v.serviceAccount "automountServiceAccountToken" }}{{ $lines = append $lines (printf "serviceAccount.automountServiceAccountToken %v -> the pod's automountServiceAccountToken%s" $v.serviceAccount.automountServiceAccountToken (ternary "" " (still true while the exporter reads the Kubernetes API)" $v.serviceAccount.automountServiceAccountToken)) }}{{ end -}}
+{{- with include "gpu-pod-exporter.dcgmExporterCompat" . }}{{ $lines = append $lines (printf "dcgm-exporter %s behaviour (GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT): the node label is %s" . (ternary "hostname" "Hostname" (eq . "4.8.3"))) }}{{ end -}}
 {{- with $v.service.port }}{{ $lines = append $lines (printf "service.port -> web.port %v (container and Service port)" .) }}{{ end -}}
 {{- with $v.service.address }}{{ $lines = append $lines (printf "service.address -> web.listenAddress %s (DCGM_EXPORTER_LISTEN)" .) }}{{ end -}}
 {{- with $v.serviceMonitor.apiVersion }}{{ $lines = append $lines (printf "serviceMonitor.apiVersion -> the ServiceMonitor's apiVersion %s" .) }}{{ end -}}
