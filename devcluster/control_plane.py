@@ -316,7 +316,12 @@ def _running(path: Path) -> bool:
 
 
 def down(state_dir: Path, grace_s: float = 20.0) -> list[str]:
-    """Stop what ``up`` started in ``state_dir`` (reverse order); return the names stopped."""
+    """Stop what ``up`` started in ``state_dir`` (reverse order); return the names stopped.
+
+    The pidfiles say what ``up`` started; a component process whose pidfile was lost (an ``up``
+    interrupted between start and pidfile, a state directory tidied by hand) is still found by its
+    command line, which names files in this state directory, and stopped too.
+    """
     pids = state_dir / "pids"
     stopped: list[str] = []
     for name in reversed(COMPONENTS):
@@ -327,7 +332,27 @@ def down(state_dir: Path, grace_s: float = 20.0) -> list[str]:
             stopped.append(name)
         path.unlink()
         (pids / f"{name}.argv.json").unlink(missing_ok=True)
+    for pid, name in _strays(state_dir):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        stopped.append(f"{name} (pid {pid}, no pidfile)")
     return stopped
+
+
+def _strays(state_dir: Path) -> list[tuple[int, str]]:
+    """Component processes whose arguments point into ``state_dir`` (ours, whatever their pidfile says)."""
+    markers = {f"{state_dir}/", f"{state_dir.resolve()}/"}
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = [a.decode(errors="replace") for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+        except OSError:
+            continue
+        if argv and Path(argv[0]).name in COMPONENTS and any(m in a for a in argv[1:] for m in markers):
+            found.append((int(proc.name), Path(argv[0]).name))
+    return found
 
 
 def _stop(path: Path, grace_s: float) -> bool:

@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 DRIVER = "gpu.nvidia.com"
-DRIVER_VERSION = "570.124.06"
+# A ``version`` attribute must be semver 2.0: the real API server rejects NVML's "570.124.06" (leading
+# zero), so the driver's attribute is the semver form (tests/platform/test_attribution.py creates these).
+DRIVER_VERSION = "570.124.6"
 
 PublishedDevice = tuple[str, Mapping[str, str | int]]  # (device name, attributes)
 

@@ -96,7 +96,7 @@ def test_gpus_are_labelled_from_real_pods_and_namespaces(cluster: Cluster, admin
     make_pod(admin, kubelet, "ml-attr", "trainer-0", 0, {"app": "trainer"})
     make_pod(admin, kubelet, "ml-attr", "tuner-0", 1, {"team": "vision"})
     args = ["--simulate", str(SCENARIO), "-c", "200", "-k", "--pod-resources-kubelet-socket", str(kubelet.socket_path),
-            "--kubeconfig", str(exporter_kubeconfig), "--node-name", NODE, "--pod-resources-interval", "500"]
+            "--kubeconfig", str(exporter_kubeconfig), "--node-name", NODE, "--pod-resources-interval", "1000"]
     with running_exporter(args) as exporter:
         exporter.wait_healthy(deadline_s=60)
         uuid0, uuid1 = GPUS[0].uuid, GPUS[1].uuid
@@ -123,7 +123,7 @@ def test_gpus_are_labelled_from_real_pods_and_namespaces(cluster: Cluster, admin
 
         # an etcd compaction, then an API server restart: the watch resumes from a compacted
         # resourceVersion, the real API server answers 410 Gone, and the exporter relists.
-        gone_before = relists(exporter, "gone")
+        expired_before = relists(exporter, "expired")
         make_pod(admin, kubelet, "ml-attr", "late-0", 2)
         etcd_compact(cluster)
         # a write after the compaction, so the restarted server's watch cache starts past every
@@ -131,7 +131,7 @@ def test_gpus_are_labelled_from_real_pods_and_namespaces(cluster: Cluster, admin
         admin.create("/api/v1/namespaces/default/configmaps", {
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "after-compaction-"}})
         restart_apiserver(cluster)
-        poll("a relist after 410 Gone", lambda: relists(exporter, "gone") > gone_before, deadline_s=180)
+        poll("a relist after 410 Gone", lambda: relists(exporter, "expired") > expired_before, deadline_s=180)
         poll("late-0 attributed after the relist", lambda: allocations(exporter).get(GPUS[2].uuid, {}).get("pod")
              == "late-0", deadline_s=120)
 
@@ -180,7 +180,7 @@ def test_dra_claims_resolve_through_real_resource_slices(admin: Api, kubelet: Fa
     kubelet.add_pod(FakePod("ml-dra", "llm-0", (FakeContainer("main", claims=(FakeClaim("ml-dra", "llm-gpu", (
         FakeClaimDevice(result["driver"], result["pool"], result["device"]),)),)),)))
     args = ["--simulate", str(SCENARIO), "-c", "200", "-k", "--pod-resources-kubelet-socket", str(kubelet.socket_path),
-            "--kubeconfig", str(exporter_kubeconfig), "--node-name", NODE, "--pod-resources-interval", "500",
+            "--kubeconfig", str(exporter_kubeconfig), "--node-name", NODE, "--pod-resources-interval", "1000",
             "--kubernetes-enable-dra"]
     with running_exporter(args) as exporter:
         exporter.wait_healthy(deadline_s=60)

@@ -3,7 +3,9 @@ service-account machinery, the scheduler and kwok's nodes and pods all answer as
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +14,8 @@ from devcluster import nodes
 from devcluster.api import Api, ApiError
 from devcluster.control_plane import DATA, Cluster
 from tests.platform.support import exists, poll
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "cluster"
 
 
 def test_every_default_node_is_registered_and_ready(admin: Api) -> None:
@@ -58,3 +62,39 @@ def test_a_pod_is_scheduled_run_by_kwok_and_deleted(admin: Api, sa_token: Callab
 def _running(api: Api, path: str) -> dict[str, Any] | None:
     pod: dict[str, Any] = api.get(path)
     return pod if pod.get("status", {}).get("phase") == "Running" else None
+
+
+def test_scripts_cluster_up_prints_the_kubeconfig_last_and_down_stops_exactly_what_it_started(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """A second cluster from the command line, with a nodes file: the session's cluster is untouched."""
+    nodes_file = tmp_path / "nodes.yaml"
+    nodes_file.write_text("nodes:\n  - name: only-gpu\n    labels: {nvidia.com/gpu.present: true}\n", encoding="utf-8")
+    state = tmp_path / "state"
+    up = subprocess.run([str(SCRIPT), "up", "--nodes", str(nodes_file), "--state-dir", str(state)],
+                        capture_output=True, text=True, timeout=600, check=False)
+    assert up.returncode == 0, up.stderr
+    kubeconfig = Path(up.stdout.strip().splitlines()[-1])
+    assert kubeconfig == state / "admin.kubeconfig" and kubeconfig.is_file()
+    second = Cluster.load(state).admin()
+    assert [n["metadata"]["name"] for n in second.get("/api/v1/nodes")["items"]] == ["only-gpu"]
+    pids = {p.name.removesuffix(".pid"): int(p.read_text().split()[0]) for p in (state / "pids").glob("*.pid")}
+    assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+
+    (state / "pids" / "kwok.pid").unlink()  # a lost pidfile: kwok is still found by its arguments
+    down = subprocess.run([str(SCRIPT), "down", "--state-dir", str(state)], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert down.returncode == 0, down.stderr
+    assert f"kwok (pid {pids['kwok']}, no pidfile)" in down.stderr
+    assert all(not Path(f"/proc/{pid}").exists() or _zombie(pid) for pid in pids.values())
+    assert not list((state / "pids").glob("*.pid"))
+    assert cluster.admin().ok("/readyz")  # the session's cluster still runs
+    again = subprocess.run([str(SCRIPT), "down", "--state-dir", str(state)], capture_output=True, text=True,
+                           timeout=60, check=False)
+    assert again.returncode == 0 and "nothing was running" in again.stderr
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True

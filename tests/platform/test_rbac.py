@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from devcluster.api import Api, ApiError
+from exporter.simulate.fakeaccess import DRA_GRANTS, AccessRules
+from exporter.simulate.fakeaccess import SERVICE_ACCOUNT as FAKE_ACCOUNT
 from tests.deploy.chart_support import CHART_DIR
 from tests.platform.support import poll
 
@@ -138,3 +140,29 @@ def test_the_exporter_token_makes_its_real_calls_and_no_others(admin: Api, relea
         with pytest.raises(ApiError) as denied:
             api.get(path)
         assert denied.value.status == 403, path
+
+
+def test_the_fake_api_servers_rbac_answers_as_the_real_one(admin: Api, release: dict[str, str],
+                                                           sa_token: Callable[..., str]) -> None:
+    """exporter/simulate/fakeaccess.py (the --simulate API server's RBAC, doctor's tests) says what the
+    real API server says for the chart's exporter identity (DRA on): the same allowed/forbidden per
+    call, and the same 403 Status for a forbidden list."""
+    fake = AccessRules()
+    fake.grant(DRA_GRANTS)
+    api = admin.as_token(sa_token(NAMESPACE, release["exporter"]))
+    differ = []
+    for access in EXPORTER:
+        verb, resource, group, namespace, subresource = access
+        if resource == "selfsubjectaccessreviews" or namespace or subresource:
+            continue  # the fake models cluster-scoped grants of resources only; SSAR it always serves
+        if fake.allows(verb, resource, group) != review(api, access):
+            differ.append(describe(access))
+    assert not differ, differ
+    account = f"system:serviceaccount:{NAMESPACE}:{release['exporter']}"
+    for resource, group, path in (("secrets", "", "/api/v1/secrets"),
+                                  ("nodes", "", "/api/v1/nodes")):
+        with pytest.raises(ApiError) as denied:
+            api.get(path)
+        expected = fake.forbidden_status("list", resource, group)
+        expected["message"] = expected["message"].replace(FAKE_ACCOUNT, account)
+        assert denied.value.body == expected
