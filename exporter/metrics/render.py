@@ -27,6 +27,7 @@ from exporter.metrics.counters import CounterRow, CounterSet
 from exporter.metrics.owned import family_name, owned
 from exporter.metrics.selection import DEFAULT as ALL_DEVICES
 from exporter.metrics.selection import DeviceSelection, select
+from exporter.nvml.peaks import PEAK_FAMILIES
 from exporter.snapshot import DeviceIdentity, InFlight, MigIdentity, Snapshot
 
 WorkloadLabeler = Callable[[DeviceIdentity, int | None], Sequence[Mapping[str, str]]]
@@ -123,6 +124,28 @@ def dcgm_families(ctx: RenderContext) -> list[Metric]:
     return families
 
 
+def peak_families(ctx: RenderContext) -> list[Metric]:
+    """``DCGM_EXP_*_PEAK``: each peak reading's trailing-window maximum (exporter/nvml/peaks.py).
+
+    One family per peak reading whose CSV row is enabled, one sample per selected GPU (not per MIG
+    instance) with the very labels of that reading's own series, so ``DCGM_EXP_FB_USED_PEAK`` and
+    ``DCGM_FI_DEV_FB_USED`` divide, compare and join one to one.
+    """
+    enabled = {row.spec.name for row in ctx.counters.metrics}
+    wanted = [(field_name, family_name) for field_name, family_name in PEAK_FAMILIES.items() if field_name in enabled]
+    if not wanted:
+        return []
+    gpus = [entity.reading for entity in select(ctx.options.devices, ctx.snapshot.devices) if entity.mig is None]
+    label_sets = [ctx.series_label_sets(reading.identity) for reading in gpus]
+    families: list[Metric] = []
+    for field_name, name in wanted:
+        family = owned_family(name)
+        for reading, labels in zip(gpus, label_sets, strict=True):
+            _add_samples(family, name, reading.peaks.get(field_name), labels)
+        families.append(family)
+    return families
+
+
 def _add_samples(family: Metric, name: str, value: float | None, label_sets: Iterable[Mapping[str, str]]) -> None:
     if value is None:
         return
@@ -171,10 +194,12 @@ def self_families(ctx: RenderContext) -> list[Metric]:
             unsupported.add_sample("gpu_pod_exporter_field_unsupported",
                                    {"gpu": str(index), "UUID": identity.uuid, "field": field_name}, 1)
     families.append(unsupported)
+    if status.peak_window_s:
+        single("gpu_pod_exporter_peak_window_seconds", status.peak_window_s)
     return families
 
 
-DEFAULT_BUILDERS: tuple[FamilyBuilder, ...] = (dcgm_families, self_families)
+DEFAULT_BUILDERS: tuple[FamilyBuilder, ...] = (dcgm_families, peak_families, self_families)
 
 
 def render(ctx: RenderContext, builders: Sequence[FamilyBuilder] = DEFAULT_BUILDERS) -> list[Metric]:
