@@ -88,13 +88,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=64)
     parser.add_argument("--pods", type=int, default=110)
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--no-trace", action="store_true",
+                        help="only the resident memory by mapping (tracemalloc's own bookkeeping inflates it)")
     args = parser.parse_args(argv)
     settings = runner.QUICK
     with tempfile.TemporaryDirectory(prefix="bench-memtrace-") as tmp:
         directory = Path(tmp)
         report = directory / "tracemalloc.txt"
-        os.environ[ENV] = str(report)
-        os.environ["PYTHONTRACEMALLOC"] = "4"
+        if not args.no_trace:
+            os.environ[ENV] = str(report)
+            os.environ["PYTHONTRACEMALLOC"] = "4"
         scenario = scenarios.write_scenario(directory, args.gpus, args.pods, kubernetes=False)
         cluster = Cluster(scenarios.write_scenario(directory, args.gpus, args.pods), directory / "cluster", True) \
             if args.pods else None
@@ -103,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             runner._wait(lambda: runner._text(server.port), 120, "metrics", server.process)
             time.sleep(settings.idle_s)
             steady = procstat.memory(server.pid).rss_bytes
+            print(f"resident by mapping when idle (RSS {steady / 2**20:.1f} MiB):")
+            for kib, name in mappings(server.pid)[:5]:
+                print(f"{kib / 1024:8.1f} MiB  {name}")
             runner._load_phases(server.port, server.pid, settings, 0.0, "ours", print)
             memory = procstat.memory(server.pid)
             threads = sum(1 for _ in Path(f"/proc/{server.pid}/task").iterdir())
@@ -115,7 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             server.stop()
             if cluster is not None:
                 cluster.stop()
-        print(report.read_text() if report.exists() else "no tracemalloc report was written", flush=True)
+        if not args.no_trace:
+            print(report.read_text() if report.exists() else "no tracemalloc report was written", flush=True)
     return 0
 
 
