@@ -28,7 +28,7 @@ from exporter.metrics.owned import family_name, owned
 from exporter.metrics.selection import DEFAULT as ALL_DEVICES
 from exporter.metrics.selection import DeviceSelection, select
 from exporter.nvml.peaks import PEAK_FAMILIES
-from exporter.snapshot import DeviceIdentity, InFlight, MigIdentity, Snapshot
+from exporter.snapshot import DeviceIdentity, DeviceReading, InFlight, MigIdentity, Snapshot
 
 WorkloadLabeler = Callable[[DeviceIdentity, int | None], Sequence[Mapping[str, str]]]
 
@@ -105,7 +105,8 @@ def _label_row_value(row: CounterRow, identity: DeviceIdentity, snapshot: Snapsh
 
 
 def dcgm_families(ctx: RenderContext) -> list[Metric]:
-    """One family per active CSV row, one sample per selected GPU / GPU instance (and workload) that has it.
+    """One family per active CSV row, one sample per selected GPU / GPU instance (and workload) that has it,
+    then the ``DCGM_EXP_*_PEAK`` families of the enabled peak readings (``_peak_family``).
 
     Which entities: ``-d/--devices`` (``exporter.metrics.selection``); by default every GPU and every
     MIG GPU instance with its own readings.
@@ -121,29 +122,27 @@ def dcgm_families(ctx: RenderContext) -> list[Metric]:
         for entity, labels in zip(entities, label_sets, strict=True):
             _add_samples(family, row.name, entity.values.get(row.spec.name), labels)
         families.append(family)
-    return families
-
-
-def peak_families(ctx: RenderContext) -> list[Metric]:
-    """``DCGM_EXP_*_PEAK``: each peak reading's trailing-window maximum (exporter/nvml/peaks.py).
-
-    One family per peak reading whose CSV row is enabled, one sample per selected GPU (not per MIG
-    instance) with the very labels of that reading's own series, so ``DCGM_EXP_FB_USED_PEAK`` and
-    ``DCGM_FI_DEV_FB_USED`` divide, compare and join one to one.
-    """
+    gpus = [(entity.reading, labels) for entity, labels in zip(entities, label_sets, strict=True)
+            if entity.mig is None]
     enabled = {row.spec.name for row in ctx.counters.metrics}
-    wanted = [(field_name, family_name) for field_name, family_name in PEAK_FAMILIES.items() if field_name in enabled]
-    if not wanted:
-        return []
-    gpus = [entity.reading for entity in select(ctx.options.devices, ctx.snapshot.devices) if entity.mig is None]
-    label_sets = [ctx.series_label_sets(reading.identity) for reading in gpus]
-    families: list[Metric] = []
-    for field_name, name in wanted:
-        family = owned_family(name)
-        for reading, labels in zip(gpus, label_sets, strict=True):
-            _add_samples(family, name, reading.peaks.get(field_name), labels)
-        families.append(family)
+    for field_name, name in PEAK_FAMILIES.items():
+        if field_name in enabled:
+            families.append(_peak_family(name, field_name, gpus))
     return families
+
+
+def _peak_family(name: str, field_name: str, gpus: Sequence[tuple[DeviceReading, list[dict[str, str]]]]) -> Metric:
+    """``DCGM_EXP_*_PEAK``: a peak reading's trailing-window maximum (exporter/nvml/peaks.py).
+
+    Rendered with the CSV rows so it reuses their label sets: one sample per selected GPU (not per
+    MIG instance, which has no peaks) with the very labels of that reading's own series, so
+    ``DCGM_EXP_FB_USED_PEAK`` and ``DCGM_FI_DEV_FB_USED`` divide, compare and join one to one. Only
+    for readings whose CSV row is enabled (the sampler reads no other).
+    """
+    family = owned_family(name)
+    for reading, labels in gpus:
+        _add_samples(family, name, reading.peaks.get(field_name), labels)
+    return family
 
 
 def _add_samples(family: Metric, name: str, value: float | None, label_sets: Iterable[Mapping[str, str]]) -> None:
@@ -199,7 +198,7 @@ def self_families(ctx: RenderContext) -> list[Metric]:
     return families
 
 
-DEFAULT_BUILDERS: tuple[FamilyBuilder, ...] = (dcgm_families, peak_families, self_families)
+DEFAULT_BUILDERS: tuple[FamilyBuilder, ...] = (dcgm_families, self_families)
 
 
 def render(ctx: RenderContext, builders: Sequence[FamilyBuilder] = DEFAULT_BUILDERS) -> list[Metric]:
