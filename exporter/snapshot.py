@@ -50,6 +50,7 @@ class MigReading:
 
     identity: MigIdentity
     values: Mapping[str, float] = field(default_factory=dict)
+    peaks: Mapping[str, float] = field(default_factory=dict)  # as DeviceReading.peaks, of this instance's values
 
 
 @dataclass(frozen=True)

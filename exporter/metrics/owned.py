@@ -67,7 +67,7 @@ PAYLOAD_METRICS: tuple[OwnedMetric, ...] = (
 # same labels as the reading's own series (workload labels included), so it sits beside it in a query.
 _PEAK_SOURCE = ("highest {field} sample of the last --peak-window milliseconds (trailing window of the 1 s samples "
                 "the sampler already takes; no NVML call; only when the counters CSV has {field}); one series per "
-                "GPU, none for MIG instances")
+                "GPU or MIG instance that has the reading")
 PEAK_METRICS: tuple[OwnedMetric, ...] = tuple(
     OwnedMetric(f"DCGM_EXP_{name}_PEAK", "gauge", unit, (),
                 f"Highest {what} over the trailing peak window (gpu_pod_exporter_peak_window_seconds), so a "

@@ -28,7 +28,7 @@ from exporter.metrics.owned import family_name, owned
 from exporter.metrics.selection import DEFAULT as ALL_DEVICES
 from exporter.metrics.selection import DeviceSelection, select
 from exporter.nvml.peaks import PEAK_FAMILIES
-from exporter.snapshot import DeviceIdentity, DeviceReading, InFlight, MigIdentity, Snapshot
+from exporter.snapshot import DeviceIdentity, InFlight, MigIdentity, Snapshot
 
 WorkloadLabeler = Callable[[DeviceIdentity, int | None], Sequence[Mapping[str, str]]]
 
@@ -122,26 +122,28 @@ def dcgm_families(ctx: RenderContext) -> list[Metric]:
         for entity, labels in zip(entities, label_sets, strict=True):
             _add_samples(family, row.name, entity.values.get(row.spec.name), labels)
         families.append(family)
-    gpus = [(entity.reading, labels) for entity, labels in zip(entities, label_sets, strict=True)
-            if entity.mig is None]
+    peaks = [(entity.mig.peaks if entity.mig is not None else entity.reading.peaks, labels)
+             for entity, labels in zip(entities, label_sets, strict=True)]
     enabled = {row.spec.name for row in ctx.counters.metrics}
     for field_name, name in PEAK_FAMILIES.items():
         if field_name in enabled:
-            families.append(_peak_family(name, field_name, gpus))
+            families.append(_peak_family(name, field_name, peaks))
     return families
 
 
-def _peak_family(name: str, field_name: str, gpus: Sequence[tuple[DeviceReading, list[dict[str, str]]]]) -> Metric:
+def _peak_family(name: str, field_name: str, entities: Sequence[tuple[Mapping[str, float], list[dict[str, str]]]]
+                 ) -> Metric:
     """``DCGM_EXP_*_PEAK``: a peak reading's trailing-window maximum (exporter/nvml/peaks.py).
 
-    Rendered with the CSV rows so it reuses their label sets: one sample per selected GPU (not per
-    MIG instance, which has no peaks) with the very labels of that reading's own series, so
-    ``DCGM_EXP_FB_USED_PEAK`` and ``DCGM_FI_DEV_FB_USED`` divide, compare and join one to one. Only
-    for readings whose CSV row is enabled (the sampler reads no other).
+    Rendered with the CSV rows so it reuses their label sets: one sample per selected GPU or GPU
+    instance that has the reading, with the very labels of that reading's own series, so
+    ``DCGM_EXP_FB_USED_PEAK`` and ``DCGM_FI_DEV_FB_USED`` divide, compare and join one to one. A GPU
+    instance has only its own peaks (not its parent's chip-wide ones). Only for readings whose CSV
+    row is enabled (the sampler reads no other).
     """
     family = owned_family(name)
-    for reading, labels in gpus:
-        _add_samples(family, name, reading.peaks.get(field_name), labels)
+    for peaks, labels in entities:
+        _add_samples(family, name, peaks.get(field_name), labels)
     return family
 
 

@@ -12,6 +12,9 @@ scrape at different moments both see every spike that happened within the window
 scrape (no per-scraper state, nothing reset by a scrape), and the exposition stays cached per
 snapshot. A window at least as long as the scrape interval leaves no gap between scrapes.
 
+MIG: each GPU instance with its own readings (framebuffer used) has its own windows, kept by GPU-
+instance id and dropped when the layout changes.
+
 Cost: no NVML call (it reads the values the cycle already took), one monotonic deque per GPU and
 reading, at most ``window_s / interval`` entries each and usually far fewer (a falling sequence is
 all a window maximum needs to keep), O(1) amortised work per sample. Readings the counters CSV does
@@ -72,15 +75,15 @@ class DevicePeaks:
     def add(self, now: float, values: Mapping[str, float]) -> dict[str, float]:
         """Take this cycle's values; return the peak of each peak reading present in this cycle.
 
-        A reading absent this cycle (unsupported, a transient failure) forgets its window: a peak is
-        published only beside a sample, and one from before a gap would not be "between scrapes".
+        A reading absent this cycle (a transient failure) publishes no peak, as it publishes no sample,
+        but its window keeps the samples before the gap: a spike just before a failed read still
+        shows beside the next sample. Samples older than the window leave it at that next sample.
         """
         peaks: dict[str, float] = {}
         windows = self._windows
         for name in PEAK_FAMILIES:
             value = values.get(name)
             if value is None:
-                windows.pop(name, None)
                 continue
             window = windows.get(name)
             if window is None:

@@ -175,6 +175,7 @@ class _DeviceState:
     mig_unsupported_queries: set[str] = field(default_factory=set)  # not asked again until the layout changes
     gpm: GpmReader = field(default_factory=GpmReader)
     peaks: DevicePeaks = field(default_factory=lambda: DevicePeaks(DEFAULT_WINDOW_S))
+    mig_peaks: dict[int, DevicePeaks] = field(default_factory=dict)  # by GPU-instance id; reset with the layout
 
 
 class Sampler:
@@ -338,7 +339,7 @@ class Sampler:
             self._refresh_mig(state, now)
             values = self._read_values(state)
             processes = self._read_processes(state, now)
-            mig = self._read_mig(state)
+            mig = self._read_mig(state, now)
         except _DeviceLostError as exc:
             state.lost_reason = exc.reason
             state.lost_checked_at = now
@@ -347,6 +348,7 @@ class Sampler:
             state.utilization.reset()  # so does the per-process sample cursor
             state.process_utilization = None
             state.peaks.clear()
+            state.mig_peaks.clear()
             self._log.change(("lost", identity.uuid), True, logging.ERROR,
                              "GPU lost: its readings are dropped until it answers again; other GPUs continue",
                              gpu=identity.index, uuid=identity.uuid, error=exc.reason)
@@ -567,6 +569,7 @@ class Sampler:
             return
         if not changed:
             return
+        state.mig_peaks.clear()  # GPU-instance ids may now name other instances
         state.mig_unsupported_queries.clear()  # new MIG devices may answer what the old ones did not
         if tracker.enabled != was_enabled:
             # MIG mode decides which readings exist (utilization is NotSupported with MIG on): ask again.
@@ -662,7 +665,7 @@ class Sampler:
             return self._rate(state, read.fallback, field_values, field_times), read.fallback.integer
         return None, read.integer
 
-    def _read_mig(self, state: _DeviceState) -> tuple[MigReading, ...]:
+    def _read_mig(self, state: _DeviceState, now: float) -> tuple[MigReading, ...]:
         """One reading per GPU instance: memory on its MIG handle, GPM from its GPU-instance sample."""
         tracker = state.mig
         if not tracker.enabled:
@@ -689,7 +692,10 @@ class Sampler:
                     continue
                 self._handle_error(state, exc, what=f"MIG instance {gpu_instance_id}")
                 continue
-            readings.append(MigReading(identity=device.identity, values=values))
+            peaks = state.mig_peaks.get(gpu_instance_id)
+            if peaks is None:
+                peaks = state.mig_peaks[gpu_instance_id] = DevicePeaks(self.peak_window_s)
+            readings.append(MigReading(identity=device.identity, values=values, peaks=peaks.add(now, values)))
         return tuple(readings)
 
     def _read_instance_gpm(self, state: _DeviceState, gpu_instance_id: int) -> dict[int, float]:

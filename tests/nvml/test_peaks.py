@@ -44,11 +44,12 @@ def test_window_max_holds_only_a_falling_sequence() -> None:
     assert len(window) <= 7
 
 
-def test_device_peaks_forget_a_reading_that_went_missing() -> None:
+def test_a_missing_reading_publishes_no_peak_but_its_window_keeps_the_samples_before_the_gap() -> None:
     peaks = DevicePeaks(60.0)
     assert peaks.add(0.0, {"DCGM_FI_DEV_FB_USED": 900, "DCGM_FI_DEV_SM_CLOCK": 1980}) == {"DCGM_FI_DEV_FB_USED": 900}
-    assert peaks.add(1.0, {}) == {}  # no sample this cycle: no peak beside it either
-    assert peaks.add(2.0, {"DCGM_FI_DEV_FB_USED": 100}) == {"DCGM_FI_DEV_FB_USED": 100}
+    assert peaks.add(1.0, {}) == {}  # a failed read: no sample, so no peak beside it either
+    assert peaks.add(2.0, {"DCGM_FI_DEV_FB_USED": 100}) == {"DCGM_FI_DEV_FB_USED": 900}  # the spike before the gap
+    assert peaks.add(61.0, {"DCGM_FI_DEV_FB_USED": 100}) == {"DCGM_FI_DEV_FB_USED": 100}  # ... until it ages out
 
 
 def _scrape(sampler: Sampler) -> dict[str, float]:
@@ -102,3 +103,36 @@ def test_a_lost_gpu_restarts_its_peaks() -> None:
         clock.now = 152.0  # after the re-probe delay the GPU answers again
         back = sampler.run_cycle().devices[0]
     assert back.up and back.peaks["DCGM_FI_DEV_FB_USED"] == 20 * 1024  # the spike before the loss is not kept
+
+
+MIG_SPIKE = """
+description: a MIG instance whose framebuffer use spikes for 3 s
+gpu_count: 1
+gpu_defaults: {model: H100-SXM5-80GB}
+gpus:
+  0:
+    mig:
+      - {profile: 3g.40gb, memory_used: {pattern: steps, steps: [[0, 10GiB], [105s, 30GiB], [108s, 10GiB]]}}
+      - {profile: 1g.10gb, memory_used: 2GiB}
+"""
+
+
+def test_each_mig_instance_has_its_own_framebuffer_peak_with_its_instance_labels() -> None:
+    clock = Clock(start=100.0)
+    with installed(parse_scenario(MIG_SPIKE, "mig-spike.yaml", "mig-spike"), clock):
+        sampler = Sampler(load_counters(None).field_specs(), 1.0, clock=clock, peak_window_s=30.0)
+        assert sampler.initialise()
+        while clock.now <= 115.0:
+            sampler.run_cycle()
+            clock.now += 1.0
+        context = RenderContext(snapshot=sampler.snapshot, counters=load_counters(None),
+                                options=RenderOptions(hostname="node-1"))
+        text = encode_text(render(context)).decode()
+    used = {sample.labels.get("GPU_I_PROFILE"): sample for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.name == "DCGM_FI_DEV_FB_USED"}
+    peaks = {sample.labels.get("GPU_I_PROFILE"): sample for family in text_string_to_metric_families(text)
+             for sample in family.samples if sample.name == "DCGM_EXP_FB_USED_PEAK"}
+    assert set(peaks) == set(used) >= {"3g.40gb", "1g.10gb"}
+    assert used["3g.40gb"].value == 10 * 1024 and peaks["3g.40gb"].value == 30 * 1024
+    assert peaks["1g.10gb"].value == used["1g.10gb"].value == 2 * 1024
+    assert peaks["3g.40gb"].labels == used["3g.40gb"].labels  # GPU_I_ID and all: they divide one to one
