@@ -23,7 +23,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import abtest, counters, loadgen, memtrace, nvmlprobe, process_utilization, report, runner, servers, suite
+from bench import (
+    abtest,
+    counters,
+    loadgen,
+    memtrace,
+    nvmlprobe,
+    peaks_cost,
+    process_utilization,
+    report,
+    runner,
+    servers,
+    suite,
+)
 
 DOCS = runner.REPO_ROOT / "docs"
 DOCUMENT = "benchmarks.md"
@@ -103,6 +115,10 @@ def _memtrace(data: dict[str, Any]) -> str:
     return _wrapped("memtrace", memtrace.report_text(data))
 
 
+def _peaks_cost(data: dict[str, Any]) -> str:
+    return _wrapped("peaks-cost", peaks_cost.report_text(data))
+
+
 def _dcgm_published(data: dict[str, Any]) -> str:
     lines = [data["note"], "", "| figure | value | source |", "|---|---|---|"]
     lines += [f"| {row['figure']} | {row['value']} | {row['source']} |" for row in data["rows"]]
@@ -127,6 +143,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("peaks-ab-full", "benchmarks-peaks-ab-full.json", _ab("peaks-ab-full")),
     Section("budget-ab-full", "benchmarks-budget-ab-full.json", _ab("budget-ab-full")),
     Section("memtrace", "benchmarks-memtrace.json", _memtrace),
+    Section("peaks-cost", "benchmarks-peaks-cost.json", _peaks_cost),
 )
 
 

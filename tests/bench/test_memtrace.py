@@ -36,3 +36,4 @@ def test_the_report_puts_the_plain_run_beside_the_traced_one():
     assert "| traced Python heap, highest before the load, MiB | n/a | 22.0 |" in text
     assert "| `[anonymous]` | 34.0 |" in text
     assert "| `<frozen importlib._bootstrap_external>:729` | 8.00 | 76,734 |" in text
+
