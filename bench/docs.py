@@ -141,6 +141,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("counters", "benchmarks-counters.json", _counters),
     Section("peaks-ab", "benchmarks-peaks-ab.json", _ab("peaks-ab")),
     Section("peaks-ab-full", "benchmarks-peaks-ab-full.json", _ab("peaks-ab-full")),
+    Section("peaks-ab-full-repeat", "benchmarks-peaks-ab-full-repeat.json", _ab("peaks-ab-full-repeat")),
     Section("budget-ab-full", "benchmarks-budget-ab-full.json", _ab("budget-ab-full")),
     Section("memtrace", "benchmarks-memtrace.json", _memtrace),
     Section("peaks-cost", "benchmarks-peaks-cost.json", _peaks_cost),
