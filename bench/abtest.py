@@ -1,10 +1,12 @@
 """Before/after: the same harness against the exporter at two commits, alternating, in one run.
 
-    python -m bench.abtest --before REV [--after WORKTREE] [--gpus 8] [--pods 0,110] [--rounds 3]
-                           [--out docs/benchmarks-server-ab.json]
+    python -m bench.abtest --before REV [--after WORKTREE | --after-rev REV] [--gpus 8] [--pods 0,110]
+                           [--rounds 3] [--windows quick|full] [--out docs/benchmarks-server-ab.json]
 
-``REV`` is extracted with ``git archive`` into a temporary directory; "after" is this working tree.
-Each round runs ``bench.suite.run_suite`` (quick windows, ``ours`` only, no floor) once from each
+``REV`` is extracted with ``git archive`` into a temporary directory; "after" is this working tree, or
+``--after-rev`` extracted the same way (so editing the tree during a long run changes nothing).
+Each round runs ``bench.suite.run_suite`` (quick windows by default, the full preset's longer
+windows with ``--windows full``, one repetition; ``ours`` only, no floor) once from each
 tree, the order alternating between rounds, so slow drifts of this shared machine hit both sides
 alike. Reported per configuration: the median of each figure per side, and the median of the
 after/before ratios of neighbouring runs (``bench.stats``' method).
@@ -32,7 +34,10 @@ SUITE = ("import json, sys\n"
          "from bench import runner, suite\n"
          "gpus = tuple(int(x) for x in sys.argv[2].split(','))\n"
          "pods = tuple(int(x) for x in sys.argv[3].split(','))\n"
-         "result = suite.run_suite(runner.QUICK, gpu_counts=gpus, pod_counts=pods, exporters=('ours',), floor=False,\n"
+         "settings = runner.FULL if sys.argv[4] == 'full' else runner.QUICK\n"
+         "import dataclasses\n"
+         "settings = dataclasses.replace(settings, repetitions=1)\n"
+         "result = suite.run_suite(settings, gpu_counts=gpus, pod_counts=pods, exporters=('ours',), floor=False,\n"
          "                         progress=lambda line: print(line, flush=True))\n"
          "import exporter\n"
          "result['exporter_source'] = exporter.__file__\n"
@@ -61,7 +66,10 @@ FIGURES: dict[str, Callable[[dict[str, Any]], float | None]] = {
     "scrapes/s (c=64)": _figure(lambda r: _phase(r, "closed", 64)["throughput_per_s"]),  # type: ignore[index]
     "scrape p99, ms (64 scrapers x 1/1s)": _figure(lambda r: _phase(r, "paced", 64)["p99_s"] * 1e3),  # type: ignore[index]
     "failed scrapes (all phases)": _figure(lambda r: float(sum(p["failed"] for p in r["load"]))),
+    "RSS steady, MiB": _figure(lambda r: r["memory"]["rss_steady_bytes"] / 2**20),
     "RSS peak (VmHWM), MiB": _figure(lambda r: r["memory"]["peak_rss_bytes"] / 2**20),
+    "exposition, series": _figure(lambda r: float(r["exposition"]["series"])),
+    "series per GPU": _figure(lambda r: r["exposition"]["series"] / r["gpus"]),
     "CPU per sampling cycle, ms": _figure(lambda r: r["idle"]["cpu_per_cycle_s"] * 1e3),
 }
 
@@ -73,9 +81,9 @@ def extract(rev: str, into: Path) -> Path:
     return into
 
 
-def run_side(tree: Path, out: Path, gpus: str, pods: str) -> dict[str, Any]:
+def run_side(tree: Path, out: Path, gpus: str, pods: str, windows: str = "quick") -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    subprocess.run([sys.executable, "-c", SUITE, str(out), gpus, pods], cwd=tree, env=env, check=True)
+    subprocess.run([sys.executable, "-c", SUITE, str(out), gpus, pods, windows], cwd=tree, env=env, check=True)
     result: dict[str, Any] = json.loads(out.read_text())
     if not str(result.get("exporter_source", "")).startswith(str(tree)):
         raise RuntimeError(f"the {tree} run imported the exporter from {result.get('exporter_source')}")
@@ -118,6 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.abtest", description=__doc__.splitlines()[0])
     parser.add_argument("--before", required=True, help="git revision of the 'before' side")
     parser.add_argument("--after", type=Path, default=REPO_ROOT, help="tree of the 'after' side (default: here)")
+    parser.add_argument("--after-rev", help="git revision of the 'after' side (instead of --after's tree)")
+    parser.add_argument("--windows", choices=("quick", "full"), default="quick",
+                        help="the quick preset's windows, or the full preset's longer ones (one repetition)")
     parser.add_argument("--gpus", default="8")
     parser.add_argument("--pods", default="0,110")
     parser.add_argument("--rounds", type=int, default=3)
@@ -126,16 +137,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.time()
     sides: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="bench-abtest-") as tmp:
-        trees = {"before": extract(args.before, Path(tmp) / "before"), "after": args.after.resolve()}
+        after = extract(args.after_rev, Path(tmp) / "after") if args.after_rev else args.after.resolve()
+        trees = {"before": extract(args.before, Path(tmp) / "before"), "after": after}
         for round_number in range(args.rounds):
             order = ["before", "after"] if round_number % 2 == 0 else ["after", "before"]
             for side in order:
                 print(f"[round {round_number + 1}/{args.rounds}] {side}", flush=True)
                 sides[side].append(run_side(trees[side], Path(tmp) / f"{side}-{round_number}.json", args.gpus,
-                                            args.pods))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.after, capture_output=True,
-                            text=True, check=False).stdout.strip()
-    results = {"before": args.before, "after": commit, "rounds": args.rounds,
+                                            args.pods, args.windows))
+    commit = args.after_rev or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.after,
+                                              capture_output=True, text=True, check=False).stdout.strip()
+    results = {"before": args.before, "after": commit, "rounds": args.rounds, "windows": args.windows,
                "duration_s": time.time() - started, "sides": sides}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")

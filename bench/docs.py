@@ -23,7 +23,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import abtest, counters, loadgen, nodepage, nvmlprobe, process_utilization, report, runner, servers, suite
+from bench import (
+    abtest,
+    counters,
+    loadgen,
+    memtrace,
+    nodepage,
+    nvmlprobe,
+    peaks_cost,
+    process_utilization,
+    report,
+    runner,
+    servers,
+    suite,
+)
 
 DOCS = runner.REPO_ROOT / "docs"
 DOCUMENT = "benchmarks.md"
@@ -84,6 +97,29 @@ def _server_ab(data: dict[str, Any]) -> str:
     return _wrapped("server-ab", run + "\n" + abtest.table(data["sides"]) + "\n\n" + failures_note(runs))
 
 
+def _ab(name: str) -> Callable[[dict[str, Any]], str]:
+    """A before/after section of ``bench.abtest`` with the command line that made it."""
+
+    def render(data: dict[str, Any]) -> str:
+        runs = [run for results in data["sides"].values() for result in results for run in result["runs"]]
+        gpus = ",".join(str(count) for count in sorted({run["gpus"] for run in runs}))
+        pods = ",".join(str(count) for count in sorted({run["pods"] for run in runs}))
+        run = (f"- Run: `python -m bench.abtest --before {data['before']} --after-rev {data['after']} --gpus {gpus} "
+               f"--pods {pods} --rounds {data['rounds']} --windows {data.get('windows', 'quick')}`, "
+               f"{data['duration_s'] / 60:.1f} min; medians over rounds, ratio: median of neighbouring runs' ratios.")
+        return _wrapped(name, run + "\n" + abtest.table(data["sides"]) + "\n\n" + failures_note(runs))
+
+    return render
+
+
+def _memtrace(data: dict[str, Any]) -> str:
+    return _wrapped("memtrace", memtrace.report_text(data))
+
+
+def _peaks_cost(data: dict[str, Any]) -> str:
+    return _wrapped("peaks-cost", peaks_cost.report_text(data))
+
+
 def _dcgm_published(data: dict[str, Any]) -> str:
     lines = [data["note"], "", "| figure | value | source |", "|---|---|---|"]
     lines += [f"| {row['figure']} | {row['value']} | {row['source']} |" for row in data["rows"]]
@@ -105,6 +141,12 @@ SECTIONS: tuple[Section, ...] = (
     Section("dcgm-published", "benchmarks-dcgm-published.json", _dcgm_published),
     Section("counters", "benchmarks-counters.json", _counters),
     Section("node-page", "benchmarks-node-page.json", nodepage.section),
+    Section("peaks-ab", "benchmarks-peaks-ab.json", _ab("peaks-ab")),
+    Section("peaks-ab-full", "benchmarks-peaks-ab-full.json", _ab("peaks-ab-full")),
+    Section("peaks-ab-full-repeat", "benchmarks-peaks-ab-full-repeat.json", _ab("peaks-ab-full-repeat")),
+    Section("budget-ab-full", "benchmarks-budget-ab-full.json", _ab("budget-ab-full")),
+    Section("memtrace", "benchmarks-memtrace.json", _memtrace),
+    Section("peaks-cost", "benchmarks-peaks-cost.json", _peaks_cost),
 )
 
 

@@ -22,11 +22,13 @@ network, disks) is recorded on its own, so the report can compare GPU work with 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bench import memtrace
 from bench.nvmlprobe import ProbeServer, ProbeStats, put_in_front
 from exporter.simulate.fakenvml import FakeNvmlLibrary
 
@@ -109,6 +111,9 @@ def run_nvitop(args: argparse.Namespace, extra: list[str], stats: ProbeStats, ho
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, extra = _parse(sys.argv[1:] if argv is None else argv)
+    trace = os.environ.get(memtrace.ENV)
+    if trace:  # bench/memtrace.py: allocation sites at the highest traced memory
+        memtrace.start_in_process(trace)
     stats = ProbeStats()
     holder = _Holder()
     ProbeServer(args.probe_port, stats, lambda: holder.fake).start()

@@ -88,6 +88,7 @@ class App:
             process_interval_s=config.process_interval_ms / 1000 if config.process_attribution else None,
             clock=clock,
             dependencies=self.extensions.sampler_dependencies,
+            peak_window_s=config.peak_window_ms / 1000,
         )
         self.cache = ExpositionCache(self._render)
         self.server = ExporterHTTPServer(config.address, self.cache, self.health, security,

@@ -338,6 +338,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("clock_events_window_ms", ("--clock-events-count-window-size",),
            "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE", _positive_int(1000, "milliseconds"), 300000,
            "Window of DCGM_EXP_CLOCK_EVENTS_COUNT in milliseconds."),
+    Option("peak_window_ms", ("--peak-window",), "GPU_POD_EXPORTER_PEAK_WINDOW", _positive_int(1000, "milliseconds"),
+           60000,
+           "Trailing window of the DCGM_EXP_*_PEAK series in milliseconds (framebuffer used, utilization, power, "
+           "temperature): the highest sample within it. At least the scrape interval, so no spike falls between "
+           "two scrapes."),
     Option("web_config_file", ("--web-config-file",), "DCGM_EXPORTER_WEB_CONFIG_FILE", _parse_str, "",
            "Prometheus exporter-toolkit web config (TLS, mTLS, basic auth, headers)."),
     Option("web_systemd_socket", ("--web-systemd-socket",), "DCGM_EXPORTER_SYSTEMD_SOCKET", _parse_bool, False,
@@ -479,6 +484,7 @@ class Config:
     proc_root: str = "/proc"
     xid_count_window_ms: int = 300000
     clock_events_window_ms: int = 300000
+    peak_window_ms: int = 60000
     web_config_file: str = ""
     web_systemd_socket: bool = False
     web_max_requests: int = 32

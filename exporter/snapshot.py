@@ -50,6 +50,7 @@ class MigReading:
 
     identity: MigIdentity
     values: Mapping[str, float] = field(default_factory=dict)
+    peaks: Mapping[str, float] = field(default_factory=dict)  # as DeviceReading.peaks, of this instance's values
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,9 @@ class DeviceReading:
     processes: tuple[GpuProcess, ...] | None = None  # None: not read (process attribution off)
     # None: not read (process attribution off), or this GPU/driver has no per-process utilization.
     process_utilization: ProcessUtilization | None = None
+    # The highest value of some readings over the sampler's trailing peak window (exporter/nvml/peaks.py),
+    # keyed like ``values``; only readings present in ``values`` have one.
+    peaks: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,7 @@ class SamplerStatus:
     last_sample_wall_time: float = 0.0  # time.time() at the end of the last complete cycle
     last_sample_monotonic: float = 0.0
     unsupported_fields: tuple[tuple[int, str], ...] = ()  # (gpu index, DCGM field name)
+    peak_window_s: float = 0.0  # the trailing window of DeviceReading.peaks (0: no sampler yet)
 
 
 @dataclass(frozen=True)

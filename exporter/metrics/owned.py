@@ -50,6 +50,9 @@ SELF_METRICS: tuple[OwnedMetric, ...] = (
     OwnedMetric("gpu_pod_exporter_field_unsupported", "gauge", "1", ("gpu", "UUID", "field"),
                 "1 for each (GPU, field) that NVML reported as not supported; the field is omitted.",
                 "sampler", "core"),
+    OwnedMetric("gpu_pod_exporter_peak_window_seconds", "gauge", "s", (),
+                "Trailing window over which the DCGM_EXP_*_PEAK series take their maximum (--peak-window).",
+                "configuration", "core"),
 )
 
 PAYLOAD_METRICS: tuple[OwnedMetric, ...] = (
@@ -59,6 +62,19 @@ PAYLOAD_METRICS: tuple[OwnedMetric, ...] = (
                 "sampler (GPU lost; NVML fields 31, 144, 145) and the NVML event set (fatal Xid within the Xid "
                 "window); one series per GPU, always on", "health"),
 )
+
+# Peaks between scrapes (exporter/nvml/peaks.py): one series per GPU and reading the CSV samples, with the
+# same labels as the reading's own series (workload labels included), so it sits beside it in a query.
+_PEAK_SOURCE = ("highest {field} sample of the last --peak-window milliseconds (trailing window of the 1 s samples "
+                "the sampler already takes; no NVML call; only when the counters CSV has {field}); one series per "
+                "GPU or MIG instance that has the reading")
+PEAK_METRICS: tuple[OwnedMetric, ...] = tuple(
+    OwnedMetric(f"DCGM_EXP_{name}_PEAK", "gauge", unit, (),
+                f"Highest {what} over the trailing peak window (gpu_pod_exporter_peak_window_seconds), so a "
+                f"spike between two scrapes shows in the next one (in {unit}).",
+                _PEAK_SOURCE.format(field=f"DCGM_FI_DEV_{name}"), "peaks")
+    for name, unit, what in (("FB_USED", "MiB", "framebuffer memory used"), ("GPU_UTIL", "%", "GPU utilization"),
+                             ("POWER_USAGE", "W", "power draw"), ("GPU_TEMP", "C", "GPU temperature")))
 
 # Kubernetes attribution (-k): payload families per GPU or MIG instance, then its self-metrics.
 _WORKLOAD = ("container", "namespace", "pod", "pod_uid", "team")
@@ -134,7 +150,7 @@ KUBERNETES_SELF_METRICS: tuple[OwnedMetric, ...] = (
                 "kubelet DRA claims joined with ResourceSlices", "kubernetes"),
 )
 
-OWNED: tuple[OwnedMetric, ...] = (*PAYLOAD_METRICS, *KUBERNETES_PAYLOAD_METRICS, *SELF_METRICS,
+OWNED: tuple[OwnedMetric, ...] = (*PAYLOAD_METRICS, *PEAK_METRICS, *KUBERNETES_PAYLOAD_METRICS, *SELF_METRICS,
                                   *KUBERNETES_SELF_METRICS)
 OWNED_BY_NAME = {metric.name: metric for metric in OWNED}
 

@@ -27,6 +27,7 @@ from exporter.metrics.counters import CounterRow, CounterSet
 from exporter.metrics.owned import family_name, owned
 from exporter.metrics.selection import DEFAULT as ALL_DEVICES
 from exporter.metrics.selection import DeviceSelection, select
+from exporter.nvml.peaks import PEAK_FAMILIES
 from exporter.snapshot import DeviceIdentity, InFlight, MigIdentity, Snapshot
 
 WorkloadLabeler = Callable[[DeviceIdentity, int | None], Sequence[Mapping[str, str]]]
@@ -117,7 +118,8 @@ def _label_row_value(row: CounterRow, identity: DeviceIdentity, snapshot: Snapsh
 
 
 def dcgm_families(ctx: RenderContext) -> list[Metric]:
-    """One family per active CSV row, one sample per selected GPU / GPU instance (and workload) that has it.
+    """One family per active CSV row, one sample per selected GPU / GPU instance (and workload) that has it,
+    then the ``DCGM_EXP_*_PEAK`` families of the enabled peak readings (``_peak_family``).
 
     Which entities: ``-d/--devices`` (``exporter.metrics.selection``); by default every GPU and every
     MIG GPU instance with its own readings.
@@ -142,7 +144,29 @@ def dcgm_families(ctx: RenderContext) -> list[Metric]:
             for extension, own_value in own:
                 family.add_sample(row.name, {**base, **extension}, own_value)
         families.append(family)
+    peaks = [(entity.mig.peaks if entity.mig is not None else entity.reading.peaks, labels)
+             for entity, labels in zip(entities, label_sets, strict=True)]
+    enabled = {row.spec.name for row in ctx.counters.metrics}
+    for field_name, name in PEAK_FAMILIES.items():
+        if field_name in enabled:
+            families.append(_peak_family(name, field_name, peaks))
     return families
+
+
+def _peak_family(name: str, field_name: str, entities: Sequence[tuple[Mapping[str, float], list[dict[str, str]]]]
+                 ) -> Metric:
+    """``DCGM_EXP_*_PEAK``: a peak reading's trailing-window maximum (exporter/nvml/peaks.py).
+
+    Rendered with the CSV rows so it reuses their label sets: one sample per selected GPU or GPU
+    instance that has the reading, with the very labels of that reading's own series, so
+    ``DCGM_EXP_FB_USED_PEAK`` and ``DCGM_FI_DEV_FB_USED`` divide, compare and join one to one. A GPU
+    instance has only its own peaks (not its parent's chip-wide ones). Only for readings whose CSV
+    row is enabled (the sampler reads no other).
+    """
+    family = owned_family(name)
+    for peaks, labels in entities:
+        _add_samples(family, name, peaks.get(field_name), labels)
+    return family
 
 
 def _add_samples(family: Metric, name: str, value: float | None, label_sets: Iterable[Mapping[str, str]]) -> None:
@@ -193,6 +217,8 @@ def self_families(ctx: RenderContext) -> list[Metric]:
             unsupported.add_sample("gpu_pod_exporter_field_unsupported",
                                    {"gpu": str(index), "UUID": identity.uuid, "field": field_name}, 1)
     families.append(unsupported)
+    if status.peak_window_s:
+        single("gpu_pod_exporter_peak_window_seconds", status.peak_window_s)
     return families
 
 

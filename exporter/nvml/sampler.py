@@ -45,6 +45,7 @@ from exporter.nvml.client import ErrorClass, NvmlClient, classify, describe, mig
 from exporter.nvml.gpm import GpmReader, gpm_unsupported
 from exporter.nvml.inventory import Device, Inventory, discover
 from exporter.nvml.mig import MIG_CHECK_INTERVAL_S, InstancePlan, MigTracker, instance_values, is_gone
+from exporter.nvml.peaks import DEFAULT_WINDOW_S, DevicePeaks
 from exporter.nvml.process_utilization import ProcessUtilizationReader, SizeRaceError
 from exporter.nvml.queries import IDENTITY_QUERIES, QUERIES, QueryState, decode_field_value
 from exporter.snapshot import (
@@ -173,6 +174,8 @@ class _DeviceState:
     mig_query_state: QueryState = field(default_factory=QueryState)
     mig_unsupported_queries: set[str] = field(default_factory=set)  # not asked again until the layout changes
     gpm: GpmReader = field(default_factory=GpmReader)
+    peaks: DevicePeaks = field(default_factory=lambda: DevicePeaks(DEFAULT_WINDOW_S))
+    mig_peaks: dict[int, DevicePeaks] = field(default_factory=dict)  # by GPU-instance id; reset with the layout
 
 
 class Sampler:
@@ -189,11 +192,13 @@ class Sampler:
         wall_clock: Callable[[], float] = time.time,
         mig_check_interval_s: float = MIG_CHECK_INTERVAL_S,
         dependencies: Sequence[FieldSpec] = (),
+        peak_window_s: float = DEFAULT_WINDOW_S,
     ) -> None:
         self.plan = SamplingPlan.for_specs(specs, dependencies)
         self._next_plan: SamplingPlan | None = None  # set_specs: taken at the start of the next cycle
         self.mig_check_interval_s = mig_check_interval_s
         self.interval_s = interval_s
+        self.peak_window_s = peak_window_s  # exporter/nvml/peaks.py: DCGM_EXP_*_PEAK over this trailing window
         self.process_interval_s = process_interval_s  # None: process lists are not read
         self._on_snapshot = on_snapshot
         self._clock = clock
@@ -269,7 +274,8 @@ class Sampler:
             self._publish_status(nvml_up=False, nvml_error=reason)
             return False
         self._inventory = inventory
-        self._states = [_DeviceState(device, mig=MigTracker(self.mig_check_interval_s))
+        self._states = [_DeviceState(device, mig=MigTracker(self.mig_check_interval_s),
+                                     peaks=DevicePeaks(self.peak_window_s))
                         for device in inventory.devices]
         self._log.change("nvml", ("up", len(inventory.devices)), logging.INFO, "NVML initialised",
                          driver_version=inventory.system.driver_version, gpus=len(inventory.devices))
@@ -333,7 +339,7 @@ class Sampler:
             self._refresh_mig(state, now)
             values = self._read_values(state)
             processes = self._read_processes(state, now)
-            mig = self._read_mig(state)
+            mig = self._read_mig(state, now)
         except _DeviceLostError as exc:
             state.lost_reason = exc.reason
             state.lost_checked_at = now
@@ -341,6 +347,8 @@ class Sampler:
             state.mig.mark_stale()
             state.utilization.reset()  # so does the per-process sample cursor
             state.process_utilization = None
+            state.peaks.clear()
+            state.mig_peaks.clear()
             self._log.change(("lost", identity.uuid), True, logging.ERROR,
                              "GPU lost: its readings are dropped until it answers again; other GPUs continue",
                              gpu=identity.index, uuid=identity.uuid, error=exc.reason)
@@ -348,7 +356,8 @@ class Sampler:
         finally:
             self.nvml.gpu = None
         return DeviceReading(identity=identity, values=values, processes=processes, mig=mig,
-                             process_utilization=state.process_utilization if processes is not None else None)
+                             process_utilization=state.process_utilization if processes is not None else None,
+                             peaks=state.peaks.add(now, values))
 
     def _reprobe(self, state: _DeviceState, now: float) -> bool:
         state.lost_checked_at = now
@@ -560,6 +569,7 @@ class Sampler:
             return
         if not changed:
             return
+        state.mig_peaks.clear()  # GPU-instance ids may now name other instances
         state.mig_unsupported_queries.clear()  # new MIG devices may answer what the old ones did not
         if tracker.enabled != was_enabled:
             # MIG mode decides which readings exist (utilization is NotSupported with MIG on): ask again.
@@ -655,7 +665,7 @@ class Sampler:
             return self._rate(state, read.fallback, field_values, field_times), read.fallback.integer
         return None, read.integer
 
-    def _read_mig(self, state: _DeviceState) -> tuple[MigReading, ...]:
+    def _read_mig(self, state: _DeviceState, now: float) -> tuple[MigReading, ...]:
         """One reading per GPU instance: memory on its MIG handle, GPM from its GPU-instance sample."""
         tracker = state.mig
         if not tracker.enabled:
@@ -682,7 +692,10 @@ class Sampler:
                     continue
                 self._handle_error(state, exc, what=f"MIG instance {gpu_instance_id}")
                 continue
-            readings.append(MigReading(identity=device.identity, values=values))
+            peaks = state.mig_peaks.get(gpu_instance_id)
+            if peaks is None:
+                peaks = state.mig_peaks[gpu_instance_id] = DevicePeaks(self.peak_window_s)
+            readings.append(MigReading(identity=device.identity, values=values, peaks=peaks.add(now, values)))
         return tuple(readings)
 
     def _read_instance_gpm(self, state: _DeviceState, gpu_instance_id: int) -> dict[int, float]:
@@ -733,6 +746,7 @@ class Sampler:
             cycles=self._cycles,
             nvml_calls_total=self.nvml.total_calls,
             unsupported_fields=self._unsupported_fields(),
+            peak_window_s=self.peak_window_s,
         )
         return dataclasses.replace(current, **overrides)
 

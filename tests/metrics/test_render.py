@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from prometheus_client.core import Metric
@@ -157,3 +158,36 @@ def test_field_workload_samples_keep_the_device_series_and_add_each_workloads_ow
         (None, 49152), ("a", 1000.0), ("b", 2000.0), ("c", 0.0)]
     assert [(labels.get("pod"), value) for labels, value in samples(families, "DCGM_FI_DEV_GPU_TEMP")] == [
         ("a", 41), ("b", 41), ("c", 41)]
+
+
+def test_peaks_carry_the_labels_of_their_reading_including_workloads_and_skip_mig_instances() -> None:
+    def workloads(identity: DeviceIdentity, gpu_instance_id: int | None) -> Sequence[Mapping[str, str]]:
+        return ({"container": "trainer", "namespace": "ml", "pod": "train-0"},) if identity.index == 0 else ({},)
+
+    mig = MigIdentity(parent_uuid="GPU-bbbb", uuid="MIG-1111", gpu_instance_id=7, compute_instance_id=0,
+                      profile="1g.10gb")
+    snapshot = Snapshot(devices=(
+        DeviceReading(identity=GPU0, values={"DCGM_FI_DEV_FB_USED": 20480, "DCGM_FI_DEV_POWER_USAGE": 300.5},
+                      peaks={"DCGM_FI_DEV_FB_USED": 77824, "DCGM_FI_DEV_POWER_USAGE": 690.25}),
+        DeviceReading(identity=GPU1, values={"DCGM_FI_DEV_FB_USED": 5000}, peaks={"DCGM_FI_DEV_FB_USED": 6000},
+                      mig=(MigReading(identity=mig, values={"DCGM_FI_DEV_FB_USED": 1024}),)),
+    ), status=STATUS)
+    families = render(context(snapshot, workloads=workloads))
+    used = samples(families, "DCGM_FI_DEV_FB_USED")
+    peaks = samples(families, "DCGM_EXP_FB_USED_PEAK")
+    assert [labels for labels, _ in peaks] == [labels for labels, _ in used if "GPU_I_ID" not in labels]
+    assert [value for _, value in peaks] == [77824, 6000]
+    assert list(peaks[0][0])[-3:] == ["container", "namespace", "pod"]
+    assert samples(families, "DCGM_EXP_POWER_USAGE_PEAK") == [(used[0][0], 690.25)]
+    assert samples(families, "DCGM_EXP_GPU_TEMP_PEAK") == []  # no reading, no peak
+
+
+def test_a_csv_without_a_reading_has_no_peak_family_for_it() -> None:
+    snapshot = Snapshot(devices=(DeviceReading(identity=GPU0, values={"DCGM_FI_DEV_GPU_TEMP": 41},
+                                               peaks={"DCGM_FI_DEV_GPU_TEMP": 44}),),
+                        status=dataclasses.replace(STATUS, peak_window_s=60.0))
+    counters = parse_counters("DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n", "temp-only.csv")
+    families = render(RenderContext(snapshot=snapshot, counters=counters, options=RenderOptions(hostname="n")))
+    names = {family.name for family in families}
+    assert "DCGM_EXP_GPU_TEMP_PEAK" in names and "DCGM_EXP_FB_USED_PEAK" not in names
+    assert samples(families, "gpu_pod_exporter_peak_window_seconds") == [({}, 60.0)]
