@@ -236,7 +236,5 @@ def test_defaults_that_differ_from_dcgm_exporters_are_named_when_left_to_them() 
     lines = load_config([], {}).default_differences()
     assert lines == [
         "--collect-interval not given: sampling every 1000 ms; dcgm-exporter's default is 30000 ms "
-        "(-c 30000 for its cadence)",
-        "--devices not given: every GPU once plus each MIG instance with its own readings; dcgm-exporter's "
-        "default (-d f) repeats a MIG GPU's chip-wide readings on every instance"]
-    assert load_config(["-c", "30000"], {"DCGM_EXPORTER_DEVICES_STR": "f"}).default_differences() == []
+        "(-c 30000 for its cadence)"]  # MIG chip-wide series are per instance by default, as dcgm-exporter's
+    assert load_config(["-c", "30000"], {}).default_differences() == []
