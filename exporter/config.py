@@ -28,8 +28,8 @@ import yaml
 
 from exporter import safeyaml
 from exporter.inputfile import InputFileError, read_text
-from exporter.metrics.selection import DEFAULT as ALL_DEVICES
 from exporter.metrics.selection import CHIP_SERIES_LAYOUTS, CHIP_SERIES_PER_INSTANCE, DeviceSelection, parse_devices
+from exporter.metrics.selection import DEFAULT as ALL_DEVICES
 
 EXIT_CONFIG_ERROR = 2
 PROGRAM = "gpu-pod-exporter"
