@@ -31,6 +31,7 @@ from exporter.metrics.render import (
     owned_family,
     render,
 )
+from exporter.metrics.selection import effective_selection
 from exporter.nvml.sampler import Sampler
 from exporter.snapshot import InFlight, Snapshot
 from exporter.supervisor import SUPERVISOR, Supervisor, supervised
@@ -79,7 +80,8 @@ class App:
         self._clock = clock
         self.options = RenderOptions(hostname=node_hostname(config),
                                      replace_blanks_in_model_name=config.replace_blanks_in_model_name,
-                                     devices=config.devices, use_old_namespace=config.use_old_namespace,
+                                     devices=effective_selection(config.devices, config.mig_chip_series),
+                                     use_old_namespace=config.use_old_namespace,
                                      hostname_label=config.hostname_label)
         self.sampler = Sampler(
             counters.field_specs(),

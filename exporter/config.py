@@ -28,8 +28,8 @@ import yaml
 
 from exporter import safeyaml
 from exporter.inputfile import InputFileError, read_text
+from exporter.metrics.selection import CHIP_SERIES_LAYOUTS, CHIP_SERIES_PER_INSTANCE, DeviceSelection, parse_devices
 from exporter.metrics.selection import DEFAULT as ALL_DEVICES
-from exporter.metrics.selection import DeviceSelection, parse_devices
 
 EXIT_CONFIG_ERROR = 2
 PROGRAM = "gpu-pod-exporter"
@@ -381,7 +381,12 @@ OPTIONS: tuple[Option, ...] = (
            "Omit the Hostname label.", is_switch=True),
     Option("devices", ("-d", "--devices"), "DCGM_EXPORTER_DEVICES_STR", parse_devices, ALL_DEVICES,
            "Which GPUs / MIG GPU instances the CSV rows are reported for: f, g[:ids], i[:ids], g+i (ids like "
-           "0,2-4), as dcgm-exporter; default: every GPU once and every GPU instance with its own readings."),
+           "0,2-4), as dcgm-exporter; default: as --mig-chip-series says."),
+    Option("mig_chip_series", ("--mig-chip-series",), "GPU_POD_EXPORTER_MIG_CHIP_SERIES",
+           _choice(*CHIP_SERIES_LAYOUTS), CHIP_SERIES_PER_INSTANCE,
+           "Without -d, where a MIG-enabled GPU's chip-wide readings (temperature, power, energy, clocks) go: "
+           "per-instance repeats them on every GPU instance's series with its GPU_I_* and pod labels, as "
+           "dcgm-exporter (-d f); once puts them on one series per GPU without GPU_I_* or pod labels."),
     Option("use_old_namespace", ("-o", "--use-old-namespace"), "DCGM_EXPORTER_USE_OLD_NAMESPACE", _parse_bool,
            False, "dcgm-exporter 1.x label names: uuid, pod_name, pod_namespace, container_name.", is_switch=True),
     Option("remote_hostengine_info", ("-r", "--remote-hostengine-info"), "DCGM_REMOTE_HOSTENGINE_INFO",
@@ -447,8 +452,6 @@ _BY_ATTR = {option.attr: option for option in OPTIONS}
 # (docs/migrate-from-dcgm-exporter.md has the reasons).
 UPSTREAM_DEFAULT_DIFFERENCES = {
     "collect_interval_ms": "sampling every 1000 ms; dcgm-exporter's default is 30000 ms (-c 30000 for its cadence)",
-    "devices": "every GPU once plus each MIG instance with its own readings; dcgm-exporter's default (-d f) "
-               "repeats a MIG GPU's chip-wide readings on every instance",
 }
 _BY_YAML_KEY = {option.yaml_key: option for option in OPTIONS}
 
@@ -497,6 +500,7 @@ class Config:
     node_name: str = ""
     no_hostname: bool = False
     devices: DeviceSelection = ALL_DEVICES
+    mig_chip_series: str = CHIP_SERIES_PER_INSTANCE
     use_old_namespace: bool = False
     remote_hostengine_info: str = ""
     switch_devices: str = "f"

@@ -236,7 +236,18 @@ def test_defaults_that_differ_from_dcgm_exporters_are_named_when_left_to_them() 
     lines = load_config([], {}).default_differences()
     assert lines == [
         "--collect-interval not given: sampling every 1000 ms; dcgm-exporter's default is 30000 ms "
-        "(-c 30000 for its cadence)",
-        "--devices not given: every GPU once plus each MIG instance with its own readings; dcgm-exporter's "
-        "default (-d f) repeats a MIG GPU's chip-wide readings on every instance"]
-    assert load_config(["-c", "30000"], {"DCGM_EXPORTER_DEVICES_STR": "f"}).default_differences() == []
+        "(-c 30000 for its cadence)"]  # MIG chip-wide series are per instance by default, as dcgm-exporter's
+    assert load_config(["-c", "30000"], {}).default_differences() == []
+
+
+def test_mig_chip_series_defaults_to_per_instance_and_takes_flag_env_and_file(tmp_path: Path) -> None:
+    assert load_config([], {}).mig_chip_series == "per-instance"
+    assert load_config(["--mig-chip-series", "once"], {}).mig_chip_series == "once"
+    assert load_config([], {"GPU_POD_EXPORTER_MIG_CHIP_SERIES": "once"}).mig_chip_series == "once"
+    config_file = tmp_path / "exporter.yaml"
+    config_file.write_text("mig-chip-series: once\n", encoding="utf-8")
+    assert load_config(["--config-file", str(config_file)], {}).mig_chip_series == "once"
+    assert load_config(["--config-file", str(config_file), "--mig-chip-series", "per-instance"],
+                       {}).mig_chip_series == "per-instance"
+    with pytest.raises(ConfigError, match="mig-chip-series"):
+        load_config(["--mig-chip-series", "twice"], {})

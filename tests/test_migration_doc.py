@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.config import OPTIONS, Option
+from exporter.config import OPTIONS, Config, Option
+from exporter.metrics.selection import effective_selection
 from tests.dcgm_exporter_flags import UPSTREAM_CONFIG_FILE, UPSTREAM_FLAGS, UpstreamFlag
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,5 +95,24 @@ def test_each_same_differs_or_warns_claim_holds(flag: UpstreamFlag) -> None:
     assert (verdict == "Warns") == bool(option.no_effect), flag.long
     if flag.default and verdict != "Warns":
         same_default = option.parse(flag.default) == option.default
+        if option.attr == "devices":  # without -d, --mig-chip-series decides what is rendered
+            same_default = effective_selection(option.default, Config().mig_chip_series) == option.parse(flag.default)
         # a different default is said in the row; "Same" is only written where the default is the same
         assert same_default == ("Differs (default)" not in here), (flag.long, flag.default, option.default)
+
+
+def test_the_mig_setting_the_guide_names_exists_everywhere_it_says() -> None:
+    """"MIG: the same series as dcgm-exporter by default": its table's flag, variable, config key and chart
+    value are the exporter's and the default is per-instance."""
+    section = DOC.read_text(encoding="utf-8").split("- **MIG: the same series as dcgm-exporter by default.**", 1)[1]
+    section = section.split("\n- **", 1)[0]
+    rows = {cells[0]: cells[1] for cells in ([cell.strip() for cell in line.strip().strip("|").split(" | ")]
+                                             for line in section.splitlines() if line.strip().startswith("| "))}
+    [option] = [option for option in OPTIONS if option.attr == "mig_chip_series"]
+    assert rows["flag"] == f"`{option.long_flag} per-instance\\|once`"
+    assert rows["environment"] == f"`{option.env}`"
+    assert rows["config file"] == f"`{option.yaml_key}: once`"
+    assert Config().mig_chip_series == "per-instance" == option.default
+    chart = yaml.safe_load((REPO / "deploy" / "helm" / "gpu-pod-exporter" / "values.yaml").read_text(encoding="utf-8"))
+    assert rows["chart"].startswith("`exporter.migChipSeries`") and chart["exporter"]["migChipSeries"] == "per-instance"
+    # the chart passes it on: tests/deploy/test_helm_chart.py::test_mig_chip_series_is_per_instance_by_default_...

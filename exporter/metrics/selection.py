@@ -16,12 +16,18 @@ DCGM entity id; DCGM assigns those across the node, GPU by GPU, so ``i:<ids>`` c
 GPU instances from 0 in GPU index order, then GPU-instance id order. An id naming nothing is
 reported once at start-up (a MIG layout can change later) instead of ending the process.
 
-Without ``-d`` the exporter reports per chip (``DEFAULT``): every GPU once with its own readings (a
-MIG-enabled GPU's chip-wide readings without ``GPU_I_*``), and every GPU instance with the readings
-NVML gives per instance (memory, profiling) with ``GPU_I_*``. Why not ``f``: ``f`` repeats a
-chip's power, energy and temperature on every instance, so each ``sum`` over a MIG node counts the
-chip once per instance; the per-chip default keeps every chip-wide reading once, which the shipped
-rules and the cost report rely on. Give ``-d f`` to get dcgm-exporter's series exactly.
+Without ``-d``, ``--mig-chip-series`` chooses the layout of MIG-enabled GPUs:
+
+* ``per-instance`` (the default, as dcgm-exporter): the same entities as ``f``: a MIG-enabled GPU's
+  chip-wide readings are repeated on every GPU instance's series, with its ``GPU_I_*`` and its pod, so
+  dashboards that filter by pod show the chip's power and temperature. A ``sum`` over such readings
+  counts the chip once per instance: the shipped rules, dashboards and the cost report deduplicate per
+  chip first (``max by (<node label>, UUID)``);
+* ``once`` (``DEFAULT`` below, this exporter's earlier layout): every GPU once with its own readings (a
+  MIG-enabled GPU's chip-wide readings without ``GPU_I_*`` and without a pod), and every GPU instance
+  with the readings NVML gives per instance (memory, profiling) with ``GPU_I_*``.
+
+An explicit ``-d`` decides by itself; ``--mig-chip-series`` then has no effect.
 
 Pure: ``select`` turns one snapshot into the (entity, values) pairs to render.
 """
@@ -37,6 +43,11 @@ from exporter.snapshot import DeviceReading, MigReading
 FLEX = "f"
 GPUS = "g"
 INSTANCES = "i"
+
+# --mig-chip-series: where a MIG-enabled GPU's chip-wide readings go when -d is not given.
+CHIP_SERIES_PER_INSTANCE = "per-instance"
+CHIP_SERIES_ONCE = "once"
+CHIP_SERIES_LAYOUTS = (CHIP_SERIES_PER_INSTANCE, CHIP_SERIES_ONCE)
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,18 @@ class DeviceSelection:
 
 
 DEFAULT = DeviceSelection()
+PER_INSTANCE = DeviceSelection(text=FLEX, flex=True)  # what -d f selects
+
+
+def effective_selection(selection: DeviceSelection, mig_chip_series: str) -> DeviceSelection:
+    """The selection to render: an explicit ``-d`` as given; without it, ``--mig-chip-series``'s layout.
+
+    ``per-instance`` selects exactly what dcgm-exporter's default ``-d f`` does; ``once`` keeps the per-chip
+    layout (``DEFAULT``).
+    """
+    if not selection.is_default:
+        return selection
+    return PER_INSTANCE if mig_chip_series == CHIP_SERIES_PER_INSTANCE else DEFAULT
 
 
 def _parse_ids(letter: str, text: str, whole: str) -> frozenset[int]:

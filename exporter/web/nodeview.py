@@ -33,6 +33,8 @@ _GPU_READINGS: Mapping[str, str] = {
     "DCGM_FI_DEV_POWER_MGMT_LIMIT": "power_limit_w",
     "DCGM_EXP_GPU_ALLOCATED": "_allocated",
 }
+# Readings of the whole chip, never split per MIG instance.
+_CHIP_READINGS = frozenset({"temperature_c", "power_w", "power_limit_w"})
 _CONTAINER_READINGS: Mapping[str, str] = {
     "DCGM_EXP_CONTAINER_SM_UTIL": "sm_util_percent",
     "DCGM_EXP_CONTAINER_FB_USED": "memory_used_mib",
@@ -169,7 +171,12 @@ def _gpu_sample(gpu: _Gpu, name: str, labels: Mapping[str, str], value: float, i
         reading = _GPU_READINGS.get(name)
         if reading is None:
             return
-        target = gpu.readings if instance_id is None else gpu.instances[instance_id].readings
+        # Chip-wide readings belong to the GPU even when they come on a MIG instance's series
+        # (--mig-chip-series per-instance and dcgm-exporter's -d f repeat them on every instance).
+        if instance_id is None or reading in _CHIP_READINGS:
+            target = gpu.readings
+        else:
+            target = gpu.instances[instance_id].readings
         target.setdefault(reading, value)  # workload-labelled copies of a GPU series repeat the same value
 
 

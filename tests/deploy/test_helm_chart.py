@@ -90,6 +90,14 @@ def test_default_env_values_equal_the_exporters_own_defaults(default: Rendered) 
     assert checked >= 10
 
 
+def test_mig_chip_series_is_per_instance_by_default_and_once_on_request(default: Rendered) -> None:
+    """exporter.migChipSeries reaches the exporter as GPU_POD_EXPORTER_MIG_CHIP_SERIES; the schema refuses others."""
+    assert default.env["GPU_POD_EXPORTER_MIG_CHIP_SERIES"] == "per-instance"
+    assert render({"exporter": {"migChipSeries": "once"}}).env["GPU_POD_EXPORTER_MIG_CHIP_SERIES"] == "once"
+    with pytest.raises(Exception, match="migChipSeries"):
+        render({"exporter": {"migChipSeries": "twice"}})
+
+
 def test_default_mounts_the_pod_resources_directory_not_the_socket(default: Rendered) -> None:
     volume = default.volumes["pod-resources"]
     assert volume["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}

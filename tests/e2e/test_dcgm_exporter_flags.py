@@ -100,7 +100,8 @@ def test_web_systemd_socket_without_a_socket_is_one_line_and_exit_2() -> None:
 
 def test_devices_flex_reports_a_mig_gpu_per_instance_with_its_chip_readings() -> None:
     """-d f on the MIG demo node (GPU 0: seven 1g.10gb, GPU 1: three instances, GPUs 2-3 whole): the
-    series dcgm-exporter's default gives; without -d, each chip once (README, "MIG reporting")."""
+    series dcgm-exporter's default gives, as without -d; --mig-chip-series once: each chip once (README,
+    "MIG reporting")."""
 
     def temperatures(args: list[str]) -> list[tuple[str, str | None]]:
         with running_exporter(["--simulate", "mig-h100", "--collect-interval", "200", *args]) as exporter:
@@ -118,4 +119,5 @@ def test_devices_flex_reports_a_mig_gpu_per_instance_with_its_chip_readings() ->
     assert [gpu for gpu, instance in flex if instance is None] == ["2", "3"]
     assert len([gpu for gpu, instance in flex if gpu == "0"]) == 7 and ("0", None) not in flex
     assert len([gpu for gpu, instance in flex if gpu == "1"]) == 3
-    assert temperatures([]) == [("0", None), ("1", None), ("2", None), ("3", None)]
+    assert temperatures([]) == flex
+    assert temperatures(["--mig-chip-series", "once"]) == [("0", None), ("1", None), ("2", None), ("3", None)]

@@ -6,7 +6,7 @@ import pytest
 
 from exporter.metrics.counters import load_counters
 from exporter.metrics.render import RenderContext, RenderOptions, render
-from exporter.metrics.selection import DEFAULT, parse_devices, select, unknown_ids
+from exporter.metrics.selection import DEFAULT, effective_selection, parse_devices, select, unknown_ids
 from exporter.snapshot import DeviceIdentity, DeviceReading, MigIdentity, MigReading, SamplerStatus, Snapshot
 
 PLAIN = DeviceIdentity(index=0, uuid="GPU-plain", pci_bus_id="00000000:18:00.0", minor=0, model="NVIDIA H100")
@@ -60,6 +60,15 @@ def test_default_reports_every_chip_once_and_each_instance_with_its_own_readings
         (1, 1, {"DCGM_FI_DEV_FB_USED": 10}),
         (1, 5, {"DCGM_FI_DEV_FB_USED": 20}),
     ]
+
+
+def test_without_devices_mig_chip_series_chooses_per_instance_as_flex_or_once_as_per_chip() -> None:
+    per_instance = effective_selection(parse_devices(""), "per-instance")
+    assert [(e.reading.identity.index, e.mig.identity.gpu_instance_id if e.mig else None, dict(e.values))
+            for e in select(per_instance, READINGS)] == _entities("f")
+    assert effective_selection(parse_devices(""), "once") is DEFAULT
+    assert effective_selection(parse_devices("g:1"), "per-instance") == parse_devices("g:1")  # -d decides
+    assert effective_selection(parse_devices("i"), "once") == parse_devices("i")
 
 
 def test_flex_reports_a_mig_gpu_per_instance_with_the_chip_readings_as_dcgm_exporter_does() -> None:

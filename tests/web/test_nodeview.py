@@ -71,6 +71,21 @@ def test_each_gpu_has_its_readings_health_xids_pods_and_mig_layout() -> None:
     assert (gpu1["utilization_percent"], gpu1["memory_used_mib"], gpu1["memory_total_mib"]) == (50.0, 10_000, 40_000)
 
 
+def test_chip_readings_repeated_on_each_mig_instance_are_the_gpus_own() -> None:
+    """--mig-chip-series per-instance (and dcgm-exporter's -d f): temperature and power come only on the
+    GPU instances' series, with their pods; the page shows them once, on the GPU."""
+    small = {**MIG, "GPU_I_PROFILE": "1g.10gb", "GPU_I_ID": "7"}
+    samples = [("gpu_pod_exporter_device_up", {"gpu": "1", "UUID": "GPU-bbb"}, 1.0)]
+    for labels, name in ((pod(MIG, "big-0"), "DCGM_FI_DEV_GPU_TEMP"), (small, "DCGM_FI_DEV_GPU_TEMP"),
+                         (pod(MIG, "big-0"), "DCGM_FI_DEV_POWER_USAGE"), (small, "DCGM_FI_DEV_POWER_USAGE")):
+        samples.append((name, labels, 55.0 if name == "DCGM_FI_DEV_GPU_TEMP" else 310.0))
+    samples.append(("DCGM_FI_DEV_FB_USED", small, 2_000.0))
+    gpu = build_view(samples)["gpus"][0]
+    assert (gpu["temperature_c"], gpu["power_w"], gpu["memory_used_mib"]) == (55.0, 310.0, 2_000.0)
+    assert [(m["gpu_instance_id"], m["memory_used_mib"]) for m in gpu["mig"]] == [(1, None), (7, 2_000.0)]
+    assert [(c["pod"], c["gpu_instance_id"]) for c in gpu["containers"]] == [("big-0", 1)]
+
+
 def test_virtual_gpu_copies_of_the_gpu_series_are_the_pods_share_not_the_gpus() -> None:
     samples = [("DCGM_FI_DEV_GPU_UTIL", GPU0, 80.0),
                ("DCGM_FI_DEV_GPU_UTIL", {**pod(GPU0, "a-0"), "vgpu": "0"}, 30.0),
