@@ -242,11 +242,12 @@ def resolve_variables(prometheus: PrometheusHarness, variables: Sequence[QueryVa
     values = dict(base)
     for variable in variables:
         selector = substitute(variable.selector, values)
-        if variable.label in OPTIONAL_LABELS:
+        label = substitute(variable.label, values)  # ${host_label}: the node label's spelling
+        if label in OPTIONAL_LABELS:
             samples = prometheus.wait_for(selector, bool)
         else:
-            samples = prometheus.wait_for(selector, lambda s, label=variable.label: any(label in x.labels for x in s))
-        found = sorted({s.labels[variable.label] for s in samples if variable.label in s.labels})
+            samples = prometheus.wait_for(selector, lambda s, label=label: any(label in x.labels for x in s))
+        found = sorted({s.labels[label] for s in samples if label in s.labels})
         if not found and not variable.multi:
             values[variable.name] = ""
         elif variable.multi:
