@@ -116,7 +116,10 @@ def test_churn_returns_memory_to_baseline() -> None:
             # The processes still run but their pods are gone: their memory is unattributed, not lost.
             unattributed = sum(value for _, value in exporter.samples("DCGM_EXP_UNATTRIBUTED_FB_USED"))
             assert unattributed == (10 + 20 + 5 + 3 + 1 + 2) * 1024.0
-            growth = readings[-1] - baseline_kib
+            # The lower of the last two readings: a leak raises every round (the injected one by about
+            # 1.1 MiB a round, so still 4+ MiB here), a one-off allocator high-water step (+2.4 MiB seen in
+            # the last round, with the floors run beside the suite) raises one.
+            growth = min(readings[-2:]) - baseline_kib
             report = (f"RSS KiB: before any pod {start_kib}, after {WARM_UP_ROUNDS} warm-up rounds {baseline_kib} "
                       f"(+{baseline_kib - start_kib}), after each of {ROUNDS} rounds of {PODS_PER_ROUND} pods "
                       f"{readings}; growth {growth} KiB, tolerance {RSS_TOLERANCE_KIB} KiB")
