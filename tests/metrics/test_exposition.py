@@ -177,3 +177,20 @@ def test_gzip_carries_no_timestamp_so_a_body_compresses_to_the_same_bytes_at_any
 def test_content_negotiation_follows_the_clients_weights(accept: str, counters_need_text_: bool,
                                                          openmetrics: bool) -> None:
     assert wants_openmetrics(accept, counters_need_text=counters_need_text_) is openmetrics
+
+
+def test_a_label_set_repeated_across_families_is_written_the_same_each_time_in_its_own_order() -> None:
+    """The encoders write each distinct label set once and reuse it (bench: half the encoding CPU at 64
+    GPUs); a set with the same pairs in another order is another set and keeps its order."""
+    labels = {"gpu": "0", "UUID": "GPU-1", "pod": 'a"b\\c\nd'}
+    reordered = {"pod": 'a"b\\c\nd', "gpu": "0", "UUID": "GPU-1"}
+    metrics = [_gauge(name, 1) for name in ("first", "second")]
+    for metric in metrics:
+        metric.samples.clear()
+        metric.add_sample(metric.name, dict(labels), 1)
+        metric.add_sample(metric.name, dict(reordered), 2)
+    for encode in (encode_text, encode_openmetrics):
+        lines = [line for line in encode(metrics).decode().splitlines() if not line.startswith("#")]
+        assert lines == [f'{name}{{gpu="0",UUID="GPU-1",pod="a\\"b\\\\c\\nd"}} 1' if value == "1" else
+                         f'{name}{{pod="a\\"b\\\\c\\nd",gpu="0",UUID="GPU-1"}} 2'
+                         for name in ("first", "second") for value in ("1", "2")]
