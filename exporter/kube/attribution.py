@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -47,6 +48,14 @@ from exporter.kube.allocation import (
     HeldClaim,
     UnresolvedClaim,
     build_allocation_index,
+)
+from exporter.kube.container_peaks import (
+    NO_PEAKS,
+    ContainerPeaks,
+    ContainerPeakValues,
+    PeakKey,
+    memory_samples,
+    sm_samples,
 )
 from exporter.kube.deviceids import DeviceCatalog, GpuKey
 from exporter.kube.dra import EXPLAINED, REASONS, SLICES_UNAVAILABLE, DraContext
@@ -199,6 +208,8 @@ class AttributionSnapshot:
     utilization_gpus: frozenset[str] = frozenset()
     # DRA devices of GPUs that could not be attributed, per reason (exporter.kube.dra.REASONS).
     unresolved: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # Each container's highest memory and SM utilisation over the peak window (exporter.kube.container_peaks).
+    container_peaks: ContainerPeakValues = NO_PEAKS
 
     def allocation(self, uuid: str, gpu_instance_id: int | None = None) -> DeviceAllocation | None:
         return self.allocations.get(GpuKey(uuid, gpu_instance_id))
@@ -380,8 +391,12 @@ class KubernetesAttribution:
         kubelet_call_timeout_s: float = 10.0,
         watch_timeouts: WatchTimeouts | None = None,
         api_factory: Callable[[], object] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
+        self._clock = clock  # the per-container peak windows' time (the sampler's clock in production)
+        self._peaks = ContainerPeaks(config.peak_window_ms / 1000.0)
+        self._published_peaks = NO_PEAKS
         self._on_change = on_change
         self._workloads = WorkloadFactory(config)
         self.kubelet = PodResourcesClient(
@@ -463,13 +478,37 @@ class KubernetesAttribution:
             pids |= {sample.pid for reading in sampled.values() for sample in reading.samples}
             identities = {pid: self._resolver.resolve(pid) for pid in pids}
             self._resolver.retain(pids)
+            peaks_changed = self._observe_peaks(frozen, sampled, identities)
             previous = self._process_input
             if (previous is not None and previous.processes == frozen and previous.identities == identities
                     and previous.utilization == sampled):
+                if peaks_changed:  # the same processes, but a spike left the window
+                    self._notify()
                 return
             self._process_input = _ProcessInput(MappingProxyType(frozen), MappingProxyType(identities),
                                                 MappingProxyType(sampled))
         self._notify()
+
+    def _observe_peaks(self, processes: Mapping[str, tuple[GpuProcess, ...]],
+                       utilization: Mapping[str, ProcessUtilization],
+                       identities: Mapping[int, CgroupIdentity | None]) -> bool:
+        """One process read's per-container values into the peak windows; True when the peaks changed.
+
+        Joined with the metadata of this moment (a process read is a sample; the memoised join of the
+        published value may run later, with newer metadata, and that changes no past sample).
+        """
+        view = self.metadata.view()
+
+        def workload(key: PeakKey) -> Workload:
+            return self._workloads.build(key.namespace, key.pod, key.container, view)
+
+        peaks = self._peaks.observe(
+            self._clock(), memory_samples(attribute_processes(processes, identities, view)), frozenset(processes),
+            sm_util=sm_samples(attribute_utilization(utilization, identities, view)), sm_gpus=frozenset(utilization),
+            workload=workload)
+        changed = peaks != self._published_peaks
+        self._published_peaks = peaks
+        return changed
 
     # -- the published value --------------------------------------------------------------------
 
@@ -503,6 +542,7 @@ class KubernetesAttribution:
                                    container_utilization=parts.container_utilization,
                                    unattributed_utilization=parts.unattributed_utilization,
                                    utilization_gpus=parts.utilization_gpus,
+                                   container_peaks=self._published_peaks,
                                    unresolved=every_reason(parts.unresolved) if slices is not None else EMPTY_COUNTS)
 
     def _parts(self, listing: PodResourcesListing | None, view: MetadataView,

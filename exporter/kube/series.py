@@ -36,6 +36,10 @@ as a ``LabeledDevice``. From the ``AttributionSnapshot`` this module derives:
   is busy on a shared GPU" is one query. ``DCGM_EXP_UNATTRIBUTED_{SM,MEM,ENC,DEC}_UTIL`` (%, base
   labels): what processes of no known pod used. Only for GPUs whose samples were read (not
   MIG-enabled GPUs, not drivers without the calls);
+* ``DCGM_EXP_CONTAINER_FB_USED_PEAK`` (MiB) and ``DCGM_EXP_CONTAINER_SM_UTIL_PEAK`` (%), with the labels of
+  ``DCGM_EXP_CONTAINER_FB_USED`` / ``..._SM_UTIL``: each container's highest value at the process reads of
+  the trailing peak window (``exporter.kube.container_peaks``), never below its current value; a
+  container whose processes ended keeps its peak series one window longer (the spike that killed it);
 * self-metrics ``gpu_pod_exporter_kubelet_up``, ``gpu_pod_exporter_kube_api_up``, their
   ``..._last_success_timestamp_seconds``, ``gpu_pod_exporter_kubernetes_pods``, and the API
   request and relist counters ``gpu_pod_exporter_kube_api_requests_total{resource,verb,code}`` and
@@ -80,6 +84,7 @@ from prometheus_client.core import Metric
 
 from exporter.config import Config
 from exporter.kube.attribution import NO_UTILIZATION, AllocationHolder, AttributionSnapshot, Workload
+from exporter.kube.container_peaks import PeakKey
 from exporter.kube.deviceids import GpuKey
 from exporter.metrics.render import owned_family
 
@@ -246,14 +251,19 @@ def _allocation_families(attribution: AttributionSnapshot, devices: Sequence[Lab
 def _memory_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
                      config: Config) -> list[Metric]:
     container_fb = owned_family("DCGM_EXP_CONTAINER_FB_USED")
+    container_peak = owned_family("DCGM_EXP_CONTAINER_FB_USED_PEAK")
     unattributed = owned_family("DCGM_EXP_UNATTRIBUTED_FB_USED")
     process_fb = owned_family("DCGM_EXP_PROCESS_FB_USED")
+    peaks, _ = attribution.container_peaks.by_gpu()
     for device in devices:
         if device.uuid not in attribution.process_gpus:
             continue
+        current = []
         for item in attribution.memory(device.uuid, device.gpu_instance_id):
             labels = {**device.labels, **workload_labels(item.workload, config, device.labels)}
             container_fb.add_sample(container_fb.name, labels, item.used_bytes / MIB)
+            current.append((item.workload, float(item.used_bytes), labels))
+        _add_peaks(container_peak, device, current, peaks.get(device.key, {}), config, scale=1 / MIB)
         unattributed.add_sample(unattributed.name, dict(device.labels),
                                 attribution.unattributed_bytes.get(device.key, 0) / MIB)
         if not config.process_metrics:
@@ -266,8 +276,28 @@ def _memory_families(attribution: AttributionSnapshot, devices: Sequence[Labeled
             if process.workload is not None:
                 labels.update(workload_labels(process.workload, config, labels))
             process_fb.add_sample(process_fb.name, labels, process.used_bytes / MIB)
-    families = [container_fb, unattributed]
+    families = [container_fb, container_peak, unattributed]
     return [*families, process_fb] if config.process_metrics else families
+
+
+def _peak_key(device: LabeledDevice, workload: Workload) -> PeakKey:
+    return PeakKey(device.uuid, device.gpu_instance_id, workload.namespace, workload.pod, workload.container)
+
+
+def _add_peaks(family: Metric, device: LabeledDevice, current: Sequence[tuple[Workload, float, dict[str, str]]],
+               peaks: Mapping[PeakKey, tuple[Workload, float]], config: Config, *, scale: float) -> None:
+    """A container's peak beside each of its current series (never below the current value, which the
+    memoised join may have from a newer read), then the peaks of containers that left within the window."""
+    shown: set[PeakKey] = set()
+    for workload, value, labels in current:
+        key = _peak_key(device, workload)
+        shown.add(key)
+        peak = peaks.get(key)
+        family.add_sample(family.name, labels, max(value, peak[1]) * scale if peak is not None else value * scale)
+    for key, (workload, peak_value) in sorted(peaks.items()):
+        if key not in shown:
+            family.add_sample(family.name, {**device.labels, **workload_labels(workload, config, device.labels)},
+                              peak_value * scale)
 
 
 _ENGINES = (("SM", "sm"), ("MEM", "memory"), ("ENC", "encoder"), ("DEC", "decoder"))
@@ -275,6 +305,7 @@ _ENGINES = (("SM", "sm"), ("MEM", "memory"), ("ENC", "encoder"), ("DEC", "decode
 # the host's /proc, which the default install does not read.
 PROCESS_ATTRIBUTION_FAMILIES = frozenset({
     "DCGM_EXP_CONTAINER_FB_USED", "DCGM_EXP_UNATTRIBUTED_FB_USED", "DCGM_EXP_PROCESS_FB_USED",
+    "DCGM_EXP_CONTAINER_FB_USED_PEAK", "DCGM_EXP_CONTAINER_SM_UTIL_PEAK",
     *(f"DCGM_EXP_{owner}_{engine}_UTIL" for owner in ("CONTAINER", "UNATTRIBUTED") for engine, _ in _ENGINES)})
 
 
@@ -283,17 +314,22 @@ def _utilization_families(attribution: AttributionSnapshot, devices: Sequence[La
     """Per-container and unattributed utilization of every whole GPU whose samples were read."""
     containers = [(owned_family(f"DCGM_EXP_CONTAINER_{engine}_UTIL"), part) for engine, part in _ENGINES]
     nobody = [(owned_family(f"DCGM_EXP_UNATTRIBUTED_{engine}_UTIL"), part) for engine, part in _ENGINES]
+    sm_peak = owned_family("DCGM_EXP_CONTAINER_SM_UTIL_PEAK")
+    _, peaks = attribution.container_peaks.by_gpu()
     for device in devices:
         if device.gpu_instance_id is not None or device.uuid not in attribution.utilization_gpus:
             continue
+        current = []
         for item in attribution.utilization(device.uuid):
             labels = {**device.labels, **workload_labels(item.workload, config, device.labels)}
             for family, part in containers:
                 family.add_sample(family.name, labels, getattr(item.utilization, part))
+            current.append((item.workload, float(item.utilization.sm), labels))
+        _add_peaks(sm_peak, device, current, peaks.get(device.key, {}), config, scale=1.0)
         unattributed = attribution.unattributed_utilization.get(device.uuid, NO_UTILIZATION)
         for family, part in nobody:
             family.add_sample(family.name, dict(device.labels), getattr(unattributed, part))
-    return [family for family, _ in (*containers, *nobody)]
+    return [*(family for family, _ in containers), sm_peak, *(family for family, _ in nobody)]
 
 
 def _self_metrics(attribution: AttributionSnapshot) -> list[Metric]:

@@ -114,10 +114,29 @@ KUBERNETES_PAYLOAD_METRICS: tuple[OwnedMetric, ...] = (
       for engine, what in (("SM", "SM time"), ("MEM", "Memory bandwidth time"), ("ENC", "Video encoder time"),
                            ("DEC", "Video decoder time"))),
 )
+# Peaks between scrapes per container (exporter/kube/container_peaks.py): beside the container's own series,
+# with its labels, also for a container that left within the last window.
+_CONTAINER_PEAK_SOURCE = (
+    "highest value of {field} at the process reads (--process-interval) of the last --peak-window milliseconds; "
+    "no NVML call; one series per container and {where}, kept one window after the container's processes end "
+    "(--kubernetes-process-attribution)")
+CONTAINER_PEAK_METRICS: tuple[OwnedMetric, ...] = (
+    OwnedMetric("DCGM_EXP_CONTAINER_FB_USED_PEAK", "gauge", "MiB", _WORKLOAD,
+                "Highest framebuffer memory used by the container's processes on this GPU or MIG instance over the "
+                "trailing peak window (gpu_pod_exporter_peak_window_seconds), so a container's spike between two "
+                "scrapes shows in the next one, even when the container died of it (in MiB).",
+                _CONTAINER_PEAK_SOURCE.format(field="DCGM_EXP_CONTAINER_FB_USED", where="GPU or MIG instance"),
+                "kubernetes"),
+    OwnedMetric("DCGM_EXP_CONTAINER_SM_UTIL_PEAK", "gauge", "%", _WORKLOAD,
+                "Highest SM time of this GPU used by the container's processes in one process interval over the "
+                "trailing peak window (gpu_pod_exporter_peak_window_seconds) (in %).",
+                _CONTAINER_PEAK_SOURCE.format(field="DCGM_EXP_CONTAINER_SM_UTIL",
+                                              where="GPU (not on MIG-enabled GPUs)"), "kubernetes"),
+)
 # The families per-process utilization feeds; a GPU without it lists them as unsupported fields.
-PROCESS_UTILIZATION_FAMILIES: tuple[str, ...] = tuple(
+PROCESS_UTILIZATION_FAMILIES: tuple[str, ...] = (*(
     f"DCGM_EXP_{owner}_{engine}_UTIL" for owner in ("CONTAINER", "UNATTRIBUTED")
-    for engine in ("SM", "MEM", "ENC", "DEC"))
+    for engine in ("SM", "MEM", "ENC", "DEC")), "DCGM_EXP_CONTAINER_SM_UTIL_PEAK")
 KUBERNETES_SELF_METRICS: tuple[OwnedMetric, ...] = (
     OwnedMetric("gpu_pod_exporter_kubelet_up", "gauge", "0/1", (),
                 "1 if the last kubelet PodResources List succeeded, else 0.", "kubelet client", "kubernetes"),
@@ -150,8 +169,8 @@ KUBERNETES_SELF_METRICS: tuple[OwnedMetric, ...] = (
                 "kubelet DRA claims joined with ResourceSlices", "kubernetes"),
 )
 
-OWNED: tuple[OwnedMetric, ...] = (*PAYLOAD_METRICS, *PEAK_METRICS, *KUBERNETES_PAYLOAD_METRICS, *SELF_METRICS,
-                                  *KUBERNETES_SELF_METRICS)
+OWNED: tuple[OwnedMetric, ...] = (*PAYLOAD_METRICS, *PEAK_METRICS, *KUBERNETES_PAYLOAD_METRICS,
+                                  *CONTAINER_PEAK_METRICS, *SELF_METRICS, *KUBERNETES_SELF_METRICS)
 OWNED_BY_NAME = {metric.name: metric for metric in OWNED}
 
 
