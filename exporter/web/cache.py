@@ -4,7 +4,11 @@ Sources (sampler, attribution, event watcher, watchdog) call ``invalidate()`` wh
 value changes. A background renderer coalesces bursts of invalidations into one render; scrapes
 never render, never call NVML and never wait on a source. The text format is encoded right after
 rendering; OpenMetrics and gzip variants are encoded on first request and memoised beside it,
-because Prometheus asks for OpenMetrics+gzip by default while curl asks for plain text.
+because Prometheus asks for OpenMetrics+gzip by default while curl asks for plain text. A variant
+that was asked for during the previous generation is encoded by the renderer right away: otherwise
+the first scrape after each render encodes it on the event loop (gzip of a 64-GPU exposition takes
+milliseconds), and every scrape arriving meanwhile waits behind it. A variant nobody asks for any
+more costs one encoding after its last request, no more.
 
 If a render or its text encoding fails (a bug, never a user mistake), the previous exposition keeps
 being served and the failure is logged: a scrape still answers with the last good data instead of
@@ -14,7 +18,7 @@ a 500, and the next invalidation tries again.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from prometheus_client.core import Metric
 
@@ -36,17 +40,21 @@ log = get_logger("exposition")
 class RenderedExposition:
     """One rendered generation; variants are encoded lazily and memoised (thread-safe)."""
 
-    def __init__(self, generation: int, families: list[Metric]) -> None:
+    def __init__(self, generation: int, families: list[Metric],
+                 prepare: Iterable[tuple[bool, bool]] = ()) -> None:
         self.generation = generation
         self._families = families
         self._variants: dict[tuple[bool, bool], bytes] = {(False, False): encode_text(families)}
         self._lock = threading.Lock()
+        self.asked: set[tuple[bool, bool]] = set()  # (openmetrics, gzip) variants scrapes asked for
         self.series = sum(len(family.samples) for family in families)
         # OpenMetrics would type dcgm-exporter's counters (no _total) "unknown": negotiation then prefers text.
         self.counters_need_text = counters_need_text(families)
         self._node_view: bytes | None = None
         # Its own lock: a scrape encoding a variant (on the event loop) must never wait for a view build.
         self._node_view_lock = threading.Lock()
+        for openmetrics, compressed in prepare:  # the renderer's thread, before anyone can scrape this one
+            self._encode((openmetrics, compressed))
 
     @property
     def node_view_ready(self) -> bytes | None:
@@ -69,11 +77,20 @@ class RenderedExposition:
                                                                   generation=self.generation))
         return view
 
+    def encoded(self, openmetrics: bool, compressed: bool) -> bool:
+        """Whether this variant is encoded already (a scrape asking for it only copies bytes)."""
+        return (openmetrics, compressed) in self._variants
+
     def body(self, openmetrics: bool, compressed: bool) -> bytes:
         key = (openmetrics, compressed)
+        self.asked.add(key)
         variant = self._variants.get(key)
         if variant is not None:
             return variant
+        return self._encode(key)
+
+    def _encode(self, key: tuple[bool, bool]) -> bytes:
+        openmetrics, compressed = key
         with self._lock:
             variant = self._variants.get(key)
             if variant is None:
@@ -117,7 +134,7 @@ class ExpositionCache:
                 families = self._render()
                 # Encoding is part of the render: if it failed outside this guard, the renderer
                 # thread would die and every later scrape would get this exposition forever.
-                rendered = RenderedExposition(self._generation + 1, families)
+                rendered = RenderedExposition(self._generation + 1, families, prepare=frozenset(self._current.asked))
             except Exception:
                 self.render_failures += 1
                 log.exception("rendering failed; the previous exposition is still served")

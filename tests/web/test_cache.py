@@ -1,6 +1,8 @@
-"""The exposition cache keeps serving the last good exposition when a render or its encoding fails."""
+"""The exposition cache: the last good exposition stays served when a render fails; variants in demand are ready."""
 
 from __future__ import annotations
+
+import gzip
 
 from prometheus_client.core import Metric
 
@@ -24,3 +26,19 @@ def test_an_encoding_failure_keeps_the_last_exposition_and_the_next_render_recov
     third = cache.refresh()  # ... and does not stop the next render
     assert b'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 41\n' in third.body(False, False)
     assert third.generation == first.generation + 1
+
+
+def test_a_variant_scrapes_asked_for_is_encoded_by_the_renderer_for_the_next_generation_only() -> None:
+    """Prometheus asks for gzip: after one such scrape, each new render has the gzip variant ready, so no
+    scrape encodes on the event loop; once nobody asks any more, one render later it is no longer made."""
+    cache = ExpositionCache(lambda: [temperature(40)])
+    first = cache.refresh()
+    assert not first.encoded(False, True)  # nobody asked yet: nothing beyond the text is encoded
+    first.body(False, True)
+    second = cache.refresh()
+    assert second.encoded(False, True) and not second.encoded(True, False)
+    assert gzip.decompress(second.body(False, True)) == second.body(False, False)
+    third = cache.refresh()  # the second generation was asked for gzip too (just above)
+    assert third.encoded(False, True)
+    fourth = cache.refresh()  # the third was asked for nothing
+    assert not fourth.encoded(False, True)
