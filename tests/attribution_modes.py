@@ -19,6 +19,7 @@ import pytest
 # Families served only when process attribution (or per-process metrics) is on.
 PROCESS_FAMILIES = frozenset({
     "DCGM_EXP_CONTAINER_FB_USED", "DCGM_EXP_UNATTRIBUTED_FB_USED", "DCGM_EXP_PROCESS_FB_USED",
+    "DCGM_EXP_CONTAINER_FB_USED_PEAK", "DCGM_EXP_CONTAINER_SM_UTIL_PEAK",
     *(f"DCGM_EXP_{owner}_{engine}_UTIL" for owner in ("CONTAINER", "UNATTRIBUTED")
       for engine in ("SM", "MEM", "ENC", "DEC")),
 })
