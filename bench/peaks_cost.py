@@ -1,6 +1,7 @@
 """What the peak series cost per render and per sampling cycle, in one process, interleaved.
 
     python -m bench.peaks_cost [--gpus 8,64] [--rounds 200] [--out docs/benchmarks-peaks-cost.json]
+    python -m bench.peaks_cost --profile 64     (where a render's CPU goes, by function: cProfile)
 
 Why in-process: on this shared machine the whole-exporter before/after (``bench.abtest``) moves by
 tens of percent between neighbouring runs, far more than the peaks can cost. Here the same process
@@ -13,13 +14,20 @@ processes' load does not count). What it reports per GPU count:
 * the sampler's side: ``DevicePeaks.add`` for every GPU, CPU µs per cycle (what the cycle adds);
 * the memory the windows hold after more than a window of cycles (tracemalloc, bytes per GPU),
   fed a slowly falling reading (the worst case: a falling sequence keeps every sample).
+
+``--profile N`` renders and encodes the N-GPU snapshot (with peaks) repeatedly under cProfile and prints
+the functions with the most own time: how #33's question "does the render grow with the peaks, and
+can it be cheaper" was answered (the text encoding, not the render, was most of the CPU).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import dataclasses
+import io
 import json
+import pstats
 import statistics
 import subprocess
 import sys
@@ -134,12 +142,29 @@ def report_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def profile(gpus: int, rounds: int = 50, top: int = 15) -> str:
+    """cProfile of ``rounds`` renders + text encodings of the ``gpus``-GPU snapshot, by own time."""
+    snapshot = _snapshot(gpus)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(rounds):
+        _render_cpu(snapshot)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.peaks_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", default="8,64")
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--profile", type=int, metavar="GPUS", help="print a cProfile of rendering GPUS GPUs instead")
     args = parser.parse_args(argv)
+    if args.profile:
+        print(profile(args.profile))
+        return 0
     data = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                                      text=True, check=False).stdout.strip(),

@@ -10,3 +10,8 @@ def test_the_peaks_cost_section_states_render_cost_series_and_window_memory_per_
     text = peaks_cost.report_text({"started": "2026-12-03T19:42:25Z", "commit": "abc1234", "runs": [run]})
     assert "`python -m bench.peaks_cost --gpus 8 --rounds 20`" in text
     assert "| 8 | 2.00 | 2.30 | 1.15 | 298 | 330 | 4 | 1.10 | 15 | 20,386 |" in text
+
+
+def test_the_profile_names_the_encoder_and_the_renderer_by_own_time():
+    text = peaks_cost.profile(2, rounds=2, top=40)
+    assert "tottime" in text and "exposition.py" in text and "render.py" in text
