@@ -164,8 +164,10 @@ def workload_label_sets(attribution: AttributionSnapshot, device: LabeledDevice,
 
 
 # dcgm-exporter's --kubernetes-virtual-gpus (its pull request 594): these two fields keep the device
-# series and add one per holder with what that holder's own processes use, not the device total.
-VIRTUAL_GPU_FIELDS = frozenset({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"})
+# series and add one per holder with what that holder's own processes use, not the device total. Their
+# peaks (DCGM_EXP_*_PEAK) do the same with each holder's own peak (exporter/kube/container_peaks.py).
+VIRTUAL_GPU_PEAKS = {"DCGM_EXP_GPU_UTIL_PEAK": "DCGM_FI_DEV_GPU_UTIL", "DCGM_EXP_FB_USED_PEAK": "DCGM_FI_DEV_FB_USED"}
+VIRTUAL_GPU_FIELDS = frozenset({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", *VIRTUAL_GPU_PEAKS})
 
 
 def _same_container(a: Workload, b: Workload) -> bool:
@@ -184,13 +186,27 @@ def virtual_gpu_samples(attribution: AttributionSnapshot, device: LabeledDevice,
     (NVML's per-process samples, summed per container); 0 for a holder without processes. While
     the process data of the device is unknown (not read yet, or unreadable) the list is empty:
     no per-holder series rather than the device total copied onto every pod.
-    MIG: memory only (NVML samples no processes there), as upstream.
+    MIG: memory only (NVML samples no processes there), as upstream. The peak of either field
+    (``DCGM_EXP_FB_USED_PEAK``, ``DCGM_EXP_GPU_UTIL_PEAK``) is, per holder, that holder's own peak over
+    the peak window (never below its current value), so a pod's peak is its spike, not a neighbour's.
     """
     if not config.kubernetes_virtual_gpus or field not in VIRTUAL_GPU_FIELDS:
         return None
     allocation = attribution.allocation(device.uuid, device.gpu_instance_id)
     if allocation is None or not allocation.holders:
         return None
+    peak_of = VIRTUAL_GPU_PEAKS.get(field)
+    if peak_of is not None:
+        current = virtual_gpu_samples(attribution, device, peak_of, config)
+        if not current:
+            return current
+        memory, sm_util = attribution.container_peaks.memory, attribution.container_peaks.sm_util
+        peaks, scale = (sm_util, 1.0) if peak_of == "DCGM_FI_DEV_GPU_UTIL" else (memory, 1 / MIB)
+        samples = []
+        for holder, (labels, value) in zip(allocation.holders, current, strict=True):
+            peak = peaks.get(_peak_key(device, holder.workload))
+            samples.append((labels, max(value, peak[1] * scale) if peak is not None else value))
+        return samples
     if field == "DCGM_FI_DEV_GPU_UTIL":
         if device.gpu_instance_id is not None:
             return None

@@ -26,7 +26,7 @@ from exporter.metrics.catalog import FromExporter, FromQuery
 from exporter.metrics.counters import CounterRow, CounterSet
 from exporter.metrics.owned import family_name, owned
 from exporter.metrics.selection import DEFAULT as ALL_DEVICES
-from exporter.metrics.selection import DeviceSelection, select
+from exporter.metrics.selection import DeviceSelection, Entity, select
 from exporter.nvml.peaks import PEAK_FAMILIES
 from exporter.snapshot import DeviceIdentity, InFlight, MigIdentity, Snapshot
 
@@ -144,28 +144,37 @@ def dcgm_families(ctx: RenderContext) -> list[Metric]:
             for extension, own_value in own:
                 family.add_sample(row.name, {**base, **extension}, own_value)
         families.append(family)
-    peaks = [(entity.mig.peaks if entity.mig is not None else entity.reading.peaks, labels)
-             for entity, labels in zip(entities, label_sets, strict=True)]
     enabled = {row.spec.name for row in ctx.counters.metrics}
     for field_name, name in PEAK_FAMILIES.items():
         if field_name in enabled:
-            families.append(_peak_family(name, field_name, peaks))
+            families.append(_peak_family(ctx, name, field_name, entities, label_sets))
     return families
 
 
-def _peak_family(name: str, field_name: str, entities: Sequence[tuple[Mapping[str, float], list[dict[str, str]]]]
-                 ) -> Metric:
+def _peak_family(ctx: RenderContext, name: str, field_name: str, entities: Sequence[Entity],
+                 label_sets: Sequence[list[dict[str, str]]]) -> Metric:
     """``DCGM_EXP_*_PEAK``: a peak reading's trailing-window maximum (exporter/nvml/peaks.py).
 
     Rendered with the CSV rows so it reuses their label sets: one sample per selected GPU or GPU
     instance that has the reading, with the very labels of that reading's own series, so
     ``DCGM_EXP_FB_USED_PEAK`` and ``DCGM_FI_DEV_FB_USED`` divide, compare and join one to one. A GPU
     instance has only its own peaks (not its parent's chip-wide ones). Only for readings whose CSV
-    row is enabled (the sampler reads no other).
+    row is enabled (the sampler reads no other). Where the reading's series are per workload
+    (``field_workloads``: --kubernetes-virtual-gpus), so are its peak's: the device's peak, then each
+    workload's own (exporter/kube/container_peaks.py), never the device's repeated under a pod's labels.
     """
     family = owned_family(name)
-    for peaks, labels in entities:
-        _add_samples(family, name, peaks.get(field_name), labels)
+    for entity, labels in zip(entities, label_sets, strict=True):
+        mig = entity.mig.identity if entity.mig else None
+        peak = (entity.mig.peaks if entity.mig is not None else entity.reading.peaks).get(field_name)
+        own = ctx.field_workloads(entity.reading.identity, mig.gpu_instance_id if mig else None, name)
+        if own is None:
+            _add_samples(family, name, peak, labels)
+            continue
+        base = ctx.base_labels(entity.reading.identity, mig)
+        _add_samples(family, name, peak, (base,))
+        for extension, own_value in own:
+            family.add_sample(name, {**base, **extension}, own_value)
     return family
 
 

@@ -15,16 +15,20 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import Config
 from exporter.kube.attribution import (
+    AllocationHolder,
     AttributionSnapshot,
     AttributionStatus,
     ContainerMemory,
+    ContainerUtilization,
+    DeviceAllocation,
     KubernetesAttribution,
+    Utilization,
     Workload,
 )
 from exporter.kube.container_peaks import ContainerPeaks, ContainerPeakValues, PeakKey, memory_samples
 from exporter.kube.deviceids import GpuKey
 from exporter.kube.processes import ProcessOwner, ProcessRecord
-from exporter.kube.series import LabeledDevice, attribution_families
+from exporter.kube.series import LabeledDevice, attribution_families, virtual_gpu_samples
 from exporter.kube.wiring import KubernetesWiring
 from exporter.metrics.counters import load_counters
 from exporter.metrics.exposition import encode_text
@@ -126,6 +130,33 @@ def test_the_peak_series_carry_the_container_series_labels_and_a_departed_contai
     assert all(peak[pod].labels == current[pod].labels for pod in current)  # they divide one to one
     assert peak["oom-0"].labels == {"gpu": "1", "UUID": GPU1, "Hostname": "node-a", "container": "worker",
                                     "namespace": "lab", "pod": "oom-0"}
+
+
+def test_with_virtual_gpus_each_pods_gpu_peak_is_its_own_not_its_neighbours() -> None:
+    """--kubernetes-virtual-gpus gives each pod of a shared GPU its own FB_USED and GPU_UTIL series; their
+    peaks are each pod's own too (the notebook spiked, eval-0 did not)."""
+    holders = (AllocationHolder(EVAL, ("0",)), AllocationHolder(NB, ("3",)))
+    peaks = ContainerPeakValues(memory=MappingProxyType({key(GPU1, NB): (NB, 30.0 * GIB)}),
+                                sm_util=MappingProxyType({key(GPU1, NB): (NB, 80.0), key(GPU1, EVAL): (EVAL, 10.0)}))
+    snapshot = dataclasses.replace(
+        _attribution(peaks), allocation_known=True,
+        allocations=MappingProxyType({GpuKey(GPU1): DeviceAllocation(GPU1, None, holders, shared=True)}),
+        container_utilization=(ContainerUtilization(GPU1, EVAL, Utilization(sm=30.0)),
+                               ContainerUtilization(GPU1, NB, Utilization(sm=5.0))),
+        utilization_gpus=frozenset({GPU1}))
+    device = LabeledDevice(GPU1, None, {"gpu": "1", "UUID": GPU1})
+    config = Config(kubernetes=True, kubernetes_virtual_gpus=True)
+
+    def by_pod(field: str) -> dict[str, float]:
+        found = virtual_gpu_samples(snapshot, device, field, config)
+        assert found is not None
+        return {labels["pod"]: value for labels, value in found}
+
+    assert by_pod("DCGM_FI_DEV_FB_USED") == {"eval-0": 4096, "nb": 2048}
+    assert by_pod("DCGM_EXP_FB_USED_PEAK") == {"eval-0": 4096, "nb": 30 * 1024}
+    assert by_pod("DCGM_FI_DEV_GPU_UTIL") == {"eval-0": 30.0, "nb": 5.0}
+    assert by_pod("DCGM_EXP_GPU_UTIL_PEAK") == {"eval-0": 30.0, "nb": 80.0}  # never below the current value
+    assert virtual_gpu_samples(snapshot, device, "DCGM_EXP_POWER_USAGE_PEAK", config) is None  # the device's
 
 
 SPIKE = f"""

@@ -160,6 +160,28 @@ def test_field_workload_samples_keep_the_device_series_and_add_each_workloads_ow
         ("a", 41), ("b", 41), ("c", 41)]
 
 
+def test_a_peak_of_a_field_with_workload_samples_is_per_workload_too() -> None:
+    """--kubernetes-virtual-gpus: each pod's FB_USED is its own, so is its FB_USED peak (the builder gives
+    it); the device keeps its own series, and a field without workload samples repeats the device's."""
+    snapshot = Snapshot(devices=(DeviceReading(
+        identity=GPU0, values={"DCGM_FI_DEV_FB_USED": 49152, "DCGM_FI_DEV_POWER_USAGE": 300.0},
+        peaks={"DCGM_FI_DEV_FB_USED": 70000, "DCGM_FI_DEV_POWER_USAGE": 500.0}),), status=STATUS)
+    pods = ({"pod": "a"}, {"pod": "b"})
+
+    def own(_identity: object, _gi: object, field: str) -> list[tuple[dict[str, str], float]] | None:
+        return {"DCGM_FI_DEV_FB_USED": [({"pod": "a"}, 1000.0), ({"pod": "b"}, 2000.0)],
+                "DCGM_EXP_FB_USED_PEAK": [({"pod": "a"}, 1500.0), ({"pod": "b"}, 68000.0)]}.get(field)
+
+    families = render(RenderContext(snapshot=snapshot, counters=load_counters(None),
+                                    options=RenderOptions(hostname="n"), workloads=lambda _i, _g: pods,
+                                    field_workloads=own))
+    peaks = samples(families, "DCGM_EXP_FB_USED_PEAK")
+    assert [(labels.get("pod"), value) for labels, value in peaks] == [(None, 70000), ("a", 1500.0), ("b", 68000.0)]
+    assert [labels for labels, _ in peaks] == [labels for labels, _ in samples(families, "DCGM_FI_DEV_FB_USED")]
+    assert [(labels.get("pod"), value) for labels, value in samples(families, "DCGM_EXP_POWER_USAGE_PEAK")] == [
+        ("a", 500.0), ("b", 500.0)]
+
+
 def test_peaks_carry_the_labels_of_their_reading_including_workloads_and_skip_mig_instances() -> None:
     def workloads(identity: DeviceIdentity, gpu_instance_id: int | None) -> Sequence[Mapping[str, str]]:
         return ({"container": "trainer", "namespace": "ml", "pod": "train-0"},) if identity.index == 0 else ({},)
