@@ -136,6 +136,11 @@ def test_virtual_gpus_repeat_the_shared_device_once_per_pod(cluster: NodeCluster
         own = {labels["pod"]: value for labels, value in used if "pod" in labels}
         assert own == {"chat-0": 5 * GIB_IN_MIB, "embed-0": 3 * GIB_IN_MIB, "rerank-0": 1 * GIB_IN_MIB}
         assert device_used >= sum(own.values())
+        # Their peaks likewise: the device's once, then each pod's own peak (steady memory here: its own
+        # memory), never the device's peak under a pod's labels.
+        peaks = series_for(exporter.samples("DCGM_EXP_FB_USED_PEAK"), GPUS[2].uuid)
+        assert {labels["pod"]: value for labels, value in peaks if "pod" in labels} == own
+        assert [value for labels, value in peaks if "pod" not in labels][0] >= device_used
         if not process_metrics:
             assert "DCGM_EXP_PROCESS_FB_USED" not in exporter.metrics()
             return
