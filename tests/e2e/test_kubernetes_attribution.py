@@ -140,7 +140,8 @@ def test_virtual_gpus_repeat_the_shared_device_once_per_pod(cluster: NodeCluster
         # memory), never the device's peak under a pod's labels.
         peaks = series_for(exporter.samples("DCGM_EXP_FB_USED_PEAK"), GPUS[2].uuid)
         assert {labels["pod"]: value for labels, value in peaks if "pod" in labels} == own
-        assert [value for labels, value in peaks if "pod" not in labels][0] >= device_used
+        [device_peak] = [value for labels, value in peaks if "pod" not in labels]
+        assert device_peak >= device_used
         if not process_metrics:
             assert "DCGM_EXP_PROCESS_FB_USED" not in exporter.metrics()
             return
