@@ -478,16 +478,15 @@ class KubernetesAttribution:
             pids |= {sample.pid for reading in sampled.values() for sample in reading.samples}
             identities = {pid: self._resolver.resolve(pid) for pid in pids}
             self._resolver.retain(pids)
-            peaks_changed = self._observe_peaks(frozen, sampled, identities)
+            changed = self._observe_peaks(frozen, sampled, identities)  # e.g. a spike left the window
             previous = self._process_input
-            if (previous is not None and previous.processes == frozen and previous.identities == identities
-                    and previous.utilization == sampled):
-                if peaks_changed:  # the same processes, but a spike left the window
-                    self._notify()
-                return
-            self._process_input = _ProcessInput(MappingProxyType(frozen), MappingProxyType(identities),
-                                                MappingProxyType(sampled))
-        self._notify()
+            if (previous is None or previous.processes != frozen or previous.identities != identities
+                    or previous.utilization != sampled):
+                self._process_input = _ProcessInput(MappingProxyType(frozen), MappingProxyType(identities),
+                                                    MappingProxyType(sampled))
+                changed = True
+        if changed:
+            self._notify()
 
     def _observe_peaks(self, processes: Mapping[str, tuple[GpuProcess, ...]],
                        utilization: Mapping[str, ProcessUtilization],

@@ -36,9 +36,10 @@ from exporter.metrics.render import DEFAULT_BUILDERS, RenderContext, RenderOptio
 from exporter.nvml.sampler import Sampler
 from exporter.simulate.fakenvml import FIXED_WALL_EPOCH, installed
 from exporter.simulate.scenario import parse_scenario
+from exporter.snapshot import GpuProcess
 from tests.nvml.test_sampler import Clock
 
-from .helpers import GPU0, GPU1, poll
+from .helpers import DEVICES, GPU0, GPU1, MIGS, poll
 from .test_attribution import FAST, Cluster, _ready, cluster
 
 __all__ = ["cluster"]  # the fake kubelet, API server and /proc of test_attribution.py
@@ -243,3 +244,27 @@ def test_tracked_peaks_do_not_outgrow_the_containers() -> None:
         peaks.observe(float(second), {key(GPU0, workload): float(MIB)}, frozenset({GPU0}), sm_util={},
                       sm_gpus=frozenset(), workload=by_key(workloads))  # type: ignore[arg-type]
     assert len(peaks) <= 11
+
+
+@pytest.mark.parametrize("process_attribution", [True], ids=["process-attribution"])
+def test_a_spike_leaving_the_window_re_renders_although_the_process_lists_stay_the_same(cluster: Cluster) -> None:
+    clock = Clock(start=100.0)
+    changes: list[float] = []
+    config = dataclasses.replace(cluster.config, peak_window_ms=30_000)
+    attribution = KubernetesAttribution(config, lambda: changes.append(clock.now), watch_timeouts=FAST, clock=clock)
+    attribution.start()
+    try:
+        poll(lambda: _ready(attribution), what="kubelet and API data joined")
+        steady = {GPU0: [GpuProcess(100, 10 * GIB)]}
+        attribution.update_processes({GPU0: [GpuProcess(100, 70 * GIB)]})  # the spike
+        clock.now = 101.0
+        attribution.update_processes(steady)
+        changes.clear()
+        for now in (110.0, 120.0, 130.0, 131.0):  # the same list each read
+            clock.now = now
+            attribution.update_processes(steady)
+        peak = attribution.snapshot(DEVICES, MIGS).container_peaks.memory[key(GPU0, TRAINER)][1]
+    finally:
+        attribution.stop()
+    assert changes == [130.0]  # the one read at which the spike left the window, no other
+    assert peak == 10 * GIB
