@@ -24,13 +24,13 @@ import pynvml
 from exporter.config import Config
 from exporter.doctor.deadline import run_with_deadline
 from exporter.doctor.report import Row, degraded, failed, ok, skipped
-from exporter.metrics.catalog import CATALOG, FieldSpec, FromExporter, FromFieldRate, FromFieldValue, FromGpm, FromQuery
+from exporter.metrics.catalog import CATALOG, FieldKey, FieldSpec
 from exporter.metrics.counters import CounterRow, CounterSet
 from exporter.nvml.client import ErrorClass, NvmlClient, classify, describe
 from exporter.nvml.events import EVENT_TYPE_NAMES, REQUESTED_EVENT_TYPES, XID_EVENT
 from exporter.nvml.gpm import GpmReader, gpm_unsupported
 from exporter.nvml.inventory import Device
-from exporter.nvml.queries import IDENTITY_QUERIES, QUERIES, QueryState
+from exporter.nvml.queries import QUERIES, QueryState
 from exporter.nvml.sampler import Sampler
 from exporter.snapshot import DeviceIdentity, DeviceReading, GpuProcess, MigIdentity, Snapshot
 
@@ -433,13 +433,13 @@ def _counter_row(gpu: _Gpu, row: CounterRow) -> Row:
     spec = row.spec
     base: dict[str, Any] = {"kind": "counter", "counter": row.name, "source": spec.nvml_source}
     if spec.is_label:
-        label = _label_value(spec, gpu.device.identity, gpu.snapshot)
+        label = spec.read.label(gpu.device.identity, gpu.snapshot.status if gpu.snapshot is not None else None)
         if label:
             return ok(section, check, f"label {label!r}", state="served", value=label, **base)
         return ok(section, check, "not supported on this GPU (empty: no InfoROM); the label is omitted",
                   state="unsupported", **base)
-    if isinstance(spec.read, FromExporter):
-        return _exporter_row(gpu, check, spec, spec.read, base)
+    if spec.read.produced_by is not None:
+        return _exporter_row(gpu, check, spec, spec.read.produced_by, base)
     value = _counter_value(spec, gpu.reading)
     if value is not None:
         return ok(section, check, f"served: {_number(value)} {spec.unit}".rstrip(), state="served", value=value,
@@ -447,9 +447,9 @@ def _counter_row(gpu: _Gpu, row: CounterRow) -> Row:
     return _unserved_row(section, check, explain(gpu.nvml, gpu.device, spec), base)
 
 
-def _exporter_row(gpu: _Gpu, check: str, spec: FieldSpec, read: FromExporter, base: dict[str, Any]) -> Row:
+def _exporter_row(gpu: _Gpu, check: str, spec: FieldSpec, component: str, base: dict[str, Any]) -> Row:
     section = gpu.section
-    if read.component == "xid":
+    if component == "xid":
         if gpu.xid_ok:
             return ok(section, check, "served: counted from NVML Xid events", state="served", **base)
         return ok(section, check, "not supported on this GPU: no Xid events (see the events row); the series "
@@ -457,7 +457,7 @@ def _exporter_row(gpu: _Gpu, check: str, spec: FieldSpec, read: FromExporter, ba
     needed = [CATALOG.lookup(name) for name in spec.needs]
     missing = [need for need in needed if need is not None and _counter_value(need, gpu.reading) is None]
     if not missing:
-        return ok(section, check, f"served: computed from {', '.join(spec.needs) or read.component}",
+        return ok(section, check, f"served: computed from {', '.join(spec.needs) or component}",
                   state="served", **base)
     return _unserved_row(section, check, explain(gpu.nvml, gpu.device, missing[0]), base)
 
@@ -474,17 +474,6 @@ def _unserved_row(section: str, check: str, probe: _Probe, base: dict[str, Any])
     return failed(section, check, f"failing: {probe.function}: {error}", hint, state="failing", error=error, **base)
 
 
-def _label_value(spec: FieldSpec, identity: DeviceIdentity, snapshot: Snapshot | None) -> str:
-    read = spec.read
-    if not isinstance(read, FromQuery):
-        return ""
-    if read.query == "system" and snapshot is not None:
-        return str(getattr(snapshot.status, read.item, ""))
-    if read.query == "identity":
-        return str(getattr(identity, read.item, ""))
-    return ""
-
-
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.4g}"
 
@@ -494,26 +483,24 @@ def explain(nvml: RecordingClient, device: Device, spec: FieldSpec) -> _Probe:
     read = spec.read
     handle = device.handle
     try:
-        if isinstance(read, FromQuery) and read.query not in IDENTITY_QUERIES:
-            QUERIES[read.query].run(nvml, handle, QueryState())
-        elif isinstance(read, FromFieldValue):
-            _field_status(nvml, handle, [(read.field_id, read.scope_id)])
-        elif isinstance(read, FromFieldRate):
-            _field_status(nvml, handle, [(field_id, read.scope_id) for field_id in read.field_ids])
-        elif isinstance(read, FromGpm):
-            _gpm_status(nvml, handle, read)
+        for name in read.queries:
+            QUERIES[name].run(nvml, handle, QueryState())
+        if read.field_keys:
+            _field_status(nvml, handle, read.field_keys)
+        if read.gpm_metric is not None:
+            _gpm_status(nvml, handle, read.fallback_keys)
     except Exception as exc:  # noqa: BLE001 - the error is the finding
         return _Probe(nvml.last_function or spec.nvml_source, exc)
     return _Probe(nvml.last_function or spec.nvml_source)
 
 
-def _gpm_status(nvml: RecordingClient, handle: Any, read: FromGpm) -> None:
+def _gpm_status(nvml: RecordingClient, handle: Any, fallback_keys: Sequence[FieldKey]) -> None:
     """Raise NotSupported for a GPU without GPM unless the row's field-value fallback answers."""
     support = nvml.call(pynvml.nvmlGpmQueryDeviceSupport, handle)
     if support.isSupportedDevice:
         return
-    if read.fallback is not None:
-        _field_status(nvml, handle, [(field_id, read.fallback.scope_id) for field_id in read.fallback.field_ids])
+    if fallback_keys:
+        _field_status(nvml, handle, fallback_keys)
         return
     nvml.last_function = "nvmlGpmQueryDeviceSupport (no GPM on this GPU)"
     raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import Metric
 
 from exporter import __version__
-from exporter.metrics.catalog import FromExporter, FromQuery
-from exporter.metrics.counters import CounterRow, CounterSet
+from exporter.metrics.counters import CounterSet
 from exporter.metrics.owned import family_name, owned
 from exporter.metrics.selection import DEFAULT as ALL_DEVICES
 from exporter.metrics.selection import DeviceSelection, select
@@ -91,7 +90,7 @@ class RenderContext:
         """Identity labels plus the CSV's label rows (e.g. DCGM_FI_DRIVER_VERSION)."""
         labels = self.identity_labels(identity, mig)
         for row in self.counters.labels:
-            value = _label_row_value(row, identity, self.snapshot)
+            value = row.spec.read.label(identity, self.snapshot.status)
             if value:
                 labels[row.name] = value
         return labels
@@ -106,17 +105,6 @@ class RenderContext:
 FamilyBuilder = Callable[[RenderContext], Iterable[Metric]]
 
 
-def _label_row_value(row: CounterRow, identity: DeviceIdentity, snapshot: Snapshot) -> str:
-    read = row.spec.read
-    if not isinstance(read, FromQuery):
-        return ""
-    if read.query == "system":
-        return str(getattr(snapshot.status, read.item, ""))
-    if read.query == "identity":
-        return str(getattr(identity, read.item, ""))
-    return ""
-
-
 def dcgm_families(ctx: RenderContext) -> list[Metric]:
     """One family per active CSV row, one sample per selected GPU / GPU instance (and workload) that has it,
     then the ``DCGM_EXP_*_PEAK`` families of the enabled peak readings (``_peak_family``).
@@ -129,7 +117,7 @@ def dcgm_families(ctx: RenderContext) -> list[Metric]:
     label_sets = [ctx.series_label_sets(entity.reading.identity, entity.mig.identity if entity.mig else None)
                   for entity in entities]
     for row in ctx.counters.metrics:
-        if isinstance(row.spec.read, FromExporter):
+        if row.spec.read.produced_by is not None:
             continue  # rendered by the producing component's own builder (it adds its own labels)
         family = Metric(row.name, row.help, row.prom_type)
         for entity, labels in zip(entities, label_sets, strict=True):

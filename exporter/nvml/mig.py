@@ -30,7 +30,7 @@ from typing import Any
 
 import pynvml
 
-from exporter.metrics.catalog import FieldSpec, FromGpm, FromQuery, Scope, dcgm_number
+from exporter.metrics.catalog import FieldSpec, FromFieldRate, Scope
 from exporter.nvml.client import ErrorClass, NvmlClient, classify
 from exporter.nvml.queries import QUERIES, QueryState
 from exporter.snapshot import MigIdentity
@@ -181,16 +181,10 @@ class InstancePlan:
     @classmethod
     def for_specs(cls, specs: Sequence[FieldSpec]) -> InstancePlan:
         chosen = tuple(spec for spec in specs if spec.scope is Scope.INSTANCE and not spec.is_label
-                       and isinstance(spec.read, FromQuery | FromGpm))
-        queries: list[str] = []
-        metrics: list[int] = []
-        for spec in chosen:
-            read = spec.read
-            if isinstance(read, FromQuery) and read.query not in queries:
-                queries.append(read.query)
-            elif isinstance(read, FromGpm) and read.metric_id not in metrics:
-                metrics.append(read.metric_id)
-        return cls(specs=chosen, queries=tuple(queries), gpm_metrics=tuple(metrics))
+                       and spec.read.per_instance)
+        queries = tuple(dict.fromkeys(name for spec in chosen for name in spec.read.queries))
+        metrics = tuple(dict.fromkeys(metric for spec in chosen if (metric := spec.read.gpm_metric) is not None))
+        return cls(specs=chosen, queries=queries, gpm_metrics=metrics)
 
 
 def instance_values(nvml: NvmlClient, device: MigDevice, plan: InstancePlan, query_state: QueryState, *,
@@ -212,14 +206,36 @@ def instance_values(nvml: NvmlClient, device: MigDevice, plan: InstancePlan, que
             if is_gone(exc) or classify(exc) is not ErrorClass.UNSUPPORTED:
                 raise
             on_unsupported(name)
+    cycle = _InstanceCycle(results, gpm_values)
     values: dict[str, float] = {}
     for spec in plan.specs:
-        read = spec.read
-        raw: float | None = None
-        if isinstance(read, FromQuery):
-            raw = results.get(read.query, {}).get(read.item)
-        elif isinstance(read, FromGpm):
-            raw = gpm_values.get(read.metric_id)
-        if raw is not None and isinstance(read, FromQuery | FromGpm):
-            values[spec.name] = dcgm_number(raw * read.scale, read.integer)
+        value = spec.read.value(cycle)
+        if value is not None:
+            values[spec.name] = value
     return values
+
+
+@dataclass(frozen=True)
+class _InstanceCycle:
+    """One GPU instance's readings as the catalog's ``Read`` variants take them (``CycleValues``).
+
+    Only named queries on the MIG handle and GPM metrics of the GPU instance's sample exist here:
+    field values are chip-wide (``Scope.DEVICE`` rows). GPM values are handed over only by a GPU
+    with GPM, hence ``gpm_supported``.
+    """
+
+    results: dict[str, dict[str, float]]
+    gpm_values: dict[int, float]
+    gpm_supported: bool | None = True
+
+    def query_item(self, query: str, item: str) -> float | None:
+        return self.results.get(query, {}).get(item)
+
+    def field(self, key: tuple[int, int]) -> float | None:
+        return None
+
+    def rate(self, read: FromFieldRate) -> float | None:
+        return None
+
+    def gpm(self, metric_id: int) -> float | None:
+        return self.gpm_values.get(metric_id)
