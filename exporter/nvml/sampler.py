@@ -110,26 +110,36 @@ class SamplingPlan:
     @classmethod
     def for_specs(cls, specs: Sequence[FieldSpec], dependencies: Sequence[FieldSpec] = ()) -> SamplingPlan:
         served = tuple(spec for spec in specs if spec.served and not spec.is_label)
-        wanted = [*dependencies, *(CATALOG.lookup(name) for spec in served for name in spec.needs)]
-        extra: list[FieldSpec] = []
-        for spec in wanted:
-            if spec is not None and spec.served and spec not in served and spec not in extra:
-                extra.append(spec)
+        extra = _dependencies(served, dependencies)
         readings = (*served, *extra)
         queries = _unique(name for spec in readings for name in spec.read.queries)
         dynamic = tuple(name for name in queries if not QUERIES[name].static)
         fields = _unique(key for spec in readings for key in spec.read.field_keys)
-        gpm = [(spec, metric) for spec in served if (metric := spec.read.gpm_metric) is not None]
-        fallbacks = frozenset(key for spec, _ in gpm for key in spec.read.fallback_keys) - set(fields)
-        device_queries = {name for spec in readings if spec.scope is not Scope.INSTANCE for name in spec.read.queries}
+        gpm = [spec for spec in served if spec.read.gpm_metric is not None]
+        fallbacks = frozenset(key for spec in gpm for key in spec.read.fallback_keys) - set(fields)
         return cls(specs=served, queries=dynamic, static_queries=tuple(name for name in queries if name not in dynamic),
                    field_keys=(*fields, *sorted(fallbacks)),
-                   gpm_metrics=_unique(metric for _, metric in gpm),
-                   gpm_device_metrics=_unique(metric for spec, metric in gpm if spec.scope is not Scope.INSTANCE),
+                   gpm_metrics=_gpm_metrics(gpm),
+                   gpm_device_metrics=_gpm_metrics(spec for spec in gpm if spec.scope is not Scope.INSTANCE),
                    fallback_keys=fallbacks,
-                   instance_only_queries=frozenset(set(dynamic) - device_queries),
+                   instance_only_queries=frozenset(dynamic) - _device_queries(readings),
                    instance=InstancePlan.for_specs(served),
-                   dependencies=tuple(extra))
+                   dependencies=extra)
+
+
+def _dependencies(served: Sequence[FieldSpec], dependencies: Sequence[FieldSpec]) -> tuple[FieldSpec, ...]:
+    """Served readings other components need although the CSV does not export them, each once."""
+    wanted = [*dependencies, *(CATALOG.lookup(name) for spec in served for name in spec.needs)]
+    return _unique(spec for spec in wanted if spec is not None and spec.served and spec not in served)
+
+
+def _gpm_metrics(specs: Iterable[FieldSpec]) -> tuple[int, ...]:
+    return _unique(metric for spec in specs if (metric := spec.read.gpm_metric) is not None)
+
+
+def _device_queries(readings: Iterable[FieldSpec]) -> set[str]:
+    """Named queries some whole-GPU row needs (the others are read per MIG instance when MIG is on)."""
+    return {name for spec in readings if spec.scope is not Scope.INSTANCE for name in spec.read.queries}
 
 
 def _unique(items: Iterable[T]) -> tuple[T, ...]:
