@@ -49,8 +49,8 @@ class Extensions:
     """Optional components wired around the core (simulator, attribution, event watcher, ...)."""
 
     builders: list[FamilyBuilder] = field(default_factory=list)
-    # Called once per render, in order: each may return an extended context (RenderContext.extras, a
-    # workload labeler bound to this render's inputs), so a source is consulted once per render.
+    # Called once per render, in order: each may return an extended context (RenderContext.attribution,
+    # a workload labeler bound to this render's inputs), so a source is consulted once per render.
     context_hooks: list[Callable[[RenderContext], RenderContext]] = field(default_factory=list)
     on_start: list[Callable[[], None]] = field(default_factory=list)
     on_stop: list[Callable[[], None]] = field(default_factory=list)
