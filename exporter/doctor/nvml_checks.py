@@ -29,7 +29,7 @@ from exporter.metrics.counters import CounterRow, CounterSet
 from exporter.nvml.client import ErrorClass, NvmlClient, classify, describe
 from exporter.nvml.events import EVENT_TYPE_NAMES, REQUESTED_EVENT_TYPES, XID_EVENT
 from exporter.nvml.gpm import GpmReader, gpm_unsupported
-from exporter.nvml.inventory import Device
+from exporter.nvml.inventory import Device, Inventory
 from exporter.nvml.queries import QUERIES, QueryState
 from exporter.nvml.sampler import Sampler
 from exporter.snapshot import DeviceIdentity, DeviceReading, GpuProcess, MigIdentity, Snapshot
@@ -110,9 +110,29 @@ def cuda_version_text(version: int) -> str:
 def check_nvml(config: Config, counters: CounterSet | None, timeout_s: float) -> NvmlFindings:
     """Initialise NVML the exporter's way, sample twice, and report NVML, each GPU and each counter row."""
     findings = NvmlFindings()
-    rows = findings.rows
     specs = counters.field_specs() if counters is not None else ()
     sampler = Sampler(specs, config.collect_interval_s)
+    inventory = _initialise(sampler, timeout_s, findings)
+    if inventory is None:
+        return findings
+    nvml = RecordingClient()
+    if not _system_rows(sampler, inventory, nvml, timeout_s, findings):
+        return findings
+    snapshot, hung = _sample(sampler, timeout_s)
+    findings.migs = sampler.mig_identities()
+    readings = {reading.identity.index: reading for reading in snapshot.devices} if snapshot else {}
+    findings.unreadable = tuple(index for index, _ in inventory.failed)
+    for index, reason in inventory.failed:
+        findings.rows.append(_lost_row(index, reason))
+    for device in inventory.devices:
+        gpu = _Gpu(nvml, device, readings.get(device.identity.index), snapshot, sampler, timeout_s)
+        _examine(gpu, hung, findings, counters, config)
+    return findings
+
+
+def _initialise(sampler: Sampler, timeout_s: float, findings: NvmlFindings) -> Inventory | None:
+    """NVML initialised and the inventory read, or None with the row saying why (a hang, or NVML's error)."""
+    rows = findings.rows
     started = run_with_deadline(sampler.initialise, timeout_s, "doctor-nvml-init")
     if not started.finished:
         call = sampler.in_flight()
@@ -123,18 +143,25 @@ def check_nvml(config: Config, counters: CounterSet | None, timeout_s: float) ->
             rows.append(failed(gpu_section(call.gpu), "identity", findings.hung, HANG_HINT, index=call.gpu))
         else:
             rows.append(failed(SECTION, "library", findings.hung, HANG_HINT))
-        return findings
-    status = sampler.snapshot.status
+        return None
     if not started.value:
+        status = sampler.snapshot.status
         error = status.nvml_error or (describe(started.error) if started.error else "unknown error")
         name = error.split(":", 1)[0]
         rows.append(failed(SECTION, "library", f"NVML did not start: {error}", NVML_HINTS.get(name, DEFAULT_NVML_HINT),
                            error=error))
-        return findings
+        return None
     inventory = sampler.inventory
     assert inventory is not None  # initialise() returned True
     findings.nvml_up = True
-    nvml = RecordingClient()
+    return inventory
+
+
+def _system_rows(sampler: Sampler, inventory: Inventory, nvml: RecordingClient, timeout_s: float,
+                 findings: NvmlFindings) -> bool:
+    """The library, driver, CUDA and GPU-count rows; False when NVML found no GPU (nothing more to check)."""
+    rows = findings.rows
+    status = sampler.snapshot.status
     rows.append(ok(SECTION, "library", "libnvidia-ml loaded and initialised", nvml_version=status.nvml_version))
     rows.append(ok(SECTION, "driver", f"driver {status.driver_version}, NVML {status.nvml_version or 'unknown'}",
                    driver_version=status.driver_version, nvml_version=status.nvml_version))
@@ -142,43 +169,38 @@ def check_nvml(config: Config, counters: CounterSet | None, timeout_s: float) ->
     count = len(inventory.devices) + len(inventory.failed)
     if count == 0:
         rows.append(failed(SECTION, "gpus", "NVML found no GPU", NO_GPU_HINT, count=0))
-        return findings
+        return False
     rows.append(ok(SECTION, "gpus", f"{count} GPU{'s' if count != 1 else ''} "
                    f"({', '.join(sorted({device.identity.model for device in inventory.devices})) or 'none readable'})",
                    count=count))
     findings.devices = tuple(device.identity for device in inventory.devices)
+    return True
 
-    snapshot, hung = _sample(sampler, timeout_s)
-    findings.migs = sampler.mig_identities()
-    readings = {reading.identity.index: reading for reading in snapshot.devices} if snapshot else {}
-    findings.unreadable = tuple(index for index, _ in inventory.failed)
-    for index, reason in inventory.failed:
-        rows.append(_lost_row(index, reason))
-    for device in inventory.devices:
-        index = device.identity.index
-        section = gpu_section(index)
-        if hung and _hung_index(sampler) == index:
-            findings.hung = hung
-            rows.append(failed(section, "identity", f"{_identity_text(device.identity)}; {hung}", HANG_HINT,
-                               **_identity_data(device.identity)))
-            continue
-        if findings.hung or hung:
-            rows.append(skipped(section, "identity", f"{_identity_text(device.identity)}; not checked further: "
-                                f"{hung or findings.hung}", **_identity_data(device.identity)))
-            continue
-        reading = readings.get(index)
-        if reading is not None and not reading.up:
-            rows.append(_lost_row(index, reading.error, device.identity))
-            continue
-        rows.append(ok(section, "identity", _identity_text(device.identity), **_identity_data(device.identity)))
-        gpu = _Gpu(nvml, device, reading, snapshot, sampler, timeout_s)
-        gpu_rows, processes = _gpu_rows(gpu, counters, config)
-        rows.extend(gpu_rows)
-        if processes is not None:
-            findings.processes[index] = processes
-        if any(row.data.get("hung") for row in gpu_rows):
-            findings.hung = next(row.detail for row in gpu_rows if row.data.get("hung"))
-    return findings
+
+def _examine(gpu: _Gpu, hung: str, findings: NvmlFindings, counters: CounterSet | None, config: Config) -> None:
+    """One GPU's rows: its identity, then (unless a hang stopped the run or it is lost) its facts and counters."""
+    rows = findings.rows
+    identity = gpu.device.identity
+    index = identity.index
+    if hung and _hung_index(gpu.sampler) == index:
+        findings.hung = hung
+        rows.append(failed(gpu.section, "identity", f"{_identity_text(identity)}; {hung}", HANG_HINT,
+                           **_identity_data(identity)))
+        return
+    if findings.hung or hung:
+        rows.append(skipped(gpu.section, "identity", f"{_identity_text(identity)}; not checked further: "
+                            f"{hung or findings.hung}", **_identity_data(identity)))
+        return
+    if gpu.reading is not None and not gpu.reading.up:
+        rows.append(_lost_row(index, gpu.reading.error, identity))
+        return
+    rows.append(ok(gpu.section, "identity", _identity_text(identity), **_identity_data(identity)))
+    gpu_rows, processes = _gpu_rows(gpu, counters, config)
+    rows.extend(gpu_rows)
+    if processes is not None:
+        findings.processes[index] = processes
+    if any(row.data.get("hung") for row in gpu_rows):
+        findings.hung = next(row.detail for row in gpu_rows if row.data.get("hung"))
 
 
 def _hung_index(sampler: Sampler) -> int | None:
