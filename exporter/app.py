@@ -112,11 +112,8 @@ class App:
         self.cache.invalidate()
 
     def render_context(self) -> RenderContext:
-        now = self._clock()
-        stall = self._stall
         ctx = RenderContext(snapshot=self.sampler.snapshot, counters=self.counters, options=self.options,
-                            stall=stall,
-                            stall_seconds=now - stall.started if stall else 0.0)
+                            stall=self._stall)
         for hook in self.extensions.context_hooks:
             ctx = hook(ctx)
         return ctx

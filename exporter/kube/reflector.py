@@ -170,7 +170,6 @@ class ApiState:
     error_kind: str = "not-started"
     last_success_wall: float = 0.0
     last_success_monotonic: float | None = None
-    down_since_monotonic: float | None = None
     retries: int = 0
 
     @property
@@ -203,10 +202,6 @@ class ApiCounters:
     def relists(self) -> tuple[tuple[tuple[str, str], int], ...]:
         with self._lock:
             return tuple(sorted(self._relists.items()))
-
-    def total_requests(self) -> int:
-        with self._lock:
-            return sum(self._requests.values())
 
 
 class _Gone(Exception):  # noqa: N818 - named after the HTTP status it stands for
@@ -692,11 +687,9 @@ class WatchGroup:
         episodes = sorted((s for s in statuses if s.episode is not None),
                           key=lambda s: s.episode_since if s.episode_since is not None else 0.0)
         up = all(s.held and s.settled for s in statuses)
-        since = min((s.episode_since for s in episodes if s.episode_since is not None), default=None)
         retries = max(s.retries for s in statuses)
         base = ApiState(up=up, error="", error_kind="", last_success_wall=last_wall,
-                        last_success_monotonic=max(monotonics, default=None), down_since_monotonic=since,
-                        retries=retries)
+                        last_success_monotonic=max(monotonics, default=None), retries=retries)
         if episodes:
             episode = episodes[0].episode
             assert episode is not None

@@ -70,7 +70,6 @@ class RenderContext:
     workloads: WorkloadLabeler = no_workloads
     field_workloads: FieldWorkloads = no_field_workloads
     stall: InFlight | None = None  # an NVML call in flight longer than the staleness limit
-    stall_seconds: float = 0.0
     # This render's join of GPUs to pods (-k), set by the Kubernetes context hook (exporter/kube/wiring.py)
     # so the payload series' workload labels and the attribution's own families come from one value.
     attribution: AttributionSnapshot | None = None

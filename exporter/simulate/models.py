@@ -15,7 +15,7 @@ must never depend on a specific value, only on units, types and support.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 import pynvml
 
@@ -106,9 +106,6 @@ class GpuModel:
     features: Features
     # Bus ids of the usual slots, used when a scenario does not give one (index -> bus number).
     default_pci_buses: tuple[int, ...] = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
-
-    def with_features(self, features: Features) -> GpuModel:
-        return replace(self, features=features)
 
 
 # HGX H100 / H200 baseboards: 8 GPUs, 18 NVLink4 links each, passively cooled, HBM3(e).
