@@ -3,7 +3,8 @@
 Nothing here performs I/O or reads a clock; the exposition cache calls ``render`` once per new
 snapshot (not per scrape) and tests call it with hand-built values.
 
-Label names and order are dcgm-exporter's (reference dcgm-exporter.md §3.1): ``gpu, UUID,
+Label names and order are dcgm-exporter's (its ``gpuMetricsFormat`` template in
+``internal/pkg/rendermetrics/render_metrics.go``): ``gpu, UUID,
 pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID], Hostname, <CSV label rows>``, then the
 workload labels ``container, namespace, pod, ...`` added by the attribution component. A GPU that
 no single pod holds carries no workload labels at all (never empty strings).

@@ -7,14 +7,14 @@ device's identity; dcgm-exporter labels per-instance series with ``GPU_I_PROFILE
 instance's profile, ``1g.10gb``) and ``GPU_I_ID`` (the GI id).
 
 Walking the slots is not free: NVIDIA's DRA driver notes that a full walk under load "can easily be
-O(10 s)" (reference nvml.md 5.4), and the layout only changes when an administrator reconfigures
-MIG. So the tracker does not walk every cycle. Every ``check_interval_s`` (60 s) it probes: the MIG
-mode (one call) and, when enabled, each slot's handle and UUID. Only MIG devices whose UUID it has
-not seen before are identified (GI id, CI id, name); an unchanged layout costs no identification
-calls at all. A MIG handle that stops answering (NOT_FOUND / INVALID_ARGUMENT when the instance was
-destroyed) marks the layout stale so it is probed again at the next cycle. A new layout is
-therefore seen within 60 s, at once when an old instance disappears (``nvmlEventMigConfigChange``
-is not subscribed to: the periodic probe already bounds the delay).
+O(10 s)" (dra-driver-nvidia-gpu, ``cmd/gpu-kubelet-plugin/nvlib.go``), and the layout only changes
+when an administrator reconfigures MIG. So the tracker does not walk every cycle. Every
+``check_interval_s`` (60 s) it probes: the MIG mode (one call) and, when enabled, each slot's handle
+and UUID. Only MIG devices whose UUID it has not seen before are identified (GI id, CI id, name); an
+unchanged layout costs no identification calls at all. A MIG handle that stops answering (NOT_FOUND
+/ INVALID_ARGUMENT when the instance was destroyed) marks the layout stale so it is probed again at
+the next cycle. A new layout is therefore seen within 60 s, at once when an old instance disappears
+(``nvmlEventMigConfigChange`` is not subscribed to: the periodic probe already bounds the delay).
 
 Empty slots answer NOT_FOUND (or INVALID_ARGUMENT) and are skipped, as NVIDIA's own Go code does,
 rather than ending the walk (nvitop stops at the first error and misses later instances).

@@ -1,7 +1,8 @@
 """The sampling loop: one thread reads every GPU at the collect interval and publishes a Snapshot.
 
-Why one thread: NVML calls serialize on the driver's lock (reference nvml.md §5.3), so per-GPU
-threads buy nothing and can stall co-located workloads. Why a cached plan: the counters CSV decides
+Why one thread: NVML calls serialize on the driver's resource-manager lock (MangoHud#1307 and #2104:
+a 25 ms polling thread held it ~10 s of every 15 s; zml#766 moved to one polling thread for that
+reason), so per-GPU threads buy nothing and can stall co-located workloads. Why a cached plan: the counters CSV decides
 which readings are needed; the plan turns that into the minimal set of NVML queries per GPU (shared
 queries run once, field-value readings go into one batched ``nvmlDeviceGetFieldValues`` call), and
 readings a GPU does not support are remembered and never asked again.
