@@ -458,7 +458,11 @@ _BY_YAML_KEY = {option.yaml_key: option for option in OPTIONS}
 
 @dataclass(frozen=True)
 class Config:
-    """The effective settings. Immutable: every component reads it, none changes it."""
+    """The effective settings. Immutable: every component reads it, none changes it.
+
+    Loaded by ``load_config`` (flags > environment > file > defaults), then completed once by
+    ``exporter.cli.resolve`` before anything is wired (a simulated node's endpoints, implied settings).
+    """
 
     collectors: str = ""
     address: str = ":9400"
