@@ -2,10 +2,11 @@
 
 Why one thread: NVML calls serialize on the driver's resource-manager lock (MangoHud#1307 and #2104:
 a 25 ms polling thread held it ~10 s of every 15 s; zml#766 moved to one polling thread for that
-reason), so per-GPU threads buy nothing and can stall co-located workloads. Why a cached plan: the counters CSV decides
-which readings are needed; the plan turns that into the minimal set of NVML queries per GPU (shared
-queries run once, field-value readings go into one batched ``nvmlDeviceGetFieldValues`` call), and
-readings a GPU does not support are remembered and never asked again.
+reason), so per-GPU threads buy nothing and can stall co-located workloads. Why a cached plan: the
+counters CSV decides which readings are needed; the plan turns that into the minimal set of NVML
+queries per GPU (shared queries run once, field-value readings go into one batched
+``nvmlDeviceGetFieldValues`` call), and readings a GPU does not support are remembered and never
+asked again.
 
 Failure handling, per the design's failure model:
 * a reading that is NotSupported/NoPermission/FunctionNotFound -> omitted for that GPU, logged once,

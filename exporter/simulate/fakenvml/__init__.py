@@ -19,9 +19,9 @@ Faithfulness rules kept here:
   including ``nvmlDeviceGetFieldValues`` as a whole (see ``readings.ReadingsMixin._impl_field_values``); a feature the
   board lacks answers NOT_SUPPORTED.
 * NVML calls serialize in the driver (on its resource-manager lock: MangoHud#1307, #2104): every
-  call runs under one library-wide driver lock, and injected latency is a real sleep taken while holding it, so
-  concurrent callers queue as they would on a real driver. Without injected latency a call costs
-  a few microseconds of Python.
+  call runs under one library-wide driver lock, and injected latency is a real sleep taken while
+  holding it, so concurrent callers queue as they would on a real driver. Without injected latency a
+  call costs a few microseconds of Python.
 * ``nvmlDeviceGetPcieThroughput`` always blocks 20 ms (its real sampling window), so a test can
   prove through ``calls`` that production never calls it.
 * Events: ``nvmlEventSetWait_v2`` blocks up to its timeout *outside* the driver lock (a real wait
