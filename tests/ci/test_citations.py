@@ -12,11 +12,12 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+TEXT_SUFFIXES = frozenset({".py", ".md", ".yaml", ".yml", ".txt", ".proto", ".json", ".tpl", ".sh", ""})
 NOTES = ("nvml", "dcgm-exporter", "dcgm-names", "podresources", "platform", "style-and-practice", "turn2-facts")
 # "reference/nvml.md", "reference nvml.md §5.3", "(dcgm-exporter.md §7)": a note by name; and the notes' key "[H]"
 # for nvml.h. A shipped document may end like a note (docs/migrate-from-dcgm-exporter.md): not preceded by - or /.
 CITATION = re.compile(r"(?<![\w/-])(?:shared/reference/|reference[/ ])?(?:" + "|".join(map(re.escape, NOTES))
-                      + r")\.md(?:,? ?(?:§|section) ?[\dA-Z][\d.]*)?|\[" + "H" + r"\]")
+                      + r")\.md(?:,? ?(?:§|section) ?[\dA-Z][\d.]*)?|\[H\]")
 
 
 def cited_notes(text: str) -> list[str]:
@@ -28,8 +29,7 @@ def test_no_file_cites_the_unshipped_research_notes() -> None:
     found: list[str] = []
     for name in tracked.decode().split("\0"):
         path = REPO / name
-        if not name or not path.is_file() or path.suffix not in {".py", ".md", ".yaml", ".yml", ".txt", ".proto",
-                                                                  ".json", ".tpl", ".sh", ""}:
+        if not name or path == Path(__file__).resolve() or not path.is_file() or path.suffix not in TEXT_SUFFIXES:
             continue
         try:
             text = path.read_text(encoding="utf-8")
@@ -42,6 +42,6 @@ def test_no_file_cites_the_unshipped_research_notes() -> None:
 def test_the_check_tells_a_note_from_a_shipped_document() -> None:
     assert cited_notes("NVML calls serialize (reference nvml.md §5.3)") == ["reference nvml.md §5.3"]
     assert cited_notes("see reference/podresources.md") == ["reference/podresources.md"]
-    assert cited_notes("zero when MIG is off ([" "H])") == ["[" "H]"]
+    assert cited_notes("zero when MIG is off ([H])") == ["[H]"]
     assert cited_notes("(dcgm-exporter.md §6 flags)") == ["dcgm-exporter.md §6"]
     assert cited_notes("see docs/migrate-from-dcgm-exporter.md and dcgm-exporter's README") == []
