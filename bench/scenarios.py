@@ -1,8 +1,8 @@
 """Scenario files for the benchmark matrix: N simulated GPUs, optionally a node full of GPU pods.
 
 Every GPU is an H100 SXM with a noisy load, NVLink traffic and at least one process, and every NVML
-call costs what it costs on a real driver (``latency_profile: realistic``, whose per-call figures
-come from reference/nvml.md section 5.4). With pods, the node runs ``pods`` pods (110 is Kubernetes'
+call costs what it costs on a real driver (``latency_profile: realistic``, whose measured per-call
+figures are medians from flightlessmango/MangoHud#2104). With pods, the node runs ``pods`` pods (110 is Kubernetes'
 default maximum per node) and every one of them holds a time-sliced replica of GPU ``i mod N`` and
 runs one GPU process: the worst case for attribution, because every pod shows up on a GPU's series
 and in the kubelet's List answer.

@@ -49,8 +49,8 @@ class Extensions:
     """Optional components wired around the core (simulator, attribution, event watcher, ...)."""
 
     builders: list[FamilyBuilder] = field(default_factory=list)
-    # Called once per render, in order: each may return an extended context (RenderContext.extras, a
-    # workload labeler bound to this render's inputs), so a source is consulted once per render.
+    # Called once per render, in order: each may return an extended context (RenderContext.attribution,
+    # a workload labeler bound to this render's inputs), so a source is consulted once per render.
     context_hooks: list[Callable[[RenderContext], RenderContext]] = field(default_factory=list)
     on_start: list[Callable[[], None]] = field(default_factory=list)
     on_stop: list[Callable[[], None]] = field(default_factory=list)
@@ -112,11 +112,8 @@ class App:
         self.cache.invalidate()
 
     def render_context(self) -> RenderContext:
-        now = self._clock()
-        stall = self._stall
         ctx = RenderContext(snapshot=self.sampler.snapshot, counters=self.counters, options=self.options,
-                            stall=stall,
-                            stall_seconds=now - stall.started if stall else 0.0)
+                            stall=self._stall)
         for hook in self.extensions.context_hooks:
             ctx = hook(ctx)
         return ctx

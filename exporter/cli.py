@@ -7,10 +7,12 @@ import logging
 import socket
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from exporter.app import App, Extensions
-from exporter.config import EXIT_CONFIG_ERROR, PROGRAM, Config, ConfigError, load_config
+from exporter.config import EXIT_CONFIG_ERROR, PROGRAM, Config, ConfigError, load_config, with_implied_settings
 from exporter.health.wiring import health_extensions
 from exporter.logs import configure, get_logger
 from exporter.metrics.counters import CounterFileError, CounterSet, load_counters, parse_counters
@@ -19,6 +21,10 @@ from exporter.metrics.upstream_paths import resolve_collectors
 from exporter.snapshot import Snapshot
 from exporter.web.security import load_web_security
 from exporter.web.server import WebSecurity
+
+if TYPE_CHECKING:  # the simulator is imported only with --simulate
+    from exporter.simulate.cluster_wiring import SimulatedClusterRunner
+    from exporter.simulate.scenario import Scenario
 
 log = get_logger("cli")
 
@@ -61,26 +67,64 @@ def _warn_unknown_device_ids(config: Config, extensions: Extensions) -> None:
     extensions.on_snapshot.append(check)
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """The run's settings, fixed before anything is wired: every component reads this one ``Config``.
+
+    With ``--simulate``, the scenario and its planned Kubernetes node (``None`` without a
+    ``kubernetes:`` section) travel beside it: their paths are already part of ``config``.
+    """
+
+    config: Config
+    scenario: Scenario | None = None
+    cluster: SimulatedClusterRunner | None = None
+
+
+def resolve(config: Config) -> Resolved:
+    """The one step between loading the settings and wiring the app; nothing changes them afterwards.
+
+    Two things complete what the user gave: the simulated node's endpoints (``--simulate`` with a
+    ``kubernetes:`` section) for the settings the user did not choose, then the settings that others
+    imply (``exporter.config.with_implied_settings``). Raises ``ConfigError`` for a bad scenario.
+    """
+    if not config.simulate:
+        return Resolved(with_implied_settings(config))
+    from exporter.simulate.cluster_wiring import plan_simulated_cluster  # noqa: PLC0415 - only with --simulate
+    from exporter.simulate.scenario import load_scenario  # noqa: PLC0415
+
+    scenario = load_scenario(config.simulate)
+    config, cluster = plan_simulated_cluster(config, scenario)
+    return Resolved(with_implied_settings(config), scenario, cluster)
+
+
 def build_app(config: Config, counters: CounterSet, security: WebSecurity | None = None, *,
               listener: socket.socket | None = None) -> App:
-    """Assemble the app for this configuration (simulation included); raises user-facing errors."""
-    extensions = Extensions()
-    cluster = None
-    if config.simulate:
-        from exporter.simulate.cluster_wiring import simulated_cluster_extensions  # noqa: PLC0415
-        from exporter.simulate.scenario import load_scenario  # noqa: PLC0415 - only needed with --simulate
-        from exporter.simulate.wiring import simulation_extensions  # noqa: PLC0415
+    """Resolve the configuration (``resolve``), then assemble the app for it; raises user-facing errors."""
+    resolved = resolve(config)
+    try:
+        return _wire(resolved, counters, security, listener)
+    except BaseException:
+        if resolved.cluster is not None:
+            resolved.cluster.stop()  # removes its temporary directory; nothing was started yet
+        raise
 
-        scenario = load_scenario(config.simulate)
-        simulation_extensions(config, scenario, extensions)
-        config, cluster = simulated_cluster_extensions(config, scenario, extensions)
+
+def _wire(resolved: Resolved, counters: CounterSet, security: WebSecurity | None,
+          listener: socket.socket | None) -> App:
+    config = resolved.config
+    extensions = Extensions()
+    if resolved.scenario is not None:
+        from exporter.simulate.cluster_wiring import simulated_cluster_extensions  # noqa: PLC0415
+        from exporter.simulate.wiring import simulation_extensions  # noqa: PLC0415 - only needed with --simulate
+
+        simulation_extensions(config, resolved.scenario, extensions)
+        if resolved.cluster is not None:
+            simulated_cluster_extensions(resolved.cluster, extensions)
     kubernetes = None
     if config.kubernetes:
         from exporter.kube.wiring import kubernetes_extensions  # noqa: PLC0415 - grpc is only needed with -k
 
         kubernetes = kubernetes_extensions(config, extensions)
-    if kubernetes is not None:
-        config = kubernetes.config  # --kubernetes-process-metrics turns on reading process lists
     hpc_jobs = None
     if config.hpc_job_mapping_dir:
         from exporter.hpcjobs import HpcJobMapping  # noqa: PLC0415 - only with --hpc-job-mapping-dir
@@ -91,12 +135,7 @@ def build_app(config: Config, counters: CounterSet, security: WebSecurity | None
         extensions.on_stop.append(hpc_jobs.stop)
     _warn_unknown_device_ids(config, extensions)
     health = health_extensions(config, counters, extensions)
-    try:
-        app = App(config, counters, security=security, extensions=extensions, listener=listener)
-    except BaseException:
-        if cluster is not None:
-            cluster.stop()  # removes its temporary directory; nothing was started yet
-        raise
+    app = App(config, counters, security=security, extensions=extensions, listener=listener)
     health.bind(app)
     if kubernetes is not None:
         kubernetes.bind(app)

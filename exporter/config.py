@@ -458,7 +458,11 @@ _BY_YAML_KEY = {option.yaml_key: option for option in OPTIONS}
 
 @dataclass(frozen=True)
 class Config:
-    """The effective settings. Immutable: every component reads it, none changes it."""
+    """The effective settings. Immutable: every component reads it, none changes it.
+
+    Loaded by ``load_config`` (flags > environment > file > defaults), then completed once by
+    ``exporter.cli.resolve`` before anything is wired (a simulated node's endpoints, implied settings).
+    """
 
     collectors: str = ""
     address: str = ":9400"
@@ -578,6 +582,18 @@ def _check_table_matches_config() -> None:
 
 
 _check_table_matches_config()
+
+
+def with_implied_settings(config: Config) -> Config:
+    """``config`` with the settings its others imply; part of the one resolve step (``exporter.cli.resolve``).
+
+    With ``-k``, ``--kubernetes-process-metrics`` and ``--kubernetes-virtual-gpus`` (each pod's own
+    GPU_UTIL and FB_USED) are computed from NVML's process lists, so they turn on reading them
+    (``process_attribution``), whichever source asked for them.
+    """
+    if config.kubernetes and (config.process_metrics or config.kubernetes_virtual_gpus):
+        return dataclasses.replace(config, process_attribution=True)
+    return config
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """``--hpc-job-mapping-dir``: label GPU series with the batch jobs using them (bare-metal clusters).
 
-dcgm-exporter's convention (its ``transformation/hpc.go``; reference dcgm-exporter.md §4): a
+dcgm-exporter's convention (its ``internal/pkg/transformation/hpc.go``): a
 scheduler's prolog/epilog (Slurm, PBS, ...) keeps one file per GPU in a directory, named ``<gpu>``
 (the ``gpu`` label, NVML's index) or ``<gpu>.<gi>`` (a MIG GPU instance, the ``GPU_I_ID`` label),
 holding the ids of the jobs on it, one per line. Every series of that GPU or instance is then

@@ -1,5 +1,5 @@
-"""dcgm-exporter's command line in both generations, written from the reference notes (dcgm-exporter.md
-§6 and §11, platform.md §8; its ``pkg/cmd/app.go``): every flag with its aliases, its environment
+"""dcgm-exporter's command line in both generations, written from its ``pkg/cmd/app.go`` (4.8.2, and
+4.6.0-4.8.3's release notes and command-line reference): every flag with its aliases, its environment
 variable, a value a user would give, the first generation that has it, and its default there. The
 tests hold this exporter to it: each one is accepted (never exit 2), in Go's single-dash spelling too,
 and the migration guide's table is generated from it (tests/test_migration_doc.py)."""
@@ -74,7 +74,7 @@ UPSTREAM_FLAGS = (
     UpstreamFlag("--gpu-bind-unbind-poll-interval", (), "DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL", "5s",
                  default="1s"),
     UpstreamFlag("--enable-pprof", (), "DCGM_EXPORTER_ENABLE_PPROF", None),
-    # Added in 4.6.0-4.8.3 (4.8.2 exits 2 on them). Their defaults there are unverified (platform.md §8).
+    # Added in 4.6.0-4.8.3 (4.8.2 exits 2 on them). Their 4.8.3 defaults are unverified (a later appconfig has 10s/30s).
     UpstreamFlag("--web-read-timeout", (), "DCGM_EXPORTER_WEB_READ_TIMEOUT", "10s", since="4.8.3"),
     UpstreamFlag("--web-write-timeout", (), "DCGM_EXPORTER_WEB_WRITE_TIMEOUT", "30s", since="4.8.3"),
     UpstreamFlag("--container-labels", (), "DCGM_EXPORTER_CONTAINER_LABELS", None, default="false", since="4.8.3"),

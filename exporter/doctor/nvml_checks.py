@@ -24,13 +24,13 @@ import pynvml
 from exporter.config import Config
 from exporter.doctor.deadline import run_with_deadline
 from exporter.doctor.report import Row, degraded, failed, ok, skipped
-from exporter.metrics.catalog import CATALOG, FieldSpec, FromExporter, FromFieldRate, FromFieldValue, FromGpm, FromQuery
+from exporter.metrics.catalog import CATALOG, FieldKey, FieldSpec
 from exporter.metrics.counters import CounterRow, CounterSet
 from exporter.nvml.client import ErrorClass, NvmlClient, classify, describe
 from exporter.nvml.events import EVENT_TYPE_NAMES, REQUESTED_EVENT_TYPES, XID_EVENT
 from exporter.nvml.gpm import GpmReader, gpm_unsupported
-from exporter.nvml.inventory import Device
-from exporter.nvml.queries import IDENTITY_QUERIES, QUERIES, QueryState
+from exporter.nvml.inventory import Device, Inventory
+from exporter.nvml.queries import QUERIES, QueryState
 from exporter.nvml.sampler import Sampler
 from exporter.snapshot import DeviceIdentity, DeviceReading, GpuProcess, MigIdentity, Snapshot
 
@@ -110,9 +110,29 @@ def cuda_version_text(version: int) -> str:
 def check_nvml(config: Config, counters: CounterSet | None, timeout_s: float) -> NvmlFindings:
     """Initialise NVML the exporter's way, sample twice, and report NVML, each GPU and each counter row."""
     findings = NvmlFindings()
-    rows = findings.rows
     specs = counters.field_specs() if counters is not None else ()
     sampler = Sampler(specs, config.collect_interval_s)
+    inventory = _initialise(sampler, timeout_s, findings)
+    if inventory is None:
+        return findings
+    nvml = RecordingClient()
+    if not _system_rows(sampler, inventory, nvml, timeout_s, findings):
+        return findings
+    snapshot, hung = _sample(sampler, timeout_s)
+    findings.migs = sampler.mig_identities()
+    readings = {reading.identity.index: reading for reading in snapshot.devices} if snapshot else {}
+    findings.unreadable = tuple(index for index, _ in inventory.failed)
+    for index, reason in inventory.failed:
+        findings.rows.append(_lost_row(index, reason))
+    for device in inventory.devices:
+        gpu = _Gpu(nvml, device, readings.get(device.identity.index), snapshot, sampler, timeout_s)
+        _examine(gpu, hung, findings, counters, config)
+    return findings
+
+
+def _initialise(sampler: Sampler, timeout_s: float, findings: NvmlFindings) -> Inventory | None:
+    """NVML initialised and the inventory read, or None with the row saying why (a hang, or NVML's error)."""
+    rows = findings.rows
     started = run_with_deadline(sampler.initialise, timeout_s, "doctor-nvml-init")
     if not started.finished:
         call = sampler.in_flight()
@@ -123,18 +143,25 @@ def check_nvml(config: Config, counters: CounterSet | None, timeout_s: float) ->
             rows.append(failed(gpu_section(call.gpu), "identity", findings.hung, HANG_HINT, index=call.gpu))
         else:
             rows.append(failed(SECTION, "library", findings.hung, HANG_HINT))
-        return findings
-    status = sampler.snapshot.status
+        return None
     if not started.value:
+        status = sampler.snapshot.status
         error = status.nvml_error or (describe(started.error) if started.error else "unknown error")
         name = error.split(":", 1)[0]
         rows.append(failed(SECTION, "library", f"NVML did not start: {error}", NVML_HINTS.get(name, DEFAULT_NVML_HINT),
                            error=error))
-        return findings
+        return None
     inventory = sampler.inventory
     assert inventory is not None  # initialise() returned True
     findings.nvml_up = True
-    nvml = RecordingClient()
+    return inventory
+
+
+def _system_rows(sampler: Sampler, inventory: Inventory, nvml: RecordingClient, timeout_s: float,
+                 findings: NvmlFindings) -> bool:
+    """The library, driver, CUDA and GPU-count rows; False when NVML found no GPU (nothing more to check)."""
+    rows = findings.rows
+    status = sampler.snapshot.status
     rows.append(ok(SECTION, "library", "libnvidia-ml loaded and initialised", nvml_version=status.nvml_version))
     rows.append(ok(SECTION, "driver", f"driver {status.driver_version}, NVML {status.nvml_version or 'unknown'}",
                    driver_version=status.driver_version, nvml_version=status.nvml_version))
@@ -142,43 +169,38 @@ def check_nvml(config: Config, counters: CounterSet | None, timeout_s: float) ->
     count = len(inventory.devices) + len(inventory.failed)
     if count == 0:
         rows.append(failed(SECTION, "gpus", "NVML found no GPU", NO_GPU_HINT, count=0))
-        return findings
+        return False
     rows.append(ok(SECTION, "gpus", f"{count} GPU{'s' if count != 1 else ''} "
                    f"({', '.join(sorted({device.identity.model for device in inventory.devices})) or 'none readable'})",
                    count=count))
     findings.devices = tuple(device.identity for device in inventory.devices)
+    return True
 
-    snapshot, hung = _sample(sampler, timeout_s)
-    findings.migs = sampler.mig_identities()
-    readings = {reading.identity.index: reading for reading in snapshot.devices} if snapshot else {}
-    findings.unreadable = tuple(index for index, _ in inventory.failed)
-    for index, reason in inventory.failed:
-        rows.append(_lost_row(index, reason))
-    for device in inventory.devices:
-        index = device.identity.index
-        section = gpu_section(index)
-        if hung and _hung_index(sampler) == index:
-            findings.hung = hung
-            rows.append(failed(section, "identity", f"{_identity_text(device.identity)}; {hung}", HANG_HINT,
-                               **_identity_data(device.identity)))
-            continue
-        if findings.hung or hung:
-            rows.append(skipped(section, "identity", f"{_identity_text(device.identity)}; not checked further: "
-                                f"{hung or findings.hung}", **_identity_data(device.identity)))
-            continue
-        reading = readings.get(index)
-        if reading is not None and not reading.up:
-            rows.append(_lost_row(index, reading.error, device.identity))
-            continue
-        rows.append(ok(section, "identity", _identity_text(device.identity), **_identity_data(device.identity)))
-        gpu = _Gpu(nvml, device, reading, snapshot, sampler, timeout_s)
-        gpu_rows, processes = _gpu_rows(gpu, counters, config)
-        rows.extend(gpu_rows)
-        if processes is not None:
-            findings.processes[index] = processes
-        if any(row.data.get("hung") for row in gpu_rows):
-            findings.hung = next(row.detail for row in gpu_rows if row.data.get("hung"))
-    return findings
+
+def _examine(gpu: _Gpu, hung: str, findings: NvmlFindings, counters: CounterSet | None, config: Config) -> None:
+    """One GPU's rows: its identity, then (unless a hang stopped the run or it is lost) its facts and counters."""
+    rows = findings.rows
+    identity = gpu.device.identity
+    index = identity.index
+    if hung and _hung_index(gpu.sampler) == index:
+        findings.hung = hung
+        rows.append(failed(gpu.section, "identity", f"{_identity_text(identity)}; {hung}", HANG_HINT,
+                           **_identity_data(identity)))
+        return
+    if findings.hung or hung:
+        rows.append(skipped(gpu.section, "identity", f"{_identity_text(identity)}; not checked further: "
+                            f"{hung or findings.hung}", **_identity_data(identity)))
+        return
+    if gpu.reading is not None and not gpu.reading.up:
+        rows.append(_lost_row(index, gpu.reading.error, identity))
+        return
+    rows.append(ok(gpu.section, "identity", _identity_text(identity), **_identity_data(identity)))
+    gpu_rows, processes = _gpu_rows(gpu, counters, config)
+    rows.extend(gpu_rows)
+    if processes is not None:
+        findings.processes[index] = processes
+    if any(row.data.get("hung") for row in gpu_rows):
+        findings.hung = next(row.detail for row in gpu_rows if row.data.get("hung"))
 
 
 def _hung_index(sampler: Sampler) -> int | None:
@@ -433,13 +455,13 @@ def _counter_row(gpu: _Gpu, row: CounterRow) -> Row:
     spec = row.spec
     base: dict[str, Any] = {"kind": "counter", "counter": row.name, "source": spec.nvml_source}
     if spec.is_label:
-        label = _label_value(spec, gpu.device.identity, gpu.snapshot)
+        label = spec.read.label(gpu.device.identity, gpu.snapshot.status if gpu.snapshot is not None else None)
         if label:
             return ok(section, check, f"label {label!r}", state="served", value=label, **base)
         return ok(section, check, "not supported on this GPU (empty: no InfoROM); the label is omitted",
                   state="unsupported", **base)
-    if isinstance(spec.read, FromExporter):
-        return _exporter_row(gpu, check, spec, spec.read, base)
+    if spec.read.produced_by is not None:
+        return _exporter_row(gpu, check, spec, spec.read.produced_by, base)
     value = _counter_value(spec, gpu.reading)
     if value is not None:
         return ok(section, check, f"served: {_number(value)} {spec.unit}".rstrip(), state="served", value=value,
@@ -447,9 +469,9 @@ def _counter_row(gpu: _Gpu, row: CounterRow) -> Row:
     return _unserved_row(section, check, explain(gpu.nvml, gpu.device, spec), base)
 
 
-def _exporter_row(gpu: _Gpu, check: str, spec: FieldSpec, read: FromExporter, base: dict[str, Any]) -> Row:
+def _exporter_row(gpu: _Gpu, check: str, spec: FieldSpec, component: str, base: dict[str, Any]) -> Row:
     section = gpu.section
-    if read.component == "xid":
+    if component == "xid":
         if gpu.xid_ok:
             return ok(section, check, "served: counted from NVML Xid events", state="served", **base)
         return ok(section, check, "not supported on this GPU: no Xid events (see the events row); the series "
@@ -457,7 +479,7 @@ def _exporter_row(gpu: _Gpu, check: str, spec: FieldSpec, read: FromExporter, ba
     needed = [CATALOG.lookup(name) for name in spec.needs]
     missing = [need for need in needed if need is not None and _counter_value(need, gpu.reading) is None]
     if not missing:
-        return ok(section, check, f"served: computed from {', '.join(spec.needs) or read.component}",
+        return ok(section, check, f"served: computed from {', '.join(spec.needs) or component}",
                   state="served", **base)
     return _unserved_row(section, check, explain(gpu.nvml, gpu.device, missing[0]), base)
 
@@ -474,17 +496,6 @@ def _unserved_row(section: str, check: str, probe: _Probe, base: dict[str, Any])
     return failed(section, check, f"failing: {probe.function}: {error}", hint, state="failing", error=error, **base)
 
 
-def _label_value(spec: FieldSpec, identity: DeviceIdentity, snapshot: Snapshot | None) -> str:
-    read = spec.read
-    if not isinstance(read, FromQuery):
-        return ""
-    if read.query == "system" and snapshot is not None:
-        return str(getattr(snapshot.status, read.item, ""))
-    if read.query == "identity":
-        return str(getattr(identity, read.item, ""))
-    return ""
-
-
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.4g}"
 
@@ -494,26 +505,24 @@ def explain(nvml: RecordingClient, device: Device, spec: FieldSpec) -> _Probe:
     read = spec.read
     handle = device.handle
     try:
-        if isinstance(read, FromQuery) and read.query not in IDENTITY_QUERIES:
-            QUERIES[read.query].run(nvml, handle, QueryState())
-        elif isinstance(read, FromFieldValue):
-            _field_status(nvml, handle, [(read.field_id, read.scope_id)])
-        elif isinstance(read, FromFieldRate):
-            _field_status(nvml, handle, [(field_id, read.scope_id) for field_id in read.field_ids])
-        elif isinstance(read, FromGpm):
-            _gpm_status(nvml, handle, read)
+        for name in read.queries:
+            QUERIES[name].run(nvml, handle, QueryState())
+        if read.field_keys:
+            _field_status(nvml, handle, read.field_keys)
+        if read.gpm_metric is not None:
+            _gpm_status(nvml, handle, read.fallback_keys)
     except Exception as exc:  # noqa: BLE001 - the error is the finding
         return _Probe(nvml.last_function or spec.nvml_source, exc)
     return _Probe(nvml.last_function or spec.nvml_source)
 
 
-def _gpm_status(nvml: RecordingClient, handle: Any, read: FromGpm) -> None:
+def _gpm_status(nvml: RecordingClient, handle: Any, fallback_keys: Sequence[FieldKey]) -> None:
     """Raise NotSupported for a GPU without GPM unless the row's field-value fallback answers."""
     support = nvml.call(pynvml.nvmlGpmQueryDeviceSupport, handle)
     if support.isSupportedDevice:
         return
-    if read.fallback is not None:
-        _field_status(nvml, handle, [(field_id, read.fallback.scope_id) for field_id in read.fallback.field_ids])
+    if fallback_keys:
+        _field_status(nvml, handle, fallback_keys)
         return
     nvml.last_function = "nvmlGpmQueryDeviceSupport (no GPM on this GPU)"
     raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)

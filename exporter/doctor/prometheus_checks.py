@@ -28,7 +28,6 @@ from exporter.app import node_hostname
 from exporter.config import Config
 from exporter.doctor.report import Row, degraded, failed, ok, skipped
 from exporter.kube.series import PROCESS_ATTRIBUTION_FAMILIES
-from exporter.metrics.catalog import FromExporter
 from exporter.metrics.counters import CounterSet
 from exporter.web.server import parse_address
 
@@ -247,7 +246,7 @@ def _counters_row(api: PrometheusApi, groups: list[dict[str, Any]], targets: lis
         elif row is None:
             groups_of["not in the counters CSV" if name.startswith("DCGM_") else "exporter self-metrics absent"
                       ].append(name)
-        elif isinstance(row.spec.read, FromExporter):
+        elif row.spec.read.produced_by is not None:
             groups_of["no event yet (the series appears with the first one)"].append(name)
         elif states.get(name) and states[name] <= {"unsupported"}:
             groups_of["not supported by this node's GPUs"].append(name)

@@ -6,7 +6,7 @@ off the bus at 30 s). The doctor is a snapshot, so it inspects the node at one s
 shows its fault (``no-driver``: NVML missing; ``gpu-lost``: GPU 3 lost; ``hang``: the hung call).
 
 The wiring is the exporter's own (``FakeNvmlLibrary`` installed as ``pynvml``'s library, the
-scenario's simulated kubelet, API server and ``/proc`` via ``simulated_cluster_extensions``),
+scenario's simulated kubelet, API server and ``/proc`` via ``plan_simulated_cluster``),
 only with the fake library's clock shifted to the inspection time.
 """
 
@@ -16,10 +16,9 @@ import time
 from dataclasses import dataclass, field
 from types import TracebackType
 
-from exporter.app import Extensions
 from exporter.config import Config
 from exporter.doctor.deadline import join_abandoned
-from exporter.simulate.cluster_wiring import simulated_cluster_extensions
+from exporter.simulate.cluster_wiring import plan_simulated_cluster
 from exporter.simulate.fakenvml import FakeNvmlLibrary
 from exporter.simulate.patterns import INFINITY
 from exporter.simulate.scenario import Scenario, load_scenario
@@ -54,14 +53,13 @@ class DoctorSimulation:
         offset = self.at
         self.library = FakeNvmlLibrary(self.scenario, clock=lambda: offset + (time.monotonic() - started),
                                        wall_epoch=time.time() - offset)
-        self._extensions = Extensions()
-        self.config, self._cluster = simulated_cluster_extensions(self.config, self.scenario, self._extensions)
+        self.config, self._cluster = plan_simulated_cluster(self.config, self.scenario)
 
     def __enter__(self) -> DoctorSimulation:
         self.library.install()
         try:
-            for hook in self._extensions.on_start:
-                hook()
+            if self._cluster is not None:
+                self._cluster.start()
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -71,6 +69,6 @@ class DoctorSimulation:
                  traceback: TracebackType | None) -> None:
         self.library.release_hangs()  # an abandoned probe thread blocked in a simulated hang ends now
         join_abandoned(RELEASE_WAIT_S)
-        for hook in reversed(self._extensions.on_stop):
-            hook()
+        if self._cluster is not None:
+            self._cluster.stop()
         self.library.uninstall()

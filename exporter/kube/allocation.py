@@ -62,7 +62,6 @@ class DeviceHolder:
 
     container: ContainerRef
     replica_ids: tuple[str, ...] = ()
-    resource_names: tuple[str, ...] = ()
     claims: tuple[HeldClaim, ...] = ()
 
 
@@ -129,7 +128,6 @@ def build_allocation_index(listing: PodResourcesListing, catalog: DeviceCatalog,
     """Group the listing's device IDs, and with ``dra`` its DRA claim devices, by the GPU or MIG
     instance they name."""
     replicas: dict[GpuKey, dict[ContainerRef, set[str]]] = {}
-    resources: dict[GpuKey, dict[ContainerRef, set[str]]] = {}
     claims: dict[GpuKey, dict[ContainerRef, set[HeldClaim]]] = {}
     unmatched: set[str] = set()
     unresolved: list[UnresolvedClaim] = []
@@ -148,7 +146,6 @@ def build_allocation_index(listing: PodResourcesListing, catalog: DeviceCatalog,
                 held = replicas.setdefault(key, {}).setdefault(ref, set())
                 if parsed.replica is not None:
                     held.add(parsed.replica)
-                resources.setdefault(key, {}).setdefault(ref, set()).add(device.resource_name)
             if dra is None:
                 continue
             for claimed in container.claims:
@@ -165,9 +162,7 @@ def build_allocation_index(listing: PodResourcesListing, catalog: DeviceCatalog,
     # Replica IDs are decimal numbers (parse_device_id accepts nothing else), ordered as numbers: 2 before 10.
     by_key = {
         key: GpuAllocation(key, tuple(
-            DeviceHolder(ref, tuple(sorted(held, key=int)),
-                         tuple(sorted(resources.get(key, {}).get(ref, ()))),
-                         tuple(sorted(claims.get(key, {}).get(ref, ()))))
+            DeviceHolder(ref, tuple(sorted(held, key=int)), tuple(sorted(claims.get(key, {}).get(ref, ()))))
             for ref, held in sorted(holders.items())
         ))
         for key, holders in replicas.items()

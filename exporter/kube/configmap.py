@@ -1,7 +1,7 @@
 """``-m/--configmap-data <namespace>:<name>``: the counters CSV from a ConfigMap, through the API server.
 
 dcgm-exporter reads key ``metrics`` of that ConfigMap once at start and exits when it cannot
-(reference dcgm-exporter.md §2.1). Here:
+(its ``internal/pkg/counters/counter_config.go``). Here:
 
 * at start the ConfigMap is read once (``read``). A CSV with a mistake is the user's error: one
   line naming ``configmap <ns>/<name> (key metrics):<line>: <field>`` and exit code 2, as for a

@@ -1,7 +1,8 @@
 """Device IDs as the kubelet reports them, and which GPU or MIG instance each one names.
 
 Device plugins choose the IDs; the kubelet passes them through PodResources unchanged
-(reference/podresources.md §4). The forms seen in practice:
+(NVIDIA's k8s-device-plugin: ``internal/rm/devices.go``, ``internal/rm/device_map.go``). The forms
+seen in practice:
 
 * NVIDIA device plugin (any ``DEVICE_ID_STRATEGY``): ``GPU-<uuid>`` for a full GPU,
   ``MIG-<uuid>`` for a MIG device, ``MIG-GPU-<uuid>/<gi>/<ci>`` for MIG on old drivers, and a

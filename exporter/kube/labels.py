@@ -4,7 +4,8 @@ Two policies live here because both turn Kubernetes labels into series labels:
 
 * ``TeamResolver``: the single ``team`` label, from the first of ``--kubernetes-team-label-sources``
   (default ``pod:team``, then ``namespace:team``) that is set. One well-known label is what
-  dashboards group by; reference/style-and-practice.md §B3 argues for exactly one.
+  dashboards group by: Prometheus's naming guide allows a label that virtually every user wants,
+  and copying arbitrary labels multiplies series, so exactly one, and other labels allowlist-only.
 * ``PodLabelPolicy``: ``--kubernetes-enable-pod-labels`` copies allowlisted pod labels onto
   attributed series, as dcgm-exporter does, but bounded. dcgm-exporter copies them unprefixed
   and unbounded, and a pod label called ``gpu`` silently overrides the GPU index (its issue

@@ -322,7 +322,6 @@ class KubernetesMetadata:
         self.node_name = node_name
         self.cache = MetadataCache()
         self._on_change = on_change
-        self._kubeconfig = kubeconfig
         self._timeouts = timeouts or WatchTimeouts()
         self._api_factory = api_factory or (lambda: build_lists(kubeconfig, allow_exec=allow_exec))
         self.group = WatchGroup(

@@ -170,7 +170,6 @@ class ApiState:
     error_kind: str = "not-started"
     last_success_wall: float = 0.0
     last_success_monotonic: float | None = None
-    down_since_monotonic: float | None = None
     retries: int = 0
 
     @property
@@ -203,10 +202,6 @@ class ApiCounters:
     def relists(self) -> tuple[tuple[tuple[str, str], int], ...]:
         with self._lock:
             return tuple(sorted(self._relists.items()))
-
-    def total_requests(self) -> int:
-        with self._lock:
-            return sum(self._requests.values())
 
 
 class _Gone(Exception):  # noqa: N818 - named after the HTTP status it stands for
@@ -604,6 +599,33 @@ def _abort_response(response: Any) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class _GroupChange:
+    """What one status change means for a watch group: decided under its lock, logged and acted on outside."""
+
+    condition: tuple[str, str] | None  # ("up", "") or ("down", kind); None before the first settled state
+    previous: tuple[str, str] | None
+    failing: list[ReflectorStatus]  # the failing reflectors, the longest-failing first
+    down_since: float | None
+    retries: int
+    stale: bool  # the outage just outlasted stale_after_s: drop what was mirrored (once per outage)
+    now: float
+
+
+def _group_condition(statuses: Sequence[ReflectorStatus], failing: Sequence[ReflectorStatus],
+                     previous: tuple[str, str] | None) -> tuple[str, str] | None:
+    """Down with the first episode's kind, up when every reflector holds a settled mirror, else unchanged."""
+    if failing:
+        primary = failing[0].episode
+        assert primary is not None
+        if previous is not None and previous[0] == "down" and primary.soft:
+            return previous  # a routine kind (410, cut) taking over an outage is no new state
+        return ("down", primary.kind)
+    if all(s.held and s.settled for s in statuses):
+        return ("up", "")
+    return previous
+
+
 class WatchGroup:
     """Reflectors over one API connection: one ``ApiState``, one log line per change, shared counters.
 
@@ -665,11 +687,9 @@ class WatchGroup:
         episodes = sorted((s for s in statuses if s.episode is not None),
                           key=lambda s: s.episode_since if s.episode_since is not None else 0.0)
         up = all(s.held and s.settled for s in statuses)
-        since = min((s.episode_since for s in episodes if s.episode_since is not None), default=None)
         retries = max(s.retries for s in statuses)
         base = ApiState(up=up, error="", error_kind="", last_success_wall=last_wall,
-                        last_success_monotonic=max(monotonics, default=None), down_since_monotonic=since,
-                        retries=retries)
+                        last_success_monotonic=max(monotonics, default=None), retries=retries)
         if episodes:
             episode = episodes[0].episode
             assert episode is not None
@@ -682,46 +702,45 @@ class WatchGroup:
 
     def _status_changed(self, reflector: Reflector) -> None:
         with self._lock:
-            now = self._monotonic()
-            statuses = [r.status for r in self.reflectors]
-            # The episode that began first speaks for the group: a second resource failing too, or
-            # failing differently, is no new state of the connection.
-            failing = sorted((s for s in statuses if s.episode is not None),
-                             key=lambda s: s.episode_since if s.episode_since is not None else now)
-            previous = self._logged
-            if failing:
-                primary = failing[0].episode
-                assert primary is not None
-                condition: tuple[str, str] | None = ("down", primary.kind)
-                if previous is not None and previous[0] == "down" and primary.soft:
-                    condition = previous  # a routine kind (410, cut) taking over an outage is no new state
-                if self._down_since is None:
-                    self._down_since = min(s.episode_since or now for s in failing)
-                self._down_retries = max(self._down_retries, *(s.retries for s in failing))
-            elif all(s.held and s.settled for s in statuses):
-                condition = ("up", "")
-            else:
-                condition = previous
-            self._logged = condition
-            down_since, retries = self._down_since, self._down_retries
-            # Drop what was mirrored once per outage: a resource that recovers meanwhile relists and
-            # fills the mirror again, which must not be dropped again while another still fails.
-            stale = bool(failing) and down_since is not None and not self._dropped \
-                and now - down_since > self.timeouts.stale_after_s
-            if stale:
-                self._dropped = True
-            if condition is not None and condition[0] == "up":
-                self._down_since, self._down_retries, self._dropped = None, 0, False
+            change = self._transition(self._monotonic())
+        condition, previous = change.condition, change.previous
         if condition != previous and condition is not None:
-            self._log(condition, previous, failing, down_since=down_since, retries=retries, now=now)
-        dropped = stale and self._on_stale()
+            self._log(condition, previous, change.failing, down_since=change.down_since, retries=change.retries,
+                      now=change.now)
+        dropped = change.stale and self._on_stale()
         if dropped:
             for each in self.reflectors:
                 each.request_relist()
-            LOG.warning("Kubernetes API failing for %.0f s: dropping what was mirrored (%s)", now - (down_since or now),
-                        self.description, extra={"fields": {"node": self.node}})
+            LOG.warning("Kubernetes API failing for %.0f s: dropping what was mirrored (%s)",
+                        change.now - (change.down_since or change.now), self.description,
+                        extra={"fields": {"node": self.node}})
         if condition != previous or dropped:
             self._on_change()
+
+    def _transition(self, now: float) -> _GroupChange:
+        """The group's connection state after a reflector's status changed; the caller holds the lock."""
+        statuses = [r.status for r in self.reflectors]
+        # The episode that began first speaks for the group: a second resource failing too, or
+        # failing differently, is no new state of the connection.
+        failing = sorted((s for s in statuses if s.episode is not None),
+                         key=lambda s: s.episode_since if s.episode_since is not None else now)
+        previous = self._logged
+        condition = _group_condition(statuses, failing, previous)
+        if failing:
+            if self._down_since is None:
+                self._down_since = min(s.episode_since or now for s in failing)
+            self._down_retries = max(self._down_retries, *(s.retries for s in failing))
+        self._logged = condition
+        down_since, retries = self._down_since, self._down_retries
+        # Drop what was mirrored once per outage: a resource that recovers meanwhile relists and
+        # fills the mirror again, which must not be dropped again while another still fails.
+        stale = bool(failing) and down_since is not None and not self._dropped \
+            and now - down_since > self.timeouts.stale_after_s
+        if stale:
+            self._dropped = True
+        if condition is not None and condition[0] == "up":
+            self._down_since, self._down_retries, self._dropped = None, 0, False
+        return _GroupChange(condition, previous, failing, down_since, retries, stale, now)
 
     def _log(self, condition: tuple[str, str], previous: tuple[str, str] | None, failing: list[ReflectorStatus], *,
              down_since: float | None, retries: int, now: float) -> None:

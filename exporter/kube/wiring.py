@@ -9,7 +9,7 @@ learns about Kubernetes:
   renderer thread re-renders. A scrape only copies bytes.
 * once per render (``extend_context``, a context hook): the attribution is joined for the GPUs
   and MIG instances of the snapshot being rendered (``KubernetesAttribution.snapshot`` does no
-  I/O and is memoised), and the result goes into ``RenderContext.extras`` and into a workload
+  I/O and is memoised), and the result goes into ``RenderContext.attribution`` and into a workload
   labeler bound to it. The payload series (``DCGM_FI_*``) and the attribution's own families
   (``families``) therefore see the same value, computed once.
 * processes (``on_snapshot``): the sampler reads NVML's process lists and per-process
@@ -36,7 +36,7 @@ from prometheus_client.core import Metric
 
 from exporter.app import App, Extensions
 from exporter.config import Config
-from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution
+from exporter.kube.attribution import KubernetesAttribution
 from exporter.kube.series import (
     VIRTUAL_GPU_FIELDS,
     LabeledDevice,
@@ -50,8 +50,6 @@ from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity, ProcessUt
 from exporter.supervisor import supervised
 
 LOG = get_logger("kube.wiring")
-
-EXTRAS_KEY = "kubernetes.attribution"  # RenderContext.extras key of this render's AttributionSnapshot
 
 ProcessLists = Mapping[str, tuple[GpuProcess, ...]]
 
@@ -148,11 +146,7 @@ class KubernetesWiring:
     """The attribution as seen by the app: hooks for start/stop, snapshots, renders and builders."""
 
     def __init__(self, config: Config, attribution: KubernetesAttribution | None = None) -> None:
-        # --kubernetes-process-metrics and --kubernetes-virtual-gpus (each pod's own GPU_UTIL and FB_USED)
-        # need the process lists.
-        if (config.process_metrics or config.kubernetes_virtual_gpus) and not config.process_attribution:
-            config = dataclasses.replace(config, process_attribution=True)
-        self.config = config
+        self.config = config  # resolved before wiring (exporter.cli.resolve): process lists read when implied
         self._invalidate: Callable[[], None] = lambda: None
         self.attribution = attribution or KubernetesAttribution(config, on_change=self._changed)
         self._feed = _ProcessFeed(self._update_processes) if config.process_attribution else None
@@ -236,14 +230,13 @@ class KubernetesWiring:
             return virtual_gpu_samples(attribution, device, field, config)
 
         return dataclasses.replace(ctx, workloads=workloads, field_workloads=field_workloads,
-                                   extras={**ctx.extras, EXTRAS_KEY: attribution})
+                                   attribution=attribution)
 
     def families(self, ctx: RenderContext) -> list[Metric]:
         """DCGM_EXP_GPU_ALLOCATED/_ALLOCATION_INFO, memory per container, and the Kubernetes self-metrics."""
-        attribution = ctx.extras.get(EXTRAS_KEY)
-        if not isinstance(attribution, AttributionSnapshot):
+        if ctx.attribution is None:  # a context that did not go through extend_context
             return []
-        return attribution_families(attribution, labeled_devices(ctx), self.config)
+        return attribution_families(ctx.attribution, labeled_devices(ctx), self.config)
 
 
 def _same_objects(old: Mapping[str, object], new: Mapping[str, object]) -> bool:
@@ -251,10 +244,7 @@ def _same_objects(old: Mapping[str, object], new: Mapping[str, object]) -> bool:
 
 
 def kubernetes_extensions(config: Config, extensions: Extensions) -> KubernetesWiring | None:
-    """Add the attribution's hooks to ``extensions`` when ``-k`` is on (None otherwise).
-
-    Use ``wiring.config`` for the app (it may turn on process-list reading), then ``wiring.bind(app)``.
-    """
+    """Add the attribution's hooks to ``extensions`` when ``-k`` is on (None otherwise); then ``wiring.bind(app)``."""
     if not config.kubernetes:
         return None
     wiring = KubernetesWiring(config)

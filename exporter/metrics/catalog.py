@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 import pynvml
 
@@ -33,13 +34,109 @@ class Scope(Enum):
     INSTANCE = "instance"  # the physical GPU, and each MIG instance where NVML reads it per instance
 
 
+FieldKey = tuple[int, int]  # (NVML field id, scope id): one entry of the batched nvmlDeviceGetFieldValues call
+
+# Named queries that are not NVML calls made per cycle: label rows read from the identity taken at
+# start (``DeviceIdentity``) or from the system facts in the sampler's status.
+IDENTITY_QUERIES = frozenset({"system", "identity"})
+
+
+class CycleValues(Protocol):
+    """What one sampling cycle read from one GPU (or one MIG instance), in NVML's units.
+
+    The sampler and the MIG reader hand this to ``Read.value``: each variant takes from it what it
+    needs and converts it, so the readers never switch on the variant.
+    """
+
+    @property
+    def gpm_supported(self) -> bool | None: ...  # None: not probed yet
+
+    def query_item(self, query: str, item: str) -> float | None: ...
+
+    def field(self, key: FieldKey) -> float | None: ...
+
+    def rate(self, read: FromFieldRate) -> float | None: ...  # per second, of the summed counters
+
+    def gpm(self, metric_id: int) -> float | None: ...
+
+
+class Unsupported(Protocol):
+    """What one GPU has answered NotSupported to for good (the sampler's per-GPU bookkeeping)."""
+
+    @property
+    def gpm_supported(self) -> bool | None: ...
+
+    def query_unsupported(self, query: str) -> bool: ...
+
+    def field_unsupported(self, key: FieldKey) -> bool: ...
+
+    def gpm_metric_unsupported(self, metric_id: int) -> bool: ...
+
+
+class Read:
+    """How a field gets its value. Every variant answers for itself what it needs from NVML, how its
+    value is computed and when it is missing for good, so the sampler's plan, the sampler, the MIG
+    reader, the doctor and the renderer ask the reading instead of switching on its type.
+
+    The defaults describe a reading that needs nothing from the sampler and never has a value there.
+    """
+
+    @property
+    def served(self) -> bool:
+        """False only for a real DCGM field this exporter cannot serve (``NotServed``)."""
+        return True
+
+    @property
+    def queries(self) -> tuple[str, ...]:
+        """Named device queries (``exporter.nvml.queries.QUERIES``) to run every cycle."""
+        return ()
+
+    @property
+    def field_keys(self) -> tuple[FieldKey, ...]:
+        """Entries of the batched field-value call read every cycle."""
+        return ()
+
+    @property
+    def fallback_keys(self) -> tuple[FieldKey, ...]:
+        """Field-value entries read only on a GPU without GPM (the GPM rows' fallbacks)."""
+        return ()
+
+    @property
+    def gpm_metric(self) -> int | None:
+        """The ``NVML_GPM_METRIC_*`` id read from GPM samples, if any."""
+        return None
+
+    @property
+    def per_instance(self) -> bool:
+        """Whether a MIG GPU instance can have its own value (a named query on the MIG handle, or GPM)."""
+        return False
+
+    @property
+    def produced_by(self) -> str | None:
+        """The exporter component (other than the sampler) that produces and renders the row, if any."""
+        return None
+
+    def value(self, cycle: CycleValues) -> float | None:
+        """This cycle's value in DCGM's unit and representation, or None (not read, not supported)."""
+        return None
+
+    def missing(self, unsupported: Unsupported) -> bool:
+        """Whether the row is absent on this GPU for good (listed as an unsupported field)."""
+        return False
+
+    def label(self, identity: object, status: object | None) -> str:
+        """The value of a CSV ``label`` row: an attribute of the GPU's identity or of the sampler status."""
+        return ""
+
+
 @dataclass(frozen=True)
-class FromQuery:
+class FromQuery(Read):
     """A value taken from one named NVML device query; several fields may share one query.
 
     ``query`` is a key of ``exporter.nvml.queries.QUERIES`` (e.g. ``"memory"`` -> nvmlDeviceGetMemoryInfo),
     ``item`` the item of its result, ``scale`` the factor to DCGM units. ``integer`` truncates like
-    DCGM's INT64 fields (DCGM stores FB MiB as ``bytes / 1048576`` truncated).
+    DCGM's INT64 fields (DCGM stores FB MiB as ``bytes / 1048576`` truncated). The queries ``system``
+    and ``identity`` name facts read once at start (``IDENTITY_QUERIES``): label rows.
     """
 
     query: str
@@ -47,9 +144,28 @@ class FromQuery:
     scale: float = 1.0
     integer: bool = True
 
+    @property
+    def queries(self) -> tuple[str, ...]:
+        return () if self.query in IDENTITY_QUERIES else (self.query,)
+
+    @property
+    def per_instance(self) -> bool:
+        return True
+
+    def value(self, cycle: CycleValues) -> float | None:
+        raw = cycle.query_item(self.query, self.item)
+        return None if raw is None else dcgm_number(raw * self.scale, self.integer)
+
+    def missing(self, unsupported: Unsupported) -> bool:
+        return unsupported.query_unsupported(self.query)
+
+    def label(self, identity: object, status: object | None) -> str:
+        source = {"identity": identity, "system": status}.get(self.query)
+        return "" if source is None else str(getattr(source, self.item, ""))
+
 
 @dataclass(frozen=True)
-class FromFieldValue:
+class FromFieldValue(Read):
     """A value read through the batched ``nvmlDeviceGetFieldValues`` call (one call per GPU per cycle)."""
 
     field_id: int
@@ -57,9 +173,20 @@ class FromFieldValue:
     scale: float = 1.0
     integer: bool = True
 
+    @property
+    def field_keys(self) -> tuple[FieldKey, ...]:
+        return ((self.field_id, self.scope_id),)
+
+    def value(self, cycle: CycleValues) -> float | None:
+        raw = cycle.field((self.field_id, self.scope_id))
+        return None if raw is None else dcgm_number(raw * self.scale, self.integer)
+
+    def missing(self, unsupported: Unsupported) -> bool:
+        return unsupported.field_unsupported((self.field_id, self.scope_id))
+
 
 @dataclass(frozen=True)
-class FromFieldRate:
+class FromFieldRate(Read):
     """The per-second rate of cumulative NVML field counters (summed), from two consecutive cycles."""
 
     field_ids: tuple[int, ...]
@@ -67,16 +194,31 @@ class FromFieldRate:
     scale: float = 1.0
     integer: bool = True
 
+    @property
+    def field_keys(self) -> tuple[FieldKey, ...]:
+        return tuple((field_id, self.scope_id) for field_id in self.field_ids)
+
+    def value(self, cycle: CycleValues) -> float | None:
+        raw = cycle.rate(self)
+        return None if raw is None else dcgm_number(raw * self.scale, self.integer)
+
+    def missing(self, unsupported: Unsupported) -> bool:
+        return any(unsupported.field_unsupported(key) for key in self.field_keys)
+
 
 @dataclass(frozen=True)
-class FromExporter:
+class FromExporter(Read):
     """Produced by an exporter component other than the sampler (event watcher, GPM, ...)."""
 
     component: str
 
+    @property
+    def produced_by(self) -> str | None:
+        return self.component
+
 
 @dataclass(frozen=True)
-class FromGpm:
+class FromGpm(Read):
     """A GPM profiling metric (Hopper and newer): ``nvmlGpmMetricsGet`` over two samples a cycle apart.
 
     ``metric_id`` is an ``NVML_GPM_METRIC_*`` id; ``scale`` converts NVML's unit (percent, MiB/s) to
@@ -88,8 +230,40 @@ class FromGpm:
     integer: bool = False
     fallback: FromFieldRate | None = None
 
+    @property
+    def fallback_keys(self) -> tuple[FieldKey, ...]:
+        return () if self.fallback is None else self.fallback.field_keys
 
-Read = FromQuery | FromFieldValue | FromFieldRate | FromExporter | FromGpm
+    @property
+    def gpm_metric(self) -> int | None:
+        return self.metric_id
+
+    @property
+    def per_instance(self) -> bool:
+        return True
+
+    def value(self, cycle: CycleValues) -> float | None:
+        supported = cycle.gpm_supported
+        if supported:
+            raw = cycle.gpm(self.metric_id)
+            return None if raw is None else dcgm_number(raw * self.scale, self.integer)
+        if supported is False and self.fallback is not None:
+            return self.fallback.value(cycle)
+        return None  # support not probed yet, or no GPM and no fallback
+
+    def missing(self, unsupported: Unsupported) -> bool:
+        if unsupported.gpm_supported is False:
+            return self.fallback is None or self.fallback.missing(unsupported)
+        return unsupported.gpm_metric_unsupported(self.metric_id)
+
+
+@dataclass(frozen=True)
+class NotServed(Read):
+    """A real DCGM field that this exporter cannot serve (yet): a CSV naming it loads with a warning."""
+
+    @property
+    def served(self) -> bool:
+        return False
 
 
 @dataclass(frozen=True)
@@ -101,7 +275,7 @@ class FieldSpec:
     unit: str
     help: str
     prom_type: str  # the type dcgm-exporter's CSV gives it; a user's CSV may override
-    read: Read | None  # None: a real DCGM field that this exporter cannot serve (yet)
+    read: Read  # NotServed(): a real DCGM field that this exporter cannot serve (yet)
     nvml_source: str
     aliases: tuple[str, ...] = ()
     scope: Scope = Scope.DEVICE
@@ -112,7 +286,7 @@ class FieldSpec:
 
     @property
     def served(self) -> bool:
-        return self.read is not None
+        return self.read.served
 
 
 def _q(query: str, item: str, scale: float = 1.0, integer: bool = True) -> FromQuery:
@@ -417,7 +591,7 @@ _FIELDS: tuple[FieldSpec, ...] = (
               FromExporter("xid"), "NVML event set: nvmlEventSetWait_v2, nvmlEventTypeXidCriticalError "
               "(eventData = Xid); 0 until the first Xid; labels err_code, err_msg",
               aliases=("DCGM_FI_DEV_XID_ERROR",)),
-    FieldSpec("DCGM_FI_DEV_VGPU_LICENSE_STATUS", 526, "0/1", "vGPU License status", "gauge", None,
+    FieldSpec("DCGM_FI_DEV_VGPU_LICENSE_STATUS", 526, "0/1", "vGPU License status", "gauge", NotServed(),
               "only meaningful inside a vGPU guest; not served"),
 )
 

@@ -2,8 +2,8 @@
 
 dcgm-exporter ships ``etc/1.x-compatibility-metrics.csv`` for users of its 1.x names (used with
 ``-o/--use-old-namespace``); its first column is one of these names instead of a ``DCGM_FI_*``
-name, and go-dcgm resolves them through its ``legacy_fields.csv`` (reference dcgm-names.md §4:
-41 names, e.g. ``dcgm_sm_clock`` 100, ``dcgm_gpu_utilization`` 203, ``dcgm_fb_used`` 252). The
+name, and go-dcgm resolves them through its ``pkg/dcgm/legacy_fields.csv`` (41 names, e.g.
+``dcgm_sm_clock`` 100, ``dcgm_gpu_utilization`` 203, ``dcgm_fb_used`` 252). The
 catalog accepts them as aliases of the field with that id, so such a CSV loads unchanged and
 its metrics keep their 1.x names (column 1 is the metric name, as always).
 """

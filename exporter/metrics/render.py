@@ -3,7 +3,8 @@
 Nothing here performs I/O or reads a clock; the exposition cache calls ``render`` once per new
 snapshot (not per scrape) and tests call it with hand-built values.
 
-Label names and order are dcgm-exporter's (reference dcgm-exporter.md §3.1): ``gpu, UUID,
+Label names and order are dcgm-exporter's (its ``gpuMetricsFormat`` template in
+``internal/pkg/rendermetrics/render_metrics.go``): ``gpu, UUID,
 pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID], Hostname, <CSV label rows>``, then the
 workload labels ``container, namespace, pod, ...`` added by the attribution component. A GPU that
 no single pod holds carries no workload labels at all (never empty strings).
@@ -17,18 +18,21 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 
 from exporter import __version__
-from exporter.metrics.catalog import FromExporter, FromQuery
-from exporter.metrics.counters import CounterRow, CounterSet
+from exporter.metrics.counters import CounterSet
 from exporter.metrics.owned import family_name, owned
 from exporter.metrics.selection import DEFAULT as ALL_DEVICES
 from exporter.metrics.selection import DeviceSelection, Entity, select
 from exporter.nvml.peaks import PEAK_FAMILIES
 from exporter.snapshot import DeviceIdentity, InFlight, MigIdentity, Snapshot
+
+if TYPE_CHECKING:  # the renderer never imports the Kubernetes sources; it only carries their value
+    from exporter.kube.attribution import AttributionSnapshot
 
 WorkloadLabeler = Callable[[DeviceIdentity, int | None], Sequence[Mapping[str, str]]]
 
@@ -67,8 +71,9 @@ class RenderContext:
     workloads: WorkloadLabeler = no_workloads
     field_workloads: FieldWorkloads = no_field_workloads
     stall: InFlight | None = None  # an NVML call in flight longer than the staleness limit
-    stall_seconds: float = 0.0
-    extras: Mapping[str, object] = field(default_factory=dict)
+    # This render's join of GPUs to pods (-k), set by the Kubernetes context hook (exporter/kube/wiring.py)
+    # so the payload series' workload labels and the attribution's own families come from one value.
+    attribution: AttributionSnapshot | None = None
 
     def identity_labels(self, identity: DeviceIdentity, mig: MigIdentity | None = None) -> dict[str, str]:
         """gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID], Hostname (or hostname)."""
@@ -91,7 +96,7 @@ class RenderContext:
         """Identity labels plus the CSV's label rows (e.g. DCGM_FI_DRIVER_VERSION)."""
         labels = self.identity_labels(identity, mig)
         for row in self.counters.labels:
-            value = _label_row_value(row, identity, self.snapshot)
+            value = row.spec.read.label(identity, self.snapshot.status)
             if value:
                 labels[row.name] = value
         return labels
@@ -106,17 +111,6 @@ class RenderContext:
 FamilyBuilder = Callable[[RenderContext], Iterable[Metric]]
 
 
-def _label_row_value(row: CounterRow, identity: DeviceIdentity, snapshot: Snapshot) -> str:
-    read = row.spec.read
-    if not isinstance(read, FromQuery):
-        return ""
-    if read.query == "system":
-        return str(getattr(snapshot.status, read.item, ""))
-    if read.query == "identity":
-        return str(getattr(identity, read.item, ""))
-    return ""
-
-
 def dcgm_families(ctx: RenderContext) -> list[Metric]:
     """One family per active CSV row, one sample per selected GPU / GPU instance (and workload) that has it,
     then the ``DCGM_EXP_*_PEAK`` families of the enabled peak readings (``_peak_family``).
@@ -129,7 +123,7 @@ def dcgm_families(ctx: RenderContext) -> list[Metric]:
     label_sets = [ctx.series_label_sets(entity.reading.identity, entity.mig.identity if entity.mig else None)
                   for entity in entities]
     for row in ctx.counters.metrics:
-        if isinstance(row.spec.read, FromExporter):
+        if row.spec.read.produced_by is not None:
             continue  # rendered by the producing component's own builder (it adds its own labels)
         family = Metric(row.name, row.help, row.prom_type)
         for entity, labels in zip(entities, label_sets, strict=True):

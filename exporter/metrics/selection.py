@@ -1,6 +1,6 @@
 """``-d/--devices``: which entities the counters CSV's rows are reported for (GPUs, MIG GPU instances).
 
-dcgm-exporter's selector (reference dcgm-exporter.md §6; its ``pkg/cmd/app.go``), same syntax here:
+dcgm-exporter's selector (its ``pkg/cmd/app.go``), same syntax here:
 
 * ``f`` ("flex", dcgm-exporter's default): each GPU without GPU instances is reported as a GPU; a
   MIG-enabled GPU is reported only per GPU instance, and each instance series carries the chip-wide

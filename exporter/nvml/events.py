@@ -6,7 +6,7 @@ in an event set from the moment a GPU is registered, and a waiter takes them out
 thread does exactly that and hands each event to a callback that counts it; rendering reads those
 counts later, so no event is lost between scrapes.
 
-Reference nvml.md section 3 drives the details:
+What nvml.h documents for event sets, and what NVIDIA's device plugin learned, drives the details:
 
 * One event set, registered on the **parent** GPUs (MIG device handles cannot be registered); an
   Xid inside a MIG instance carries its GPU-instance / compute-instance ids (0xFFFFFFFF otherwise).

@@ -7,14 +7,14 @@ device's identity; dcgm-exporter labels per-instance series with ``GPU_I_PROFILE
 instance's profile, ``1g.10gb``) and ``GPU_I_ID`` (the GI id).
 
 Walking the slots is not free: NVIDIA's DRA driver notes that a full walk under load "can easily be
-O(10 s)" (reference nvml.md 5.4), and the layout only changes when an administrator reconfigures
-MIG. So the tracker does not walk every cycle. Every ``check_interval_s`` (60 s) it probes: the MIG
-mode (one call) and, when enabled, each slot's handle and UUID. Only MIG devices whose UUID it has
-not seen before are identified (GI id, CI id, name); an unchanged layout costs no identification
-calls at all. A MIG handle that stops answering (NOT_FOUND / INVALID_ARGUMENT when the instance was
-destroyed) marks the layout stale so it is probed again at the next cycle. A new layout is
-therefore seen within 60 s, at once when an old instance disappears (``nvmlEventMigConfigChange``
-is not subscribed to: the periodic probe already bounds the delay).
+O(10 s)" (dra-driver-nvidia-gpu, ``cmd/gpu-kubelet-plugin/nvlib.go``), and the layout only changes
+when an administrator reconfigures MIG. So the tracker does not walk every cycle. Every
+``check_interval_s`` (60 s) it probes: the MIG mode (one call) and, when enabled, each slot's handle
+and UUID. Only MIG devices whose UUID it has not seen before are identified (GI id, CI id, name); an
+unchanged layout costs no identification calls at all. A MIG handle that stops answering (NOT_FOUND
+/ INVALID_ARGUMENT when the instance was destroyed) marks the layout stale so it is probed again at
+the next cycle. A new layout is therefore seen within 60 s, at once when an old instance disappears
+(``nvmlEventMigConfigChange`` is not subscribed to: the periodic probe already bounds the delay).
 
 Empty slots answer NOT_FOUND (or INVALID_ARGUMENT) and are skipped, as NVIDIA's own Go code does,
 rather than ending the walk (nvitop stops at the first error and misses later instances).
@@ -30,7 +30,7 @@ from typing import Any
 
 import pynvml
 
-from exporter.metrics.catalog import FieldSpec, FromGpm, FromQuery, Scope, dcgm_number
+from exporter.metrics.catalog import FieldSpec, FromFieldRate, Scope
 from exporter.nvml.client import ErrorClass, NvmlClient, classify
 from exporter.nvml.queries import QUERIES, QueryState
 from exporter.snapshot import MigIdentity
@@ -181,16 +181,10 @@ class InstancePlan:
     @classmethod
     def for_specs(cls, specs: Sequence[FieldSpec]) -> InstancePlan:
         chosen = tuple(spec for spec in specs if spec.scope is Scope.INSTANCE and not spec.is_label
-                       and isinstance(spec.read, FromQuery | FromGpm))
-        queries: list[str] = []
-        metrics: list[int] = []
-        for spec in chosen:
-            read = spec.read
-            if isinstance(read, FromQuery) and read.query not in queries:
-                queries.append(read.query)
-            elif isinstance(read, FromGpm) and read.metric_id not in metrics:
-                metrics.append(read.metric_id)
-        return cls(specs=chosen, queries=tuple(queries), gpm_metrics=tuple(metrics))
+                       and spec.read.per_instance)
+        queries = tuple(dict.fromkeys(name for spec in chosen for name in spec.read.queries))
+        metrics = tuple(dict.fromkeys(metric for spec in chosen if (metric := spec.read.gpm_metric) is not None))
+        return cls(specs=chosen, queries=queries, gpm_metrics=metrics)
 
 
 def instance_values(nvml: NvmlClient, device: MigDevice, plan: InstancePlan, query_state: QueryState, *,
@@ -212,14 +206,36 @@ def instance_values(nvml: NvmlClient, device: MigDevice, plan: InstancePlan, que
             if is_gone(exc) or classify(exc) is not ErrorClass.UNSUPPORTED:
                 raise
             on_unsupported(name)
+    cycle = _InstanceCycle(results, gpm_values)
     values: dict[str, float] = {}
     for spec in plan.specs:
-        read = spec.read
-        raw: float | None = None
-        if isinstance(read, FromQuery):
-            raw = results.get(read.query, {}).get(read.item)
-        elif isinstance(read, FromGpm):
-            raw = gpm_values.get(read.metric_id)
-        if raw is not None and isinstance(read, FromQuery | FromGpm):
-            values[spec.name] = dcgm_number(raw * read.scale, read.integer)
+        value = spec.read.value(cycle)
+        if value is not None:
+            values[spec.name] = value
     return values
+
+
+@dataclass(frozen=True)
+class _InstanceCycle:
+    """One GPU instance's readings as the catalog's ``Read`` variants take them (``CycleValues``).
+
+    Only named queries on the MIG handle and GPM metrics of the GPU instance's sample exist here:
+    field values are chip-wide (``Scope.DEVICE`` rows). GPM values are handed over only by a GPU
+    with GPM, hence ``gpm_supported``.
+    """
+
+    results: dict[str, dict[str, float]]
+    gpm_values: dict[int, float]
+    gpm_supported: bool | None = True
+
+    def query_item(self, query: str, item: str) -> float | None:
+        return self.results.get(query, {}).get(item)
+
+    def field(self, key: tuple[int, int]) -> float | None:
+        return None
+
+    def rate(self, read: FromFieldRate) -> float | None:
+        return None
+
+    def gpm(self, metric_id: int) -> float | None:
+        return self.gpm_values.get(metric_id)

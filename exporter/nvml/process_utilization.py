@@ -4,7 +4,7 @@ NVML keeps, per GPU, samples of every process's SM, frame-buffer bandwidth, enco
 utilization. A call names the newest sample the caller has already seen (``lastSeenTimeStamp``,
 CPU time in microseconds) and gets one entry per process that had non-zero utilization in a
 newer sample: the process's utilization over those samples, with the timestamp of its newest one
-(reference turn2-facts.md, nvml.md 1.10). So a reader that passes the newest timestamp it was
+(NVML API reference, ``nvmlDeviceGetProcessUtilization``). So a reader that passes the newest timestamp it was
 given gets each sample exactly once, and a read every process interval yields each process's
 average over that interval. A process without an entry used nothing: absence means 0.
 

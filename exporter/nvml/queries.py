@@ -133,10 +133,6 @@ QUERIES: dict[str, Query] = {
     )
 }
 
-# Queries resolved from the inventory rather than per cycle (label rows: strings, read once).
-IDENTITY_QUERIES = frozenset({"system", "identity"})
-
-
 def decode_field_value(value: Any) -> float:
     """Decode a ``c_nvmlFieldValue_t`` by its ``valueType`` (signed members are sllVal/siVal in pynvml)."""
     kind = value.valueType

@@ -1,10 +1,12 @@
 """The sampling loop: one thread reads every GPU at the collect interval and publishes a Snapshot.
 
-Why one thread: NVML calls serialize on the driver's lock (reference nvml.md §5.3), so per-GPU
-threads buy nothing and can stall co-located workloads. Why a cached plan: the counters CSV decides
-which readings are needed; the plan turns that into the minimal set of NVML queries per GPU (shared
-queries run once, field-value readings go into one batched ``nvmlDeviceGetFieldValues`` call), and
-readings a GPU does not support are remembered and never asked again.
+Why one thread: NVML calls serialize on the driver's resource-manager lock (MangoHud#1307 and #2104:
+a 25 ms polling thread held it ~10 s of every 15 s; zml#766 moved to one polling thread for that
+reason), so per-GPU threads buy nothing and can stall co-located workloads. Why a cached plan: the
+counters CSV decides which readings are needed; the plan turns that into the minimal set of NVML
+queries per GPU (shared queries run once, field-value readings go into one batched
+``nvmlDeviceGetFieldValues`` call), and readings a GPU does not support are remembered and never
+asked again.
 
 Failure handling, per the design's failure model:
 * a reading that is NotSupported/NoPermission/FunctionNotFound -> omitted for that GPU, logged once,
@@ -25,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pynvml
 
@@ -34,11 +36,7 @@ from exporter.metrics.catalog import (
     CATALOG,
     FieldSpec,
     FromFieldRate,
-    FromFieldValue,
-    FromGpm,
-    FromQuery,
     Scope,
-    dcgm_number,
 )
 from exporter.metrics.owned import PROCESS_UTILIZATION_FAMILIES
 from exporter.nvml.client import ErrorClass, NvmlClient, classify, describe, mig_instance_id
@@ -47,7 +45,7 @@ from exporter.nvml.inventory import Device, Inventory, discover
 from exporter.nvml.mig import MIG_CHECK_INTERVAL_S, InstancePlan, MigTracker, instance_values, is_gone
 from exporter.nvml.peaks import DEFAULT_WINDOW_S, DevicePeaks
 from exporter.nvml.process_utilization import ProcessUtilizationReader, SizeRaceError
-from exporter.nvml.queries import IDENTITY_QUERIES, QUERIES, QueryState, decode_field_value
+from exporter.nvml.queries import QUERIES, QueryState, decode_field_value
 from exporter.snapshot import (
     DeviceReading,
     GpuProcess,
@@ -61,6 +59,8 @@ from exporter.snapshot import (
 from exporter.supervisor import supervised
 
 log = get_logger("sampler")
+
+T = TypeVar("T")
 
 LOST_REPROBE_S = 30.0
 INIT_BACKOFF_INITIAL_S = 1.0
@@ -111,46 +111,41 @@ class SamplingPlan:
 
     @classmethod
     def for_specs(cls, specs: Sequence[FieldSpec], dependencies: Sequence[FieldSpec] = ()) -> SamplingPlan:
-        served = tuple(spec for spec in specs if spec.read is not None and not spec.is_label)
-        wanted = [*dependencies, *(CATALOG.lookup(name) for spec in served for name in spec.needs)]
-        extra: list[FieldSpec] = []
-        for spec in wanted:
-            if spec is not None and spec.read is not None and spec not in served and spec not in extra:
-                extra.append(spec)
-        queries: list[str] = []
-        static: list[str] = []
-        fields: list[tuple[int, int]] = []
-        for spec in (*served, *extra):
-            read = spec.read
-            if isinstance(read, FromQuery) and read.query not in IDENTITY_QUERIES:
-                target = static if QUERIES[read.query].static else queries
-                if read.query not in target:
-                    target.append(read.query)
-            elif isinstance(read, FromFieldValue):
-                if (read.field_id, read.scope_id) not in fields:
-                    fields.append((read.field_id, read.scope_id))
-            elif isinstance(read, FromFieldRate):
-                for field_id in read.field_ids:
-                    if (field_id, read.scope_id) not in fields:
-                        fields.append((field_id, read.scope_id))
-        direct = set(fields)
-        gpm = [spec for spec in served if isinstance(spec.read, FromGpm)]
-        fallbacks = {(field_id, spec.read.fallback.scope_id) for spec in gpm if isinstance(spec.read, FromGpm)
-                     and spec.read.fallback is not None for field_id in spec.read.fallback.field_ids}
-        fields.extend(sorted(fallbacks - direct))
-        device_queries = {spec.read.query for spec in (*served, *extra)
-                          if isinstance(spec.read, FromQuery) and spec.scope is not Scope.INSTANCE}
-        return cls(specs=served, queries=tuple(queries), static_queries=tuple(static), field_keys=tuple(fields),
-                   gpm_metrics=_unique(spec.read.metric_id for spec in gpm if isinstance(spec.read, FromGpm)),
-                   gpm_device_metrics=_unique(spec.read.metric_id for spec in gpm if isinstance(spec.read, FromGpm)
-                                              and spec.scope is not Scope.INSTANCE),
-                   fallback_keys=frozenset(fallbacks - direct),
-                   instance_only_queries=frozenset(set(queries) - device_queries),
+        served = tuple(spec for spec in specs if spec.served and not spec.is_label)
+        extra = _dependencies(served, dependencies)
+        readings = (*served, *extra)
+        queries = _unique(name for spec in readings for name in spec.read.queries)
+        dynamic = tuple(name for name in queries if not QUERIES[name].static)
+        fields = _unique(key for spec in readings for key in spec.read.field_keys)
+        gpm = [spec for spec in served if spec.read.gpm_metric is not None]
+        fallbacks = frozenset(key for spec in gpm for key in spec.read.fallback_keys) - set(fields)
+        return cls(specs=served, queries=dynamic, static_queries=tuple(name for name in queries if name not in dynamic),
+                   field_keys=(*fields, *sorted(fallbacks)),
+                   gpm_metrics=_gpm_metrics(gpm),
+                   gpm_device_metrics=_gpm_metrics(spec for spec in gpm if spec.scope is not Scope.INSTANCE),
+                   fallback_keys=fallbacks,
+                   instance_only_queries=frozenset(dynamic) - _device_queries(readings),
                    instance=InstancePlan.for_specs(served),
-                   dependencies=tuple(extra))
+                   dependencies=extra)
 
 
-def _unique(items: Iterable[int]) -> tuple[int, ...]:
+def _dependencies(served: Sequence[FieldSpec], dependencies: Sequence[FieldSpec]) -> tuple[FieldSpec, ...]:
+    """Served readings other components need although the CSV does not export them, each once."""
+    wanted = [*dependencies, *(CATALOG.lookup(name) for spec in served for name in spec.needs)]
+    return _unique(spec for spec in wanted if spec is not None and spec.served and spec not in served)
+
+
+def _gpm_metrics(specs: Iterable[FieldSpec]) -> tuple[int, ...]:
+    return _unique(metric for spec in specs if (metric := spec.read.gpm_metric) is not None)
+
+
+def _device_queries(readings: Iterable[FieldSpec]) -> set[str]:
+    """Named queries some whole-GPU row needs (the others are read per MIG instance when MIG is on)."""
+    return {name for spec in readings if spec.scope is not Scope.INSTANCE for name in spec.read.queries}
+
+
+def _unique(items: Iterable[T]) -> tuple[T, ...]:
+    """The items in first-seen order, each once (the plan's call order follows the CSV's)."""
     return tuple(dict.fromkeys(items))
 
 
@@ -176,6 +171,21 @@ class _DeviceState:
     gpm: GpmReader = field(default_factory=GpmReader)
     peaks: DevicePeaks = field(default_factory=lambda: DevicePeaks(DEFAULT_WINDOW_S))
     mig_peaks: dict[int, DevicePeaks] = field(default_factory=dict)  # by GPU-instance id; reset with the layout
+
+    # What this GPU answered NotSupported to, as the catalog's Read variants ask it (``Unsupported``).
+
+    @property
+    def gpm_supported(self) -> bool | None:
+        return self.gpm.supported
+
+    def query_unsupported(self, query: str) -> bool:
+        return query in self.unsupported_queries
+
+    def field_unsupported(self, key: tuple[int, int]) -> bool:
+        return key in self.unsupported_fields
+
+    def gpm_metric_unsupported(self, metric_id: int) -> bool:
+        return any(metric == metric_id for _, metric in self.gpm.unsupported_metrics)
 
 
 class Sampler:
@@ -426,29 +436,14 @@ class Sampler:
         gpm_values = self._read_gpm(state)
         field_values, field_times = self._read_fields(state)
 
+        cycle = _DeviceCycle(state, results, field_values, field_times, gpm_values)
         values: dict[str, float] = {}
         for spec in plan.readings:
-            read = spec.read
-            value: float | None = None
             if mig_enabled and spec.scope is Scope.INSTANCE:
                 continue  # reported per GPU instance (MigReading), like dcgm-exporter's flex mode
-            if isinstance(read, FromQuery):
-                raw = results.get(read.query, {}).get(read.item)
-                value = None if raw is None else raw * read.scale
-                integer = read.integer
-            elif isinstance(read, FromFieldValue):
-                raw = field_values.get((read.field_id, read.scope_id))
-                value = None if raw is None else raw * read.scale
-                integer = read.integer
-            elif isinstance(read, FromFieldRate):
-                value = self._rate(state, read, field_values, field_times)
-                integer = read.integer
-            elif isinstance(read, FromGpm):
-                value, integer = self._gpm_value(state, read, gpm_values, field_values, field_times)
-            else:
-                continue
+            value = spec.read.value(cycle)
             if value is not None:
-                values[spec.name] = dcgm_number(value, integer)
+                values[spec.name] = value
         return values
 
     def _read_fields(self, state: _DeviceState) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], float]]:
@@ -477,20 +472,6 @@ class Sampler:
             if self._handle_error(state, pynvml.NVMLError(status), what=f"field {key[0]}"):
                 state.unsupported_fields.add(key)
         return values, times
-
-    def _rate(self, state: _DeviceState, read: FromFieldRate, values: dict[tuple[int, int], float],
-              times: dict[tuple[int, int], float]) -> float | None:
-        keys = [(field_id, read.scope_id) for field_id in read.field_ids]
-        if any(key not in values for key in keys):
-            return None
-        total = sum(values[key] for key in keys)
-        stamp = max(times[key] for key in keys)
-        rate_key = (-1, hash(read))  # one remembered sample per rate definition
-        previous = state.previous_fields.get(rate_key)
-        state.previous_fields[rate_key] = (total, stamp)
-        if previous is None or stamp <= previous[1] or total < previous[0]:
-            return None  # first sample, no time passed, or the counter was reset
-        return (total - previous[0]) / (stamp - previous[1]) * read.scale
 
     def _read_processes(self, state: _DeviceState, now: float) -> tuple[GpuProcess, ...] | None:
         if self.process_interval_s is None:
@@ -643,10 +624,9 @@ class Sampler:
 
     def _gpm_unsupported(self, state: _DeviceState) -> None:
         """One warning per GPU naming the profiling rows it cannot serve (a GPU without GPM)."""
-        omitted = [spec.name for spec in self.plan.specs
-                   if isinstance(spec.read, FromGpm) and spec.read.fallback is None]
-        fallback = [spec.name for spec in self.plan.specs
-                    if isinstance(spec.read, FromGpm) and spec.read.fallback is not None]
+        gpm = [spec for spec in self.plan.specs if spec.read.gpm_metric is not None]
+        omitted = [spec.name for spec in gpm if not spec.read.fallback_keys]
+        fallback = [spec.name for spec in gpm if spec.read.fallback_keys]
         if not omitted:
             return
         identity = state.device.identity
@@ -654,16 +634,6 @@ class Sampler:
                        "profiling metrics need NVML GPM (Hopper or newer), which this GPU does not support; "
                        "their rows are omitted for it", gpu=identity.index, uuid=identity.uuid,
                        omitted=",".join(omitted), from_field_values=",".join(fallback) or "-")
-
-    def _gpm_value(self, state: _DeviceState, read: FromGpm, gpm_values: dict[int, float],
-                   field_values: dict[tuple[int, int], float],
-                   field_times: dict[tuple[int, int], float]) -> tuple[float | None, bool]:
-        if state.gpm.supported:
-            raw = gpm_values.get(read.metric_id)
-            return (None if raw is None else raw * read.scale), read.integer
-        if state.gpm.supported is False and read.fallback is not None:
-            return self._rate(state, read.fallback, field_values, field_times), read.fallback.integer
-        return None, read.integer
 
     def _read_mig(self, state: _DeviceState, now: float) -> tuple[MigReading, ...]:
         """One reading per GPU instance: memory on its MIG handle, GPM from its GPU-instance sample."""
@@ -715,20 +685,8 @@ class Sampler:
     def _unsupported_fields(self) -> tuple[tuple[int, str], ...]:
         result: list[tuple[int, str]] = []
         for state in self._states:
-            for spec in self.plan.specs:
-                read = spec.read
-                if isinstance(read, FromQuery):
-                    missing = read.query in state.unsupported_queries
-                elif isinstance(read, FromFieldValue):
-                    missing = (read.field_id, read.scope_id) in state.unsupported_fields
-                elif isinstance(read, FromFieldRate):
-                    missing = any((fid, read.scope_id) in state.unsupported_fields for fid in read.field_ids)
-                elif isinstance(read, FromGpm):
-                    missing = _gpm_missing(state, read)
-                else:
-                    missing = False
-                if missing:
-                    result.append((state.device.identity.index, spec.name))
+            index = state.device.identity.index
+            result.extend((index, spec.name) for spec in self.plan.specs if spec.read.missing(state))
             if self.process_interval_s is not None and state.utilization.unsupported:
                 result.extend((state.device.identity.index, name) for name in PROCESS_UTILIZATION_FAMILIES)
         return tuple(result)
@@ -762,10 +720,42 @@ class Sampler:
             log.exception("snapshot consumer failed")
 
 
-def _gpm_missing(state: _DeviceState, read: FromGpm) -> bool:
-    """Whether a GPM-backed row is absent on this GPU for good (no GPM and no working fallback)."""
-    if state.gpm.supported is False:
-        fallback = read.fallback
-        return fallback is None or any((fid, fallback.scope_id) in state.unsupported_fields
-                                       for fid in fallback.field_ids)
-    return any(metric == read.metric_id for _, metric in state.gpm.unsupported_metrics)
+@dataclass(frozen=True)
+class _DeviceCycle:
+    """What one cycle read from one GPU, as the catalog's ``Read`` variants take it (``CycleValues``).
+
+    ``rate`` keeps one remembered sample per rate definition in the GPU's state, so a rate needs
+    two cycles; a counter that went backwards (driver reload, GPU reset) restarts it.
+    """
+
+    state: _DeviceState
+    results: dict[str, dict[str, float]]
+    field_values: dict[tuple[int, int], float]
+    field_times: dict[tuple[int, int], float]
+    gpm_values: dict[int, float]
+
+    @property
+    def gpm_supported(self) -> bool | None:
+        return self.state.gpm.supported
+
+    def query_item(self, query: str, item: str) -> float | None:
+        return self.results.get(query, {}).get(item)
+
+    def field(self, key: tuple[int, int]) -> float | None:
+        return self.field_values.get(key)
+
+    def gpm(self, metric_id: int) -> float | None:
+        return self.gpm_values.get(metric_id)
+
+    def rate(self, read: FromFieldRate) -> float | None:
+        keys = read.field_keys
+        if any(key not in self.field_values for key in keys):
+            return None
+        total = sum(self.field_values[key] for key in keys)
+        stamp = max(self.field_times[key] for key in keys)
+        rate_key = (-1, hash(read))  # one remembered sample per rate definition
+        previous = self.state.previous_fields.get(rate_key)
+        self.state.previous_fields[rate_key] = (total, stamp)
+        if previous is None or stamp <= previous[1] or total < previous[0]:
+            return None  # first sample, no time passed, or the counter was reset
+        return (total - previous[0]) / (stamp - previous[1])

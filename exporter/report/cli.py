@@ -220,6 +220,28 @@ def _window(args: argparse.Namespace, now: float) -> Window:
 
 def options(argv: Sequence[str], now: float) -> Options:
     args = parser().parse_args(list(argv))
+    _check_combinations(args)
+    prices, timeout, group_by = _pricing(args)
+    export_dir = Path(args.export_dir) if args.export_dir else None
+    if export_dir is not None and not export_dir.is_dir():
+        raise UsageError(f"--export-dir {export_dir}: no such directory")
+    connection, shown_url = _connection(args, timeout)
+    output = Path(args.output) if args.output else None
+    if output is not None and not output.parent.is_dir():
+        raise UsageError(f"--output {output}: the directory {output.parent} does not exist")
+    settings = Settings(
+        prometheus=shown_url,
+        by=args.by, idle_threshold_percent=args.idle_threshold, reclaim_by=args.reclaim_by,
+        currency=args.currency or prices.currency or "USD", default_price=prices.default,
+        model_prices=tuple(sorted(prices.per_model.items())), clusters=tuple(args.cluster), pricing_file=args.pricing)
+    window = _window(args, now)
+    return Options(connection, window, settings, prices, args.format, args.table, output,
+                   args.top_pods, args.max_points_per_query, args.max_samples, group_by,
+                   args.share_idle or "none", _previous_window(args, window, now), export_dir)
+
+
+def _check_combinations(args: argparse.Namespace) -> None:
+    """Numbers in range and flags that exclude or need each other, before anything is read."""
     if not 0 <= args.idle_threshold <= 100:
         raise UsageError(f"--idle-threshold {args.idle_threshold:g}: must be a percentage between 0 and 100")
     if args.top_pods < 0 or args.retries < 0 or args.max_points_per_query < 1 or args.max_samples < 1:
@@ -230,6 +252,10 @@ def options(argv: Sequence[str], now: float) -> Options:
         raise UsageError("give either --bearer-token-file or basic auth, not both")
     if args.pricing and args.price_per_gpu_hour:
         raise UsageError("give either --pricing or --price-per-gpu-hour, not both")
+
+
+def _pricing(args: argparse.Namespace) -> tuple[PriceSheet, float, GroupBy | None]:
+    """The prices, the query timeout and the chargeback grouping (None: no chargeback section)."""
     try:
         prices = load_pricing(args.pricing) if args.pricing else parse_prices(args.price_per_gpu_hour)
         timeout = parse_duration(args.timeout)
@@ -239,10 +265,11 @@ def options(argv: Sequence[str], now: float) -> Options:
         raise UsageError(f"--pricing {error}") from None
     except ValueError as error:
         raise UsageError(str(error)) from None
-    currency = args.currency or prices.currency or "USD"
-    export_dir = Path(args.export_dir) if args.export_dir else None
-    if export_dir is not None and not export_dir.is_dir():
-        raise UsageError(f"--export-dir {export_dir}: no such directory")
+    return prices, timeout, group_by
+
+
+def _connection(args: argparse.Namespace, timeout: float) -> tuple[Connection, str]:
+    """How to reach Prometheus (secrets read from their files), and its URL as the report prints it."""
     if args.ca_file and not Path(args.ca_file).is_file():
         raise UsageError(f"--ca-file {args.ca_file}: no such file")
     basic = None
@@ -257,24 +284,16 @@ def options(argv: Sequence[str], now: float) -> Options:
         shown_url, _ = split_url(args.prometheus)  # what the report prints: never the credentials
     except ValueError as error:
         raise UsageError(f"--prometheus: {error}") from None
-    output = Path(args.output) if args.output else None
-    if output is not None and not output.parent.is_dir():
-        raise UsageError(f"--output {output}: the directory {output.parent} does not exist")
-    settings = Settings(
-        prometheus=shown_url,
-        by=args.by, idle_threshold_percent=args.idle_threshold, reclaim_by=args.reclaim_by,
-        currency=currency, default_price=prices.default, model_prices=tuple(sorted(prices.per_model.items())),
-        clusters=tuple(args.cluster), pricing_file=args.pricing)
-    window = _window(args, now)
+    return connection, shown_url
+
+
+def _previous_window(args: argparse.Namespace, window: Window, now: float) -> Window:
+    """The window the chargeback compares with: the previous --period, else as long as this one, just before."""
     if args.period:
         previous_start = _period(args.period, now)[2]
-        previous = Window(previous_start, previous_start + int((window.start - previous_start) // window.step)
-                          * window.step, window.step)
-    else:
-        previous = Window(2 * window.start - window.end, window.start, window.step)
-    return Options(connection, window, settings, prices, args.format, args.table, output,
-                   args.top_pods, args.max_points_per_query, args.max_samples, group_by,
-                   args.share_idle or "none", previous, export_dir)
+        return Window(previous_start, previous_start + int((window.start - previous_start) // window.step)
+                      * window.step, window.step)
+    return Window(2 * window.start - window.end, window.start, window.step)
 
 
 def make_report(opts: Options) -> Report:

@@ -69,7 +69,6 @@ SOURCES: tuple[Source, ...] = (FRACTION, BUSY, MEASURED, MEMORY, ENERGY, HOLDER_
 
 # Recorded where a shared GPU's per-container use is measured (optional: its absence is no gap).
 MEASURED_USE_SHARE = "gpu_container:gpu_measured_use_share:ratio"
-MEASURED_INPUTS = ("DCGM_EXP_CONTAINER_SM_UTIL",)
 
 BUSY_BY_ALLOCATION = ("by allocation share: each of the N holders of a shared GPU is given 1/N of the device's "
                       "utilisation")

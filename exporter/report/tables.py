@@ -8,7 +8,6 @@ cannot disagree about what a column is called or what it holds.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter.report.model import Report, Usage
@@ -180,7 +179,3 @@ def formatted(table: Table) -> tuple[list[str], list[list[str]], list[str] | Non
     if table.total is not None:
         total = [format_cell(cell, column) for cell, column in zip(table.total, table.columns, strict=True)]
     return headings, rows, total
-
-
-def numeric_flags(columns: Sequence[Column]) -> list[bool]:
-    return [column.numeric for column in columns]

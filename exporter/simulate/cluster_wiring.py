@@ -22,8 +22,8 @@ demo away from its own cluster: the chart's ``exporter.simulate`` value shows th
 a mix of simulated GPUs and the real kubelet's device IDs. A node name you choose becomes the
 simulated node's name too, so its pods stay on the node being watched.
 
-Everything lives in one temporary directory, created when the app is built (the paths go into
-the configuration) and removed when the app stops. GPU identities (UUID, minor number) and MIG
+Everything lives in one temporary directory, created when the configuration is resolved (its
+paths are part of it) and removed when the app stops. GPU identities (UUID, minor number) and MIG
 devices come from the scenario's GPU definitions through the fake library's own code, so they are
 exactly what the fake NVML library will report.
 """
@@ -149,12 +149,13 @@ class SimulatedClusterRunner:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def simulated_cluster_extensions(config: Config, scenario: Scenario,
-                                 extensions: Extensions) -> tuple[Config, SimulatedClusterRunner | None]:
-    """Plan the scenario's cluster and hook its start/stop; returns the config pointing at it.
+def plan_simulated_cluster(config: Config, scenario: Scenario) -> tuple[Config, SimulatedClusterRunner | None]:
+    """Plan the scenario's cluster: the configuration pointing at it, and the runner that starts it.
 
-    Nothing happens (``(config, None)``) when the scenario has no ``kubernetes:`` section or the
-    user turned Kubernetes mode off. Raises ``ConfigError`` (file:line: key) for a bad section.
+    Part of resolving the configuration (``exporter.cli.resolve``), before anything is wired: the
+    runner's directory is fixed now, so every component reads the final paths. Nothing happens
+    (``(config, None)``) when the scenario has no ``kubernetes:`` section or the user turned
+    Kubernetes mode off. Raises ``ConfigError`` (file:line: key) for a bad section.
     """
     if scenario.kubernetes is None:
         return config, None
@@ -167,6 +168,10 @@ def simulated_cluster_extensions(config: Config, scenario: Scenario,
     runner = SimulatedClusterRunner(section, scenario_devices(scenario), scenario_migs(scenario))
     planned = {**runner.settings(), **runner.dra_settings()}
     overrides = {attr: value for attr, value in planned.items() if not chosen_by_user(config, attr)}
+    return dataclasses.replace(config, **overrides), runner  # type: ignore[arg-type]
+
+
+def simulated_cluster_extensions(runner: SimulatedClusterRunner, extensions: Extensions) -> None:
+    """Start the planned cluster with the app (before the sources that read it) and stop it after."""
     extensions.on_start.append(runner.start)
     extensions.on_stop.append(runner.stop)
-    return dataclasses.replace(config, **overrides), runner  # type: ignore[arg-type]

@@ -3,7 +3,7 @@
 The driver (``gpu.nvidia.com``) names a whole GPU ``gpu-<index>`` and a MIG device
 ``gpu-<index>-mig-<profile>-<gpu instance>`` and publishes, among others, the attributes attribution
 reads: ``type`` (``gpu`` / ``mig``), ``uuid``, and for a MIG device ``parentUUID`` and ``profile``
-(reference/podresources.md §5.1, dcgm-exporter's ``transformation/dra.go``). Product name, index
+(the driver's ResourceSlices, and dcgm-exporter's ``transformation/dra.go`` that reads them). Product name, index
 and driver version are published too, as the real driver does, so a reader that depends on exactly
 the four attributes it needs is tested against a realistic attribute set.
 """

@@ -26,7 +26,7 @@ cluster:
 * every request is recorded (``log``: arrival time, verb, resource, query, User-Agent, status), so
   tests can count requests per client, per phase and per second.
 
-DRA: ``ResourceSlice`` objects (``add_resource_slice``, ``delete_resource_slice``) under
+DRA: ``ResourceSlice`` objects (``add_resource_slice``) under
 ``/apis/resource.k8s.io/<version>/resourceslices`` for the versions in ``resource_versions``
 (default v1 only; a 404 for the others, as a cluster without them answers), listed and watched like
 pods (``fieldSelector=spec.nodeName=<node>``); under ``v1beta1`` a device's attributes sit in
@@ -439,16 +439,6 @@ class FakeApiServer:
             self._slices[name] = obj
             self._record("resourceslices", event, obj)
         return copy.deepcopy(obj)
-
-    def delete_resource_slice(self, name: str) -> None:
-        with self._cond:
-            obj = self._slices.pop(name, None)
-            if obj is not None:
-                self._record("resourceslices", "DELETED", obj)
-
-    def resource_slice_names(self) -> list[str]:
-        with self._cond:
-            return sorted(self._slices)
 
     def pod_names(self) -> list[tuple[str, str]]:
         with self._cond:

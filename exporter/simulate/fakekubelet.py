@@ -2,8 +2,8 @@
 
 The exporter's client talks to it exactly as to a kubelet, so the whole client (channel,
 deadlines, receive limit, backoff, reconnect) runs for real in tests and in the demo. It
-imitates the real kubelet's behaviour that clients trip over (reference/podresources.md §1.4,
-§3, §6):
+imitates the real kubelet's behaviour that clients trip over (its
+``pkg/kubelet/apis/podresources/server_v1.go`` and the rate limiter of ``pkg/kubelet/apis/grpc``):
 
 * one ``ContainerDevices`` entry per device ID and per NUMA node, so a device on two NUMA nodes
   appears twice; entries and pods in random order on every call; topology absent when unknown;

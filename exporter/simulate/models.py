@@ -1,12 +1,13 @@
 """GPU model presets for the simulator: what a kind of NVIDIA GPU reports and what it cannot.
 
 A scenario names a preset (``model: H100-SXM5-80GB``) instead of spelling out a hundred numbers.
-Each preset carries the identity strings exactly as NVML reports them (``nvmlDeviceGetName``),
-sizes in bytes, power in milliwatts, clocks in MHz and temperatures in degrees Celsius, plus a
-``Features`` set that decides which NVML calls answer ``NVML_ERROR_NOT_SUPPORTED`` on that kind
-of board (reference/nvml.md section 5.2): a GeForce has no ECC, no memory temperature and no
-serial number; a passively cooled datacenter board has no fan; only HBM parts report memory
-temperature; Ampere and newer datacenter parts replaced page retirement with row remapping.
+Each preset carries the identity strings exactly as NVML reports them (``nvmlDeviceGetName``), sizes
+in bytes, power in milliwatts, clocks in MHz and temperatures in degrees Celsius, plus a
+``Features`` set that decides which NVML calls answer ``NVML_ERROR_NOT_SUPPORTED`` on that kind of
+board (nvml.h: full support on Tesla/Quadro, limited support on GeForce): a GeForce has no ECC, no
+memory temperature and no serial number; a passively cooled datacenter board has no fan; only HBM
+parts report memory temperature; Ampere and newer datacenter parts replaced page retirement with row
+remapping.
 
 Numbers are typical values for each product as shown by ``nvidia-smi -q`` on common driver
 branches; where a figure is an estimate it says so. They only need to be plausible: the exporter
@@ -15,7 +16,7 @@ must never depend on a specific value, only on units, types and support.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 import pynvml
 
@@ -106,9 +107,6 @@ class GpuModel:
     features: Features
     # Bus ids of the usual slots, used when a scenario does not give one (index -> bus number).
     default_pci_buses: tuple[int, ...] = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
-
-    def with_features(self, features: Features) -> GpuModel:
-        return replace(self, features=features)
 
 
 # HGX H100 / H200 baseboards: 8 GPUs, 18 NVLink4 links each, passively cooled, HBM3(e).
@@ -316,7 +314,7 @@ _PRESETS: tuple[GpuModel, ...] = (
         idle_pstate=8,
         busy_pstate=2,
         pcie_replays_supported=True,
-        # GeForce: "limited support" products (reference/nvml.md 5.2): no ECC (so no retired pages or
+        # GeForce: "limited support" products (nvml.h): no ECC (so no retired pages or
         # remapped rows), no memory temperature, no serial number (no InfoROM), no clock-event
         # reasons or violation counters; two fans on the Founders Edition board.
         features=Features(

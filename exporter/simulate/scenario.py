@@ -127,7 +127,7 @@ CODE: an NVML error name ("NotSupported", "GpuIsLost", "NVML_ERROR_TIMEOUT") or 
 """
 
 # Every C symbol the fake implements, with the latency the ``realistic`` profile injects (seconds).
-# Measured figures come from reference/nvml.md section 5.4 (MangoHud#2104, RTX 4090 laptop,
+# Measured figures come from flightlessmango/MangoHud#2104 (RTX 4090 laptop,
 # driver 610.57.04, medians); everything marked "estimate" is a plausible guess for a datacenter
 # GPU with persistence mode on, to be replaced when someone measures it on real hardware.
 REALISTIC_LATENCY_S: Mapping[str, float] = MappingProxyType({
@@ -223,7 +223,7 @@ DERIVED_FROM_PROCESSES = ("load", "memory_util", "encoder_util", "decoder_util")
 PATTERN_KINDS = ("constant", "noise", "ramp", "sine", "square", "steps")
 
 # Clock event reasons a scenario can schedule, with the bits NVML reports while they are active.
-# HW thermal and HW power-brake slowdowns are subsets of HW slowdown ([H]), so both bits are set.
+# HW thermal and HW power-brake slowdowns are subsets of HW slowdown (nvml.h), so both bits are set.
 CLOCK_EVENT_REASONS: Mapping[str, int] = MappingProxyType({
     "applications_clocks_setting": pynvml.nvmlClocksEventReasonApplicationsClocksSetting,
     "sw_power_cap": pynvml.nvmlClocksEventReasonSwPowerCap,

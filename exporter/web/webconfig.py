@@ -288,6 +288,20 @@ def _tls(node: _Node, base: Path) -> TlsServerConfig | None:
                          "prefer_server_cipher_suites", "curve_preferences"))
     if not keys:
         return None  # "tls_server_config:" with nothing under it: plain HTTP, as the toolkit does
+    values = _tls_material(node, keys, base)
+    auth = _client_auth_type(keys, has_ca=bool(values.get("client_ca_file") or values.get("client_ca")))
+    values["client_auth_type"] = auth
+    if "client_allowed_sans" in keys:
+        values["client_allowed_sans"] = _client_allowed_sans(keys["client_allowed_sans"], auth)
+    values.update(_tls_versions(node, keys))
+    values.update(_tls_name_lists(node, keys))
+    if "prefer_server_cipher_suites" in keys:
+        values["prefer_server_cipher_suites"] = keys["prefer_server_cipher_suites"].boolean()
+    return TlsServerConfig(**values)  # type: ignore[arg-type]
+
+
+def _tls_material(node: _Node, keys: dict[str, _Node], base: Path) -> dict[str, object]:
+    """The certificate, key and client CA: each from a file or inline PEM, never both; cert and key required."""
     values: dict[str, object] = {}
     for name in ("cert_file", "key_file", "client_ca_file"):
         if name in keys:
@@ -302,14 +316,18 @@ def _tls(node: _Node, base: Path) -> TlsServerConfig | None:
         raise node.error("missing cert_file (or inline cert): TLS needs the server certificate")
     if not (values.get("key") or values.get("key_file")):
         raise node.error("missing key_file (or inline key): TLS needs the server's private key")
+    return values
 
+
+def _client_auth_type(keys: dict[str, _Node], *, has_ca: bool) -> str:
+    """``client_auth_type``, consistent with the client CA: a CA needs a type that asks for certificates,
+    and a type that verifies them (or Python's ssl, for RequireAnyClientCert) needs the CA."""
     auth = "NoClientCert"
     if "client_auth_type" in keys:
         auth = keys["client_auth_type"].string().strip() or "NoClientCert"
         if auth not in CLIENT_AUTH_TYPES:
             raise keys["client_auth_type"].error(
                 f"invalid value {auth!r}: expected one of {', '.join(CLIENT_AUTH_TYPES)}")
-    has_ca = bool(values.get("client_ca_file") or values.get("client_ca"))
     ca_key = keys.get("client_ca_file") or keys.get("client_ca")
     if has_ca and auth == "NoClientCert" and ca_key is not None:
         raise ca_key.error("a client CA is set but client_auth_type is NoClientCert: set client_auth_type "
@@ -320,16 +338,21 @@ def _tls(node: _Node, base: Path) -> TlsServerConfig | None:
         raise keys["client_auth_type"].error(
             "RequireAnyClientCert needs client_ca_file here: Python's ssl only accepts client certificates it "
             "can verify (RequireAndVerifyClientCert is the secure choice anyway)")
-    values["client_auth_type"] = auth
+    return auth
 
-    if "client_allowed_sans" in keys:
-        sans = keys["client_allowed_sans"].string_list()
-        if sans and auth not in {"RequireAnyClientCert", "RequireAndVerifyClientCert"}:
-            raise keys["client_allowed_sans"].error(
-                "needs client_auth_type RequireAndVerifyClientCert (or RequireAnyClientCert): otherwise a client "
-                "may connect without a certificate and there is no SAN to check")
-        values["client_allowed_sans"] = sans
 
+def _client_allowed_sans(node: _Node, auth: str) -> tuple[str, ...]:
+    sans = node.string_list()
+    if sans and auth not in {"RequireAnyClientCert", "RequireAndVerifyClientCert"}:
+        raise node.error(
+            "needs client_auth_type RequireAndVerifyClientCert (or RequireAnyClientCert): otherwise a client "
+            "may connect without a certificate and there is no SAN to check")
+    return sans
+
+
+def _tls_versions(node: _Node, keys: dict[str, _Node]) -> dict[str, ssl.TLSVersion]:
+    """``min_version`` and ``max_version`` when given; the range (defaults TLS12..TLS13) must not be empty."""
+    values: dict[str, ssl.TLSVersion] = {}
     for name in ("min_version", "max_version"):
         if name in keys:
             text = keys[name].string().strip()
@@ -338,10 +361,14 @@ def _tls(node: _Node, base: Path) -> TlsServerConfig | None:
             values[name] = TLS_VERSIONS[text]
     minimum = values.get("min_version", ssl.TLSVersion.TLSv1_2)
     maximum = values.get("max_version", ssl.TLSVersion.TLSv1_3)
-    assert isinstance(minimum, ssl.TLSVersion) and isinstance(maximum, ssl.TLSVersion)
     if minimum > maximum:
         raise (keys.get("min_version") or node).error("min_version is newer than max_version")
+    return values
 
+
+def _tls_name_lists(node: _Node, keys: dict[str, _Node]) -> dict[str, tuple[str, ...]]:
+    """``cipher_suites`` and ``curve_preferences``: Go's names, each checked, the error at its list item."""
+    values: dict[str, tuple[str, ...]] = {}
     for name, check in (("cipher_suites", check_cipher_suite), ("curve_preferences", check_curve)):
         if name in keys:
             items = keys[name].string_list()
@@ -352,9 +379,7 @@ def _tls(node: _Node, base: Path) -> TlsServerConfig | None:
                     item_key = f"{keys[name].key}[{index}]"
                     raise WebConfigError(f"{node.path}:{node.lines.get(item_key, 0)}", item_key, str(exc)) from None
             values[name] = items
-    if "prefer_server_cipher_suites" in keys:
-        values["prefer_server_cipher_suites"] = keys["prefer_server_cipher_suites"].boolean()
-    return TlsServerConfig(**values)  # type: ignore[arg-type]
+    return values
 
 
 def _http(node: _Node) -> tuple[bool, dict[str, str]]:

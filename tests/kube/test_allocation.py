@@ -42,7 +42,7 @@ def test_exclusive_gpus() -> None:
     for uuid in (GPU0, GPU1):
         allocation = index.get(GpuKey(uuid))
         assert allocation is not None
-        assert allocation.holders == (DeviceHolder(ContainerRef("ml", "trainer", "main"), (), (GPU,)),)
+        assert allocation.holders == (DeviceHolder(ContainerRef("ml", "trainer", "main"), ()),)
         assert not allocation.shared
     assert index.get(GpuKey(GPU2)) is None
 

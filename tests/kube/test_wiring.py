@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.core import Metric
 
 from exporter.app import Extensions
-from exporter.config import Config
+from exporter.config import Config, with_implied_settings
 from exporter.kube.attribution import (
     AllocationHolder,
     AttributionSnapshot,
@@ -22,7 +22,7 @@ from exporter.kube.attribution import (
 )
 from exporter.kube.deviceids import GpuKey
 from exporter.kube.metadata import WatchTimeouts
-from exporter.kube.wiring import EXTRAS_KEY, KubernetesWiring, kubernetes_extensions
+from exporter.kube.wiring import KubernetesWiring, kubernetes_extensions
 from exporter.metrics.counters import load_counters
 from exporter.metrics.render import DEFAULT_BUILDERS, RenderContext, RenderOptions, render
 from exporter.simulate.fakeapiserver import FakeApiServer
@@ -185,7 +185,8 @@ SHARED = AttributionSnapshot(
 
 def _stub_wiring(snapshot: AttributionSnapshot = SHARED, **config: object) -> tuple[KubernetesWiring, StubAttribution]:
     stub = StubAttribution(snapshot)
-    return KubernetesWiring(Config(kubernetes=True, **config), stub), stub  # type: ignore[arg-type]
+    resolved = with_implied_settings(Config(kubernetes=True, **config))  # type: ignore[arg-type]
+    return KubernetesWiring(resolved, stub), stub  # type: ignore[arg-type]
 
 
 def test_the_attribution_is_joined_once_per_render() -> None:
@@ -222,7 +223,7 @@ def test_virtual_gpus_read_the_process_lists_their_per_pod_values_come_from() ->
 def test_the_context_hook_publishes_the_value_for_other_builders() -> None:
     wiring, _ = _stub_wiring()
     ctx = RenderContext(snapshot=_mig_snapshot(), counters=load_counters(None), options=RenderOptions(hostname="n"))
-    assert wiring.extend_context(ctx).extras[EXTRAS_KEY] is SHARED
+    assert wiring.extend_context(ctx).attribution is SHARED
     assert wiring.families(ctx) == []  # a context that did not go through the hook has nothing to render
 
 
@@ -261,9 +262,10 @@ def test_process_metrics_turn_on_process_lists(node: tuple[FakeApiServer, FakeKu
     api, kubelet, proc = node
     kubelet.set_pods([FakePod("lab", "nb", (FakeContainer("jupyter", (("nvidia.com/gpu", GPU0),)),))])
     kubelet.start()
-    config = Config(kubernetes=True, pod_resources_socket=str(kubelet.socket_path), kubeconfig=str(
-        api.write_kubeconfig(short_tmp / "kubeconfig")), node_name="node-a", proc_root=str(proc),
-        pod_resources_interval_ms=50, process_metrics=True)  # --kubernetes-process-attribution left off
+    config = with_implied_settings(Config(  # as resolved before wiring (exporter.cli.resolve)
+        kubernetes=True, pod_resources_socket=str(kubelet.socket_path), kubeconfig=str(
+            api.write_kubeconfig(short_tmp / "kubeconfig")), node_name="node-a", proc_root=str(proc),
+        pod_resources_interval_ms=50, process_metrics=True))  # --kubernetes-process-attribution left off
     extensions = Extensions()
     wiring = kubernetes_extensions(config, extensions)
     assert wiring is not None

@@ -44,7 +44,7 @@ def sampler_on(scenario: str, csv: str | None = None, clock: Clock | None = None
 def served_default_names() -> set[str]:
     """Default rows the sampler serves (FromExporter rows, e.g. the Xid gauge, come from other components)."""
     return {row.spec.name for row in load_counters(None).metrics
-            if row.spec.read is not None and not isinstance(row.spec.read, FromExporter)}
+            if row.spec.served and not isinstance(row.spec.read, FromExporter)}
 
 
 def test_every_served_default_field_is_read_for_all_eight_gpus() -> None:

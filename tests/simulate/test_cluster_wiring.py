@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from exporter.app import App, Extensions
-from exporter.cli import build_app
+from exporter.app import App
+from exporter.cli import build_app, resolve
 from exporter.config import Config, ConfigError, load_config
 from exporter.metrics.counters import load_counters
-from exporter.simulate.cluster_wiring import scenario_devices, scenario_migs, simulated_cluster_extensions
+from exporter.simulate.cluster_wiring import plan_simulated_cluster, scenario_devices, scenario_migs
 from exporter.simulate.kube_scenario import load_kubernetes_section
 from exporter.simulate.scenario import SCENARIO_DIR, load_scenario
 from tests.attribution_modes import attribution_modes, process_families, served_names
@@ -96,13 +96,13 @@ def test_the_app_runs_against_the_simulated_node(tmp_path: Path, process_attribu
 
 
 def _planned(tmp_path: Path, *args: str, environ: dict[str, str] | None = None, text: str = SCENARIO) -> Config:
-    """The configuration the simulated node leads to (the node itself is planned, never started)."""
-    config = _config(tmp_path, *args, environ=environ, text=text)
-    planned, runner = simulated_cluster_extensions(config, load_scenario(config.simulate), Extensions())
-    if runner is not None:
-        assert runner.section.node == planned.node_name  # the fake API server puts the pods on that node
-        runner.stop()  # removes the planned directory
-    return planned
+    """The configuration the simulated node leads to, as resolved before wiring (the node itself is planned,
+    never started)."""
+    resolved = resolve(_config(tmp_path, *args, environ=environ, text=text))
+    if resolved.cluster is not None:
+        assert resolved.cluster.section.node == resolved.config.node_name  # the fake API server's pods are there
+        resolved.cluster.stop()  # removes the planned directory
+    return resolved.config
 
 
 def test_a_choice_the_user_made_wins(tmp_path: Path) -> None:
@@ -134,9 +134,8 @@ def test_the_charts_node_paths_do_not_pull_the_demo_away(tmp_path: Path) -> None
 
 def test_kubernetes_mode_off_keeps_the_node_unsimulated(tmp_path: Path) -> None:
     config = _config(tmp_path, "-k", "false")
-    extensions = Extensions()
-    planned, runner = simulated_cluster_extensions(config, load_scenario(config.simulate), extensions)
-    assert runner is None and extensions.on_start == [] and extensions.on_stop == []  # nothing to start
+    planned, runner = plan_simulated_cluster(config, load_scenario(config.simulate))
+    assert runner is None  # nothing to start
     assert not planned.kubernetes and not planned.process_attribution
     assert sorted(path.name for path in tmp_path.iterdir()) == ["node.yaml"]  # no simulated node's directory
 
@@ -154,7 +153,7 @@ def test_process_attribution_is_off_unless_the_scenario_or_the_user_asks(
     text = SCENARIO if scenario_says is None else SCENARIO.replace(
         "kubernetes:\n", f"kubernetes:\n  process_attribution: {scenario_says}\n", 1)
     config = _planned(tmp_path, *(user_says or []), text=text)
-    assert (config.process_attribution or config.process_metrics) is expected
+    assert config.process_attribution is expected
     environ = {"GPU_POD_EXPORTER_PROCESS_ATTRIBUTION": "false"}  # as the chart's default values set it
     assert _planned(tmp_path, environ=environ, text=text).process_attribution is False
 

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.app import Extensions
 from exporter.cli import build_app
 from exporter.config import Config, ConfigError, load_config
 from exporter.metrics.counters import load_counters
-from exporter.simulate.cluster_wiring import scenario_devices, scenario_migs, simulated_cluster_extensions
+from exporter.simulate.cluster_wiring import plan_simulated_cluster, scenario_devices, scenario_migs
 from exporter.simulate.kube_scenario import parse_kubernetes_section, start_simulated_cluster
 from exporter.simulate.scenario import load_scenario
 from tests.e2e.exporter_process import wait_for
@@ -52,7 +51,7 @@ def _write(tmp_path: Path, text: str = SCENARIO) -> str:
 
 def _planned(tmp_path: Path, *args: str, text: str = SCENARIO) -> Config:
     config = load_config(["--simulate", _write(tmp_path, text), "--address", "127.0.0.1:0", *args], {})
-    planned, runner = simulated_cluster_extensions(config, load_scenario(config.simulate), Extensions())
+    planned, runner = plan_simulated_cluster(config, load_scenario(config.simulate))
     assert runner is not None
     runner.stop()
     return planned

@@ -83,7 +83,7 @@ def test_mig_attribution_and_bursts_are_delivered_one_event_per_wait(nvml: Any) 
 def test_scenario_xids_arrive_when_due_and_only_for_sets_registered_before(nvml: Any, clock: FixedClock) -> None:
     nvml("gpu_count: 2\nxid_events:\n  - {gpu: 0, xid: 13, at: 1s}\n  - {gpu: 0, xid: 31, at: 3s}\n"
          "  - {gpu: 1, xid: 48, at: 3s}\n")
-    clock.t = 2.0  # registered after the first event: it is not delivered ([H]: recording starts now)
+    clock.t = 2.0  # registered after the first event: it is not delivered (nvml.h: recording starts now)
     event_set = registered_set(0)  # GPU 1 is not registered: its Xid 48 is not delivered either
     with pytest.raises(pynvml.NVMLError_Timeout):
         pynvml.nvmlEventSetWait_v2(event_set, 10)

@@ -151,7 +151,7 @@ def test_reconfiguring_keeps_surviving_instances_and_leaves_holes(nvml: Any) -> 
     fake.set_mig_layout(0, ["3g.40gb", "1g.10gb", "1g.10gb"])
     after = {slot: pynvml.nvmlDeviceGetUUID(h) for slot, h in walk(parent).items()}
     assert sorted(after) == [0, 1, 2] and after[1] not in before.values()  # new instance, lowest free slot
-    # The handle value of the destroyed instance's slot now names the new instance ([H]: handles are reused).
+    # The handle value of the destroyed instance's slot now names the new instance (nvml.h: handles are reused).
     assert pynvml.nvmlDeviceGetName(old_middle).endswith("1g.10gb")
     assert pynvml.nvmlDeviceGetGpuInstanceId(old_middle) == 8
     fake.set_mig_layout(0, ["1g.10gb"])

@@ -3,7 +3,8 @@
 dcgm-exporter dials the socket and calls ``List`` on every scrape with grpc's 4 MiB default
 receive limit; on big nodes that turned whole scrapes into HTTP 500s, and per-scrape calls eat
 the kubelet's node-wide rate limit (100 QPS, burst 10) that every other agent shares
-(reference/dcgm-exporter.md §4, §9; reference/podresources.md §3). This client instead:
+(dcgm-exporter issues #509, #408, #378; the kubelet's ``pkg/kubelet/apis/podresources/constants.go``).
+This client instead:
 
 * keeps ONE long-lived channel to ``unix://<socket>`` with a 16 MiB receive limit (the value the
   kubelet's own e2e client and multus use) and calls ``List`` on its own thread every

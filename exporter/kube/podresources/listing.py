@@ -2,7 +2,8 @@
 
 The kubelet emits one ``ContainerDevices`` entry per device ID and per NUMA node, walks Go maps
 so the order changes on every call, and lists every active pod, most of them without GPUs
-(reference/podresources.md §1.4). Comparing raw answers would report a "change" on every poll.
+(the kubelet's ``pkg/kubelet/apis/podresources/server_v1.go``). Comparing raw answers would
+report a "change" on every poll.
 So the answer is reduced here to a canonical value: only GPU resources, each (resource, device
 ID) once, sorted; containers and pods without GPUs dropped; pods sorted by namespace and name.
 Two Lists of the same allocation give equal values, and a pod starting without a GPU does not
@@ -11,12 +12,13 @@ wake anybody up.
 Container order inside a pod is kept as the kubelet sends it (restartable init containers, i.e.
 sidecars, first, then regular containers): it is stable, and it is the order people read.
 
-With Dynamic Resource Allocation on (``dra=True``), each container's ``dynamic_resources`` are
-kept too, one ``ClaimedDevice`` per device of every claim, whatever its driver (which drivers are
-GPUs is decided when the devices are resolved, ``exporter.kube.dra``). The proto carries its
-history (reference/podresources.md §1.3): kubelets 1.27-1.30 send only CDI device names (field 1
-of ``DynamicResource``, ``class_name``, is tombstoned and ignored), 1.31 adds the driver, pool and
-device names, 1.35 an optional ``share_id`` for a device shared between claims.
+With Dynamic Resource Allocation on (``dra=True``), each container's ``dynamic_resources`` are kept
+too, one ``ClaimedDevice`` per device of every claim, whatever its driver (which drivers are GPUs is
+decided when the devices are resolved, ``exporter.kube.dra``). The proto carries its history
+(kubernetes/kubelet's ``pkg/apis/podresources/v1/api.proto`` across releases): kubelets 1.27-1.30
+send only CDI device names (field 1 of ``DynamicResource``, ``class_name``, is tombstoned and
+ignored), 1.31 adds the driver, pool and device names, 1.35 an optional ``share_id`` for a device
+shared between claims.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ to behave like the C ABI: attributes named after C symbols, each taking the ctyp
 exactly as pynvml passes them (``byref(struct)`` out-parameters, ``create_string_buffer`` plus a
 length, ``c_uint`` by value, device handles as ``c_nvmlDevice_t`` pointers), writing results
 through them and returning an int code. pynvml's real wrappers, structs, string decoding and
-error mapping then run for real (reference/nvml.md sections 7.3 and 8).
+error mapping then run for real.
 
 Faithfulness rules kept here:
 
@@ -18,16 +18,16 @@ Faithfulness rules kept here:
   handle answers INVALID_ARGUMENT; a lost GPU answers GPU_IS_LOST to every call that names it,
   including ``nvmlDeviceGetFieldValues`` as a whole (see ``readings.ReadingsMixin._impl_field_values``); a feature the
   board lacks answers NOT_SUPPORTED.
-* NVML calls serialize in the driver (reference/nvml.md 5.3): every call runs under one
-  library-wide driver lock, and injected latency is a real sleep taken while holding it, so
-  concurrent callers queue as they would on a real driver. Without injected latency a call costs
-  a few microseconds of Python.
+* NVML calls serialize in the driver (on its resource-manager lock: MangoHud#1307, #2104): every
+  call runs under one library-wide driver lock, and injected latency is a real sleep taken while
+  holding it, so concurrent callers queue as they would on a real driver. Without injected latency a
+  call costs a few microseconds of Python.
 * ``nvmlDeviceGetPcieThroughput`` always blocks 20 ms (its real sampling window), so a test can
   prove through ``calls`` that production never calls it.
 * Events: ``nvmlEventSetWait_v2`` blocks up to its timeout *outside* the driver lock (a real wait
   sleeps in the kernel), wakes at once for ``inject_xid``/``inject_event``, picks up the scenario's
   ``xid_events`` when due, and answers TIMEOUT otherwise. A set only receives events raised after
-  the GPU was registered on it ([H]); a lost registered GPU answers GPU_IS_LOST once per set.
+  the GPU was registered on it (nvml.h); a lost registered GPU answers GPU_IS_LOST once per set.
 
 Device handles are opaque integers written into the ``c_nvmlDevice_t`` pointer; they are never
 dereferenced. The handle table maps them to simulated devices. A MIG device handle is its parent's

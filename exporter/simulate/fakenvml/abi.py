@@ -32,7 +32,7 @@ VERSION_MISMATCH: int = pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
 TIMEOUT: int = pynvml.NVML_ERROR_TIMEOUT
 DRIVER_NOT_LOADED: int = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
 
-PCIE_THROUGHPUT_WINDOW_S = 0.020  # [H]: measured by a byte counter over a 20 ms interval
+PCIE_THROUGHPUT_WINDOW_S = 0.020  # nvml.h: measured by a byte counter over a 20 ms interval
 FIXED_WALL_EPOCH = 1_700_000_000.0  # wall time of scenario t=0 when a test injects its clock
 NOT_MIG = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId of a process on a non-MIG GPU
 ALL_LINKS = 0xFFFFFFFF  # NVLink field scopeId meaning "sum over all links"

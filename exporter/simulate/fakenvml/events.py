@@ -86,7 +86,7 @@ class EventSet:
         self.lost_reported.discard(gpu)
 
     def accepts(self, event: FakeEvent) -> bool:
-        """Registered for this GPU and type, and registered before the event happened ([H])."""
+        """Registered for this GPU and type, and registered before the event happened (nvml.h)."""
         return bool(self.types.get(event.gpu, 0) & event.event_type) and event.at >= self.since[event.gpu]
 
 
@@ -119,7 +119,7 @@ class EventsMixin(LibraryState):
             self._events.notify_all()
 
     def release_waits(self) -> None:
-        """Wake every blocked ``nvmlEventSetWait_v2`` now: it returns TIMEOUT, as on an interrupt ([H])."""
+        """Wake every blocked ``nvmlEventSetWait_v2`` now: it returns TIMEOUT, as on an interrupt (nvml.h)."""
         with self._events:
             self._wait_generation += 1
             self._events.notify_all()
@@ -163,7 +163,7 @@ class EventsMixin(LibraryState):
 
     @c_symbol("nvmlDeviceRegisterEvents", device=True)
     def _impl_register_events(self, gpu: SimulatedGpu, t: float, event_types: Any, event_set: Any) -> int:
-        """[H]: NOT_SUPPORTED when any requested type is unsupported, and then none is registered."""
+        """nvml.h: NOT_SUPPORTED when any requested type is unsupported, and then none is registered."""
         mask = c_int_value(event_types)
         with self._events:
             target = self._event_set(event_set)

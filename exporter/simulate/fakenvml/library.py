@@ -251,7 +251,7 @@ class FakeNvmlLibrary(ReadingsMixin, ProcessUtilizationMixin, MigMixin, GpmMixin
     def _impl_shutdown(self, t: float) -> int:
         if not self._ever_initialized:
             return UNINITIALIZED
-        # [H]: extra shutdowns are not an error, for backwards compatibility.
+        # nvml.h: extra shutdowns are not an error, for backwards compatibility.
         self._refcount = max(0, self._refcount - 1)
         return SUCCESS
 

@@ -42,7 +42,7 @@ class MigMixin(LibraryState):
 
     @c_symbol("nvmlDeviceGetMaxMigDeviceCount", device=True)
     def _impl_max_mig_devices(self, gpu: SimulatedGpu, t: float, out: Any) -> int:
-        # [H]: zero when MIG is unsupported or disabled
+        # nvml.h: zero when MIG is unsupported or disabled
         pointee(out).value = MIG_MAX_DEVICES if gpu.mig is not None else 0
         return SUCCESS
 
@@ -116,7 +116,7 @@ class MigMixin(LibraryState):
         if gpu.mig is None or not 0 <= slot < MIG_MAX_DEVICES:
             return INVALID_ARGUMENT
         if slot not in gpu.mig.slots:
-            return NOT_FOUND  # [H]: an empty slot; callers continue with the next index
+            return NOT_FOUND  # nvml.h: an empty slot; callers continue with the next index
         write_handle(out, HANDLE_BASE + gpu.index * HANDLE_STRIDE + 1 + slot)
         return SUCCESS
 
@@ -159,7 +159,7 @@ class MigMixin(LibraryState):
 
     @c_symbol("nvmlDeviceGetAttributes_v2", device=True)
     def _impl_attributes(self, gpu: SimulatedGpu, t: float, out: Any) -> int:
-        return NOT_SUPPORTED  # [H]: only supports MIG device handles
+        return NOT_SUPPORTED  # nvml.h: only supports MIG device handles
 
     @mig_variant("nvmlDeviceGetAttributes_v2")
     def _mig_attributes(self, device: SimulatedMigDevice, t: float, out: Any) -> int:

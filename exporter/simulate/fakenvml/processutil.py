@@ -1,7 +1,8 @@
 """Per-process utilization: ``nvmlDeviceGetProcessUtilization`` and ``nvmlDeviceGetProcessesUtilizationInfo``.
 
-What the driver does, as far as NVML's documentation and users' reports tell (reference
-turn2-facts.md, nvml.md 1.10), and what this fake does the same way:
+What the driver does, as far as NVML's documentation (``nvmlDeviceGetProcessUtilization``,
+``nvmlProcessUtilizationSample_t``) and users' reports (Syllo/nvtop#91) tell, and what this fake
+does the same way:
 
 * The driver samples every process's SM, frame-buffer bandwidth, encoder and decoder utilization
   at a fixed period and keeps the samples in a bounded buffer (here every ``SAMPLE_PERIOD_US``,
@@ -93,7 +94,7 @@ class ProcessUtilizationMixin(LibraryState):
                        has_buffer: bool) -> tuple[int, list[ProcessSample]]:
         """(return code, samples to write): the two-call protocol shared by both symbols."""
         if gpu.mig is not None:
-            return NOT_SUPPORTED, []  # [H]: not supported on MIG-enabled GPUs
+            return NOT_SUPPORTED, []  # nvml.h: not supported on MIG-enabled GPUs
         samples = self.process_samples(gpu, t, c_int_value(last_seen))
         if not samples:
             return NOT_FOUND, []

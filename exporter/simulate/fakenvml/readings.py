@@ -106,7 +106,7 @@ class ReadingsMixin(LibraryState):
     @c_symbol("nvmlDeviceGetUtilizationRates", device=True)
     def _impl_utilization(self, gpu: SimulatedGpu, t: float, out: Any) -> int:
         if gpu.mig is not None:
-            return NOT_SUPPORTED  # [H]: not supported on MIG-enabled GPUs
+            return NOT_SUPPORTED  # nvml.h: not supported on MIG-enabled GPUs
         utilization = pointee(out)
         utilization.gpu = round(gpu.load(t))
         utilization.memory = round(gpu.memory_util(t))
@@ -129,7 +129,7 @@ class ReadingsMixin(LibraryState):
 
     @c_symbol("nvmlDeviceGetMemoryInfo", device=True)
     def _impl_memory_v1(self, gpu: SimulatedGpu, t: float, out: Any) -> int:
-        """v1 ``used`` is reserved + allocated ([H] struct comment); total = free + used."""
+        """v1 ``used`` is reserved + allocated (nvml.h struct comment); total = free + used."""
         memory = pointee(out)
         used = gpu.memory_used(t) + gpu.model.memory_reserved
         memory.total = gpu.model.memory_total

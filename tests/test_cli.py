@@ -1,0 +1,35 @@
+"""The exporter's command line: the configuration is resolved once, before anything is wired."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.cli import build_app, resolve
+from exporter.config import load_config
+from exporter.metrics.counters import load_counters
+
+
+@pytest.mark.parametrize(("flags", "reads_process_lists"), [
+    ([], False),
+    (["-k"], False),
+    (["-k", "--kubernetes-process-metrics"], True),  # per-container memory comes from the process lists
+    (["-k", "--kubernetes-virtual-gpus"], True),  # so do each sharing pod's own GPU_UTIL and FB_USED
+    (["-k", "--kubernetes-virtual-gpus", "--kubernetes-process-attribution", "false"], True),  # implied anyway
+    (["--kubernetes-process-metrics"], False),  # without -k there is no pod to give them to
+])
+def test_settings_that_others_imply_are_part_of_the_configuration_every_component_reads(
+        flags: list[str], reads_process_lists: bool) -> None:
+    loaded = load_config([*flags, "--address", "127.0.0.1:0"], {})
+    resolved = resolve(loaded).config
+    assert resolved.process_attribution is reads_process_lists
+    app = build_app(loaded, load_counters(None))
+    try:
+        assert app.config == resolved  # what the app and its parts were wired with, fixed before wiring
+        assert (app.sampler.process_interval_s is not None) is reads_process_lists
+    finally:
+        app.stop()
+
+
+def test_resolving_a_configuration_that_implies_nothing_keeps_it() -> None:
+    loaded = load_config(["-k", "--address", "127.0.0.1:0"], {})
+    assert resolve(loaded).config is loaded and resolve(loaded).scenario is None
