@@ -26,14 +26,16 @@ cluster:
 * every request is recorded (``log``: arrival time, verb, resource, query, User-Agent, status), so
   tests can count requests per client, per phase and per second.
 
-DRA: ``ResourceSlice`` objects (``add_resource_slice``, ``delete_resource_slice``) under
+DRA: ``ResourceSlice`` objects (``add_resource_slice``) under
 ``/apis/resource.k8s.io/<version>/resourceslices`` for the versions in ``resource_versions``
 (default v1 only; a 404 for the others, as a cluster without them answers), listed and watched like
 pods (``fieldSelector=spec.nodeName=<node>``); under ``v1beta1`` a device's attributes sit in
 ``basic`` as that version has them.
 
-Pods, namespaces and ResourceSlices are mutable at runtime (``add_pod``, ``delete_pod``, ``set_pod_labels``,
-``add_namespace``, ...), each change producing the watch event a real server would send. The
+Pods, namespaces and ResourceSlices change at runtime (``add_pod``, ``delete_pod``, ``add_namespace``,
+``set_namespace_labels``, ``add_resource_slice``: what ``--simulate`` scenarios, the benchmarks and the
+failure tests need), each change producing the watch event a real server would send. Our reading of
+Kubernetes itself is judged by the real API server (tests/platform/), not by this fake. The
 stdlib ``ThreadingHTTPServer`` is enough: one thread per connection, and watches block on a
 condition variable until there is something to send.
 """
@@ -368,12 +370,6 @@ class FakeApiServer:
             obj["metadata"]["labels"] = {"kubernetes.io/metadata.name": name, **labels}
             self._record("namespaces", "MODIFIED", obj)
 
-    def delete_namespace(self, name: str) -> None:
-        with self._cond:
-            obj = self._namespaces.pop(name, None)
-            if obj is not None:
-                self._record("namespaces", "DELETED", obj)
-
     def add_pod(
         self,
         namespace: str,
@@ -416,12 +412,6 @@ class FakeApiServer:
             self._record("pods", event, obj)
         return copy.deepcopy(obj)
 
-    def set_pod_labels(self, namespace: str, name: str, labels: Mapping[str, str]) -> None:
-        with self._cond:
-            obj = self._pods[(namespace, name)]
-            obj["metadata"]["labels"] = dict(labels)
-            self._record("pods", "MODIFIED", obj)
-
     def delete_pod(self, namespace: str, name: str) -> None:
         with self._cond:
             obj = self._pods.pop((namespace, name), None)
@@ -439,16 +429,6 @@ class FakeApiServer:
             self._slices[name] = obj
             self._record("resourceslices", event, obj)
         return copy.deepcopy(obj)
-
-    def delete_resource_slice(self, name: str) -> None:
-        with self._cond:
-            obj = self._slices.pop(name, None)
-            if obj is not None:
-                self._record("resourceslices", "DELETED", obj)
-
-    def resource_slice_names(self) -> list[str]:
-        with self._cond:
-            return sorted(self._slices)
 
     def pod_names(self) -> list[tuple[str, str]]:
         with self._cond:
