@@ -27,7 +27,7 @@ import pytest
 from devcluster.api import Api
 from devcluster.control_plane import Cluster
 from exporter.kube.apiserver import ApiStatusError, HttpLists, build_lists, in_cluster_endpoint
-from tests.platform.support import ensure_namespace
+from tests.platform.support import bound_pod, delete_namespaces, ensure_namespace
 
 NAMESPACE = "apiserver-reach"
 ACCOUNT = "reader"
@@ -58,17 +58,13 @@ def reader(admin: Api) -> Iterator[None]:
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": ROLE},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ROLE},
         "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}]})
-    admin.apply_create(f"/api/v1/namespaces/{NAMESPACE}/pods", {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer-0"},
-        "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "registry.invalid/x:1"}]}})
+    bound_pod(admin, NAMESPACE, "trainer-0", NODE)
     try:
         yield
     finally:
-        admin.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/trainer-0",
-                      {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
         admin.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{ROLE}")
         admin.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{ROLE}")
-        admin.delete(f"/api/v1/namespaces/{NAMESPACE}")
+        delete_namespaces(admin, NODE, NAMESPACE)
 
 
 def test_in_cluster_reaches_the_real_api_over_tls_and_follows_a_rotated_token(

@@ -37,7 +37,7 @@ from exporter.simulate.dra_devices import DRIVER, gpu_device, mig_device
 from exporter.simulate.fakeapiserver import resource_slice
 from exporter.simulate.fakekubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeKubelet, FakePod
 from tests.kube.helpers import DEVICES, GPU0, GPU1, GPU2, MIG_A, MIGS
-from tests.platform.support import ensure_namespace, poll
+from tests.platform.support import bound_pod, delete_namespaces, ensure_namespace, poll
 
 NODE = "dra-watch-node"  # no Node object: the pool and the pods' node, nothing else
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -71,9 +71,7 @@ def node(cluster: Cluster, admin: Api) -> Iterator[Node]:
     namespace = f"dra-watch-{next(SERIAL)}"
     ensure_namespace(admin, namespace)
     for pod in ("plugin-0", "trainer-0", "nb"):
-        admin.create(f"/api/v1/namespaces/{namespace}/pods", {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
-            "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "registry.invalid/x:1"}]}})
+        bound_pod(admin, namespace, pod, NODE)
     root = Path(tempfile.mkdtemp(prefix="gpe-dra-"))  # short: unix socket paths are limited to 107 bytes
     kubelet = FakeKubelet(root / "kubelet.sock", [
         FakePod(namespace, "plugin-0", (FakeContainer("main", (("nvidia.com/gpu", GPU0),)),)),
@@ -90,10 +88,7 @@ def node(cluster: Cluster, admin: Api) -> Iterator[Node]:
         kubelet.stop()
         shutil.rmtree(root, ignore_errors=True)
         admin.delete(f"{SLICES}/{namespace}-gpus")
-        for pod in ("plugin-0", "trainer-0", "nb"):  # no kubelet confirms a graceful deletion on this node
-            admin.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{pod}",
-                          {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
-        admin.delete(f"/api/v1/namespaces/{namespace}")
+        delete_namespaces(admin, NODE, namespace)
 
 
 def _pod(snapshot: AttributionSnapshot, uuid: str, gpu_instance_id: int | None = None) -> str | None:

@@ -17,51 +17,19 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
 from devcluster.api import Api
 from devcluster.control_plane import Cluster
 from exporter.kube.metadata import KubernetesMetadata, WatchTimeouts
-from tests.platform.support import ensure_namespace, poll
+from tests.platform.support import bound_pod, delete_namespaces, delete_now, ensure_namespace, poll
 
 NODE = "metadata-node"  # no Node object: nothing but this test writes the status of its pods
 SERIAL = itertools.count()
 TRAINER_CID, SHIPPER_CID = "ab" * 32, "cd" * 32
 TIMEOUTS = WatchTimeouts(backoff_initial_s=0.2, backoff_max_s=1.0)
 STRATEGIC = "application/strategic-merge-patch+json"
-
-
-def _pod(admin: Api, namespace: str, name: str, node: str, labels: dict[str, str] | None = None,
-         init: bool = False) -> dict[str, Any]:
-    spec: dict[str, Any] = {"nodeName": node, "containers": [{"name": "main", "image": "registry.invalid/x:1"}]}
-    if init:
-        spec["initContainers"] = [{"name": "log-shipper", "image": "registry.invalid/shipper:1",
-                                   "restartPolicy": "Always"}]  # a native sidecar
-    created: dict[str, Any] = admin.create(f"/api/v1/namespaces/{namespace}/pods", {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}}, "spec": spec})
-    return created
-
-
-def _running(admin: Api, namespace: str, name: str, containers: dict[str, str]) -> None:
-    """Write the status a kubelet would: Running, each container with its runtime's ID."""
-    def status(container: str, cid: str) -> dict[str, Any]:
-        return {"name": container, "image": "registry.invalid/x:1", "imageID": "", "containerID": cid,
-                "ready": True, "restartCount": 0, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
-
-    admin.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": {
-        "phase": "Running",
-        "containerStatuses": [status("main", containers["main"])],
-        **({"initContainerStatuses": [status("log-shipper", containers["log-shipper"])]}
-           if "log-shipper" in containers else {}),
-    }}, "application/merge-patch+json")
-
-
-def _delete_now(admin: Api, namespace: str, name: str) -> None:
-    """The deletion a kubelet confirms once the containers are gone (grace period 0)."""
-    admin.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}",
-                  {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
 
 
 @dataclass
@@ -80,9 +48,9 @@ def watched(cluster: Cluster, admin: Api) -> Iterator[Watched]:
     ml, web = f"meta-ml-{serial}", f"meta-web-{serial}"
     ensure_namespace(admin, ml, {"team": "research"})
     ensure_namespace(admin, web)
-    _pod(admin, ml, "trainer-0", NODE, {"app": "trainer", "team": "vision"}, init=True)
-    _running(admin, ml, "trainer-0", {"main": "containerd://" + TRAINER_CID, "log-shipper": "cri-o://" + SHIPPER_CID})
-    _pod(admin, ml, "elsewhere", "cpu-2")
+    bound_pod(admin, ml, "trainer-0", NODE, labels={"app": "trainer", "team": "vision"},
+              containers={"main": "containerd://" + TRAINER_CID}, sidecars={"log-shipper": "cri-o://" + SHIPPER_CID})
+    bound_pod(admin, ml, "elsewhere", "cpu-2")
     watcher = KubernetesMetadata(NODE, kubeconfig=str(cluster.kubeconfig), timeouts=TIMEOUTS)
     watcher.start()
     try:
@@ -90,13 +58,7 @@ def watched(cluster: Cluster, admin: Api) -> Iterator[Watched]:
         yield Watched(watcher, ml, web)
     finally:
         watcher.stop()
-        # this node has no kubelet to confirm a graceful deletion: confirm it here, or the namespace
-        # would stay Terminating
-        for item in admin.get(f"/api/v1/namespaces/{ml}/pods")["items"]:
-            if item["spec"].get("nodeName") == NODE:
-                _delete_now(admin, ml, item["metadata"]["name"])
-        for namespace in (ml, web):
-            admin.delete(f"/api/v1/namespaces/{namespace}")
+        delete_namespaces(admin, NODE, ml, web)  # no kubelet here confirms a graceful deletion
 
 
 def test_lists_then_watches_only_this_nodes_pods(admin: Api, watched: Watched) -> None:
@@ -111,12 +73,12 @@ def test_lists_then_watches_only_this_nodes_pods(admin: Api, watched: Watched) -
     # the server labels every namespace with its name itself
     assert view.namespace_labels(ml) == {"kubernetes.io/metadata.name": ml, "team": "research"}
 
-    _pod(admin, ml, "eval", NODE, {"app": "eval"})
+    bound_pod(admin, ml, "eval", NODE, labels={"app": "eval"})
     poll("the new pod", lambda: (ml, "eval") in metadata.view().pods_by_name)
     admin.request("PATCH", f"/api/v1/namespaces/{ml}/pods/eval", {"metadata": {"labels": {"team": "nlp"}}},
                   STRATEGIC)
     poll("the relabel", lambda: metadata.view().pods_by_name[(ml, "eval")].label_map == {"app": "eval", "team": "nlp"})
-    _delete_now(admin, ml, "eval")
+    delete_now(admin, ml, "eval")
     poll("the deletion", lambda: (ml, "eval") not in metadata.view().pods_by_name)
     admin.request("PATCH", f"/api/v1/namespaces/{web}", {"metadata": {"labels": {"team": "frontend"}}},
                   "application/merge-patch+json")
@@ -139,9 +101,9 @@ def test_a_bound_pod_deleted_with_a_grace_period_keeps_its_labels_until_it_is_go
                   {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 30})
     assert admin.get(f"/api/v1/namespaces/{ml}/pods/trainer-0")["metadata"]["deletionTimestamp"]
     # events arrive in order: once a pod created after the mark is seen, the mark has been seen too
-    _pod(admin, ml, "marker", NODE)
+    bound_pod(admin, ml, "marker", NODE)
     poll("a pod created after the deletion mark", lambda: (ml, "marker") in metadata.view().pods_by_name)
     assert metadata.view().pods_by_name[(ml, "trainer-0")].label_map["app"] == "trainer"
     assert TRAINER_CID in metadata.view().containers_by_id
-    _delete_now(admin, ml, "trainer-0")
+    delete_now(admin, ml, "trainer-0")
     poll("the pod gone", lambda: watched.pods() == [(ml, "marker")])
