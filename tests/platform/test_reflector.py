@@ -59,7 +59,8 @@ class WatchRecord:
         return int(self.query["resourceVersion"])
 
     def events(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in bytes(self.raw).splitlines() if line.strip()]
+        """The complete event lines received (a stream cut mid-line leaves a part that is no event)."""
+        return [json.loads(line) for line in bytes(self.raw).split(b"\n")[:-1] if line.strip()]
 
     def bookmarks(self) -> list[int]:
         return [int(event["object"]["metadata"]["resourceVersion"]) for event in self.events()
