@@ -216,6 +216,10 @@ def up(state_dir: Path, nodes_file: Path | None = None, log: Callable[[str], Non
             "--service-account-issuer", "https://kubernetes.default.svc",
             "--service-account-key-file", str(sa.cert), "--service-account-signing-key-file", str(sa.key),
             "--service-cluster-ip-range", SERVICE_CIDR, "--allow-privileged=true",
+            # the DRA API's beta versions too (off by default): a cluster of Kubernetes 1.32 or 1.33
+            # serves ResourceSlices only there, and the exporter reads them there
+            # (tests/platform/test_resourceslices.py compares what each version answers).
+            "--runtime-config", "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",
             # compaction only when a test asks (etcd's /v3/kv/compaction): its 410s are then the test's.
             "--etcd-compaction-interval=0",
             # a new Node gets no node.kubernetes.io/not-ready taint: the node-lifecycle controller that

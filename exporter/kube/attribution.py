@@ -181,6 +181,7 @@ class AttributionStatus:
     api_last_success: float = 0.0
     api_requests: tuple[tuple[tuple[str, str, str], int], ...] = ()  # ((resource, verb, code), count)
     api_relists: tuple[tuple[tuple[str, str], int], ...] = ()  # ((resource, reason), count)
+    api_bookmarks: tuple[tuple[str, int], ...] = ()  # (resource, watch bookmarks received)
     pods_known: int = 0  # pods on this node known from the API watch
     process_attribution: bool = False
     dra_enabled: bool = False  # --kubernetes-enable-dra: the ResourceSlice watch runs
@@ -518,17 +519,19 @@ class KubernetesAttribution:
         kubelet = self.kubelet.state
         api = self.metadata.state
         view = self.metadata.view()
-        requests, relists = self.metadata.counters.requests(), self.metadata.counters.relists()
+        counters = self.metadata.counters
+        requests, relists, bookmarks = counters.requests(), counters.relists(), counters.bookmarks()
         slices = self.slices
         slices_state = slices.state if slices is not None else None
         if slices is not None:
             requests = tuple(sorted((*requests, *slices.counters.requests())))
             relists = tuple(sorted((*relists, *slices.counters.relists())))
+            bookmarks = tuple(sorted((*bookmarks, *slices.counters.bookmarks())))
         status = AttributionStatus(
             enabled=True, kubelet_up=kubelet.up, kubelet_error=kubelet.error,
             kubelet_last_success=kubelet.last_success_wall, api_up=api.up, api_error=api.error,
             api_last_success=api.last_success_wall, api_requests=requests,
-            api_relists=relists, pods_known=len(view.pods_by_name),
+            api_relists=relists, api_bookmarks=bookmarks, pods_known=len(view.pods_by_name),
             process_attribution=self.process_attribution, dra_enabled=slices is not None,
             resourceslices_up=slices_state is not None and slices_state.up,
             resourceslices_error=slices_state.error if slices_state is not None else "")

@@ -28,9 +28,9 @@ client-go's reflector, and better where a DaemonSet on thousands of nodes needs 
   happens again before a watch has proven itself (a 410 right after the relist that answered the
   last one) does it become a failure episode;
 * **what it does is visible**: ``ApiCounters`` counts every request by resource, verb and HTTP code
-  (``<error>`` when no answer came) and every relist by reason (``initial``, ``expired``,
-  ``too-large``, ``malformed``, ``stale``); ``ReflectorStatus`` says whether a watch is held now,
-  the current failure episode, the retry count and the next delay.
+  (``<error>`` when no answer came), every relist by reason (``initial``, ``expired``,
+  ``too-large``, ``malformed``, ``stale``) and every bookmark received; ``ReflectorStatus`` says
+  whether a watch is held now, the current failure episode, the retry count and the next delay.
 
 ``WatchGroup`` runs several reflectors over one API connection and turns their statuses into one
 ``ApiState`` (``up`` only while every watch is held: open, and proven by an event, a bookmark or
@@ -178,12 +178,20 @@ class ApiState:
 
 
 class ApiCounters:
-    """Requests by (resource, verb, code) and relists by (resource, reason) since start. Thread-safe."""
+    """Requests by (resource, verb, code), relists by (resource, reason) and watch bookmarks by
+    resource since start. Thread-safe.
+
+    Bookmarks are counted because they are what keeps a resumed watch from relisting: a node's pod
+    watch sees few events of its own, and without bookmarks it would resume from the version of its
+    last event, which the API server may have forgotten (410, then a relist). A count that stays 0
+    while watches are held means something between here and the API server drops them.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._requests: dict[tuple[str, str, str], int] = {}
         self._relists: dict[tuple[str, str], int] = {}
+        self._bookmarks: dict[str, int] = {}
 
     def request(self, resource: str, verb: str, code: str) -> None:
         with self._lock:
@@ -194,6 +202,14 @@ class ApiCounters:
         with self._lock:
             key = (resource, reason)
             self._relists[key] = self._relists.get(key, 0) + 1
+
+    def bookmark(self, resource: str) -> None:
+        with self._lock:
+            self._bookmarks[resource] = self._bookmarks.get(resource, 0) + 1
+
+    def bookmarks(self) -> tuple[tuple[str, int], ...]:
+        with self._lock:
+            return tuple(sorted(self._bookmarks.items()))
 
     def requests(self) -> tuple[tuple[tuple[str, str, str], int], ...]:
         with self._lock:
@@ -558,7 +574,9 @@ class Reflector:
             raise _WatchError(code, str(message)[:200])
         metadata = obj.get("metadata") if isinstance(obj, dict) else None
         version = str((metadata if isinstance(metadata, dict) else {}).get("resourceVersion") or "")
-        if event_type != "BOOKMARK":
+        if event_type == "BOOKMARK":
+            self._counters.bookmark(self.resource.name)
+        else:
             try:
                 self._decoder.apply(event_type, obj)
             except DECODE_ERRORS as exc:

@@ -42,8 +42,9 @@ as a ``LabeledDevice``. From the ``AttributionSnapshot`` this module derives:
   container whose processes ended keeps its peak series one window longer (the spike that killed it);
 * self-metrics ``gpu_pod_exporter_kubelet_up``, ``gpu_pod_exporter_kube_api_up``, their
   ``..._last_success_timestamp_seconds``, ``gpu_pod_exporter_kubernetes_pods``, and the API
-  request and relist counters ``gpu_pod_exporter_kube_api_requests_total{resource,verb,code}`` and
-  ``gpu_pod_exporter_kube_api_relists_total{resource,reason}``.
+  request, relist and bookmark counters ``gpu_pod_exporter_kube_api_requests_total{resource,verb,code}``,
+  ``gpu_pod_exporter_kube_api_relists_total{resource,reason}`` and
+  ``gpu_pod_exporter_kube_api_bookmarks_total{resource}`` (watch bookmarks received).
 
 Their names, types, units and help texts are registered in ``exporter.metrics.owned`` (the
 README's metric table is generated from there).
@@ -377,4 +378,7 @@ def _self_metrics(attribution: AttributionSnapshot) -> list[Metric]:
     for (resource, reason), count in status.api_relists:
         relists.add_sample("gpu_pod_exporter_kube_api_relists_total", {"resource": resource, "reason": reason},
                            float(count))
-    return [*families, requests, relists]
+    bookmarks = owned_family("gpu_pod_exporter_kube_api_bookmarks_total")
+    for resource, count in status.api_bookmarks:
+        bookmarks.add_sample("gpu_pod_exporter_kube_api_bookmarks_total", {"resource": resource}, float(count))
+    return [*families, requests, relists, bookmarks]

@@ -151,6 +151,11 @@ KUBERNETES_SELF_METRICS: tuple[OwnedMetric, ...] = (
                 "Full lists of a resource by reason: initial, expired (410 Gone), too-large (the API server's "
                 "store was reset), malformed, stale (metadata dropped after a long outage).", "API watches",
                 "kubernetes"),
+    OwnedMetric("gpu_pod_exporter_kube_api_bookmarks_total", "counter", "bookmarks", ("resource",),
+                "Watch bookmarks received from the Kubernetes API by resource: each moves the resourceVersion a "
+                "watch resumes from, so a watch that ends resumes without a relist. 0 while watches are held for "
+                "minutes: something between the exporter and the API server drops them.", "API watches",
+                "kubernetes"),
     OwnedMetric("gpu_pod_exporter_kubelet_last_success_timestamp_seconds", "gauge", "s", (),
                 "Unix time of the last successful kubelet PodResources List (0: never).", "kubelet client",
                 "kubernetes"),

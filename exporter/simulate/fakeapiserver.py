@@ -32,8 +32,10 @@ DRA: ``ResourceSlice`` objects (``add_resource_slice``) under
 pods (``fieldSelector=spec.nodeName=<node>``); under ``v1beta1`` a device's attributes sit in
 ``basic`` as that version has them.
 
-Pods, namespaces and ResourceSlices are mutable at runtime (``add_pod``, ``delete_pod``, ``set_pod_labels``,
-``add_namespace``, ...), each change producing the watch event a real server would send. The
+Pods, namespaces and ResourceSlices change at runtime (``add_pod``, ``delete_pod``, ``add_namespace``,
+``set_namespace_labels``, ``add_resource_slice``: what ``--simulate`` scenarios, the benchmarks and the
+failure tests need), each change producing the watch event a real server would send. Our reading of
+Kubernetes itself is judged by the real API server (tests/platform/), not by this fake. The
 stdlib ``ThreadingHTTPServer`` is enough: one thread per connection, and watches block on a
 condition variable until there is something to send.
 """
@@ -368,12 +370,6 @@ class FakeApiServer:
             obj["metadata"]["labels"] = {"kubernetes.io/metadata.name": name, **labels}
             self._record("namespaces", "MODIFIED", obj)
 
-    def delete_namespace(self, name: str) -> None:
-        with self._cond:
-            obj = self._namespaces.pop(name, None)
-            if obj is not None:
-                self._record("namespaces", "DELETED", obj)
-
     def add_pod(
         self,
         namespace: str,
@@ -415,12 +411,6 @@ class FakeApiServer:
             self._pods[(namespace, name)] = obj
             self._record("pods", event, obj)
         return copy.deepcopy(obj)
-
-    def set_pod_labels(self, namespace: str, name: str, labels: Mapping[str, str]) -> None:
-        with self._cond:
-            obj = self._pods[(namespace, name)]
-            obj["metadata"]["labels"] = dict(labels)
-            self._record("pods", "MODIFIED", obj)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         with self._cond:

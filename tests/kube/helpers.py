@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from exporter.snapshot import DeviceIdentity, MigIdentity
@@ -39,3 +40,18 @@ def poll(predicate: Callable[[], T], timeout_s: float = 10.0, what: str = "condi
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(0.005)
+
+
+def write_cgroup(proc: Path, pid: int, uid: str, container_id: str) -> None:
+    """A process of a Burstable pod's container as /proc shows it: its cgroup path (systemd driver,
+    containerd) carries the pod's UID and the container's ID."""
+    directory = proc / str(pid)
+    directory.mkdir(parents=True)
+    slice_uid = uid.replace("-", "_")
+    (directory / "cgroup").write_text(
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{slice_uid}.slice/"
+        f"cri-containerd-{container_id}.scope\n"
+    )
+    (directory / "stat").write_text(
+        f"{pid} (python3) S 1 {pid} {pid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {pid * 7} 0 0\n"
+    )

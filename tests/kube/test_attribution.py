@@ -1,4 +1,11 @@
-"""The facade end to end: fake kubelet + fake API server + fake /proc, real sockets and threads."""
+"""The facade end to end: fake kubelet + fake API server + fake /proc, real sockets and threads.
+
+What these tests prove is the facade's own behaviour (change notification and memoising, sources
+going down and stale data dropped, callbacks that fail, log lines once per change, the pure
+joins); the API server only feeds them pods, so the fake stays, where an outage can be switched on.
+The join with real Pod and Namespace objects (real UIDs, statuses, namespace teams) runs against the
+real control plane: tests/platform/test_attribution.py (docs/testing.md lists where each test went).
+"""
 
 from __future__ import annotations
 
@@ -20,7 +27,6 @@ from exporter.kube.attribution import LOG as attribution_log
 from exporter.kube.attribution import (
     AttributionSnapshot,
     KubernetesAttribution,
-    Workload,
     WorkloadFactory,
     join_attribution,
 )
@@ -38,7 +44,7 @@ from exporter.simulate.fakeapiserver import FakeApiServer
 from exporter.simulate.fakekubelet import FakeContainer, FakeKubelet, FakePod
 from exporter.snapshot import GpuProcess
 
-from .helpers import DEVICES, GPU0, GPU1, GPU2, MIG_A, MIGS, poll
+from .helpers import DEVICES, GPU0, GPU1, GPU2, MIG_A, MIGS, poll, write_cgroup
 
 NODE = "node-a"
 TRAINER_CID = "1" * 64
@@ -60,19 +66,6 @@ class Cluster:
     api: FakeApiServer
     proc: Path
     config: Config
-
-
-def _cgroup(proc: Path, pid: int, uid: str, container_id: str) -> None:
-    directory = proc / str(pid)
-    directory.mkdir(parents=True)
-    slice_uid = uid.replace("-", "_")
-    (directory / "cgroup").write_text(
-        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{slice_uid}.slice/"
-        f"cri-containerd-{container_id}.scope\n"
-    )
-    (directory / "stat").write_text(
-        f"{pid} (python3) S 1 {pid} {pid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {pid * 7} 0 0\n"
-    )
 
 
 @pytest.fixture
@@ -110,9 +103,9 @@ def cluster(short_tmp: Path, process_attribution: bool) -> Iterator[Cluster]:
         seed=3,
     ).start()
     proc = short_tmp / "proc"
-    _cgroup(proc, 100, trainer["metadata"]["uid"], TRAINER_CID)
-    _cgroup(proc, 200, evaluation["metadata"]["uid"], EVAL_CID)
-    _cgroup(proc, 300, notebook["metadata"]["uid"], NB_CID)
+    write_cgroup(proc, 100, trainer["metadata"]["uid"], TRAINER_CID)
+    write_cgroup(proc, 200, evaluation["metadata"]["uid"], EVAL_CID)
+    write_cgroup(proc, 300, notebook["metadata"]["uid"], NB_CID)
     (proc / "400").mkdir()
     (proc / "400" / "cgroup").write_text("0::/system.slice/leftover.service\n")
     config = Config(
@@ -153,92 +146,6 @@ def _ready(attribution: KubernetesAttribution) -> AttributionSnapshot | None:
     ):
         return None
     return snapshot
-
-
-def test_joins_allocation_metadata_and_processes(cluster: Cluster) -> None:
-    changes = Counter()
-    attribution = KubernetesAttribution(cluster.config, changes, watch_timeouts=FAST)
-    attribution.start()
-    try:
-        snapshot = poll(lambda: _ready(attribution), what="kubelet and API data joined")
-        trainer = snapshot.allocation(GPU0)
-        assert trainer is not None and not trainer.shared
-        workload = trainer.holders[0].workload
-        assert workload == Workload(
-            "ml",
-            "trainer-0",
-            "trainer",
-            pod_uid=workload.pod_uid,
-            team="vision",
-            pod_labels=(("app", "trainer"),),
-        )
-        shared = snapshot.allocation(GPU1)
-        assert shared is not None and shared.shared
-        assert [(h.workload.pod, h.replica_ids, h.workload.team) for h in shared.holders] == [
-            ("nb", ("3",), None),
-            ("eval-0", ("0",), "research"),
-        ]
-        mig = snapshot.allocation(GPU2, 3)
-        assert mig is not None and mig.holders[0].workload.pod == "nb"
-        assert snapshot.status.kubelet_up and snapshot.status.pods_known == 3
-
-        device0 = LabeledDevice(GPU0, None, {"gpu": "0", "UUID": GPU0})
-        assert workload_label_sets(snapshot, device0, cluster.config) == [
-            {
-                "container": "trainer",
-                "namespace": "ml",
-                "pod": "trainer-0",
-                "pod_uid": workload.pod_uid,
-                "team": "vision",
-                "app": "trainer",
-            }
-        ]
-
-        before = changes.count
-        attribution.update_processes(
-            {
-                GPU0: [GpuProcess(100, 8 << 30)],
-                GPU1: [GpuProcess(200, 2 << 30), GpuProcess(300, 1 << 30), GpuProcess(400, 512 << 20)],
-                GPU2: [GpuProcess(300, 3 << 30, gpu_instance_id=3, compute_instance_id=0)],
-            }
-        )
-        snapshot = attribution.snapshot(DEVICES, MIGS)
-        assert snapshot.status.process_attribution is cluster.config.process_attribution
-        if not cluster.config.process_attribution:  # the default: process lists are not read at all
-            assert changes.count == before
-            assert (snapshot.container_memory, snapshot.processes, dict(snapshot.unattributed_bytes)) == ((), (), {})
-            assert snapshot.allocation(GPU0) == trainer  # the allocation stands on its own
-            return
-        assert changes.count == before + 1
-        memory = {
-            (m.uuid, m.gpu_instance_id, m.workload.pod): m.used_bytes for m in snapshot.container_memory
-        }
-        assert memory == {
-            (GPU0, None, "trainer-0"): 8 << 30,
-            (GPU1, None, "eval-0"): 2 << 30,
-            (GPU1, None, "nb"): 1 << 30,
-            (GPU2, 3, "nb"): 3 << 30,
-        }
-        assert dict(snapshot.unattributed_bytes) == {_key(GPU1): 512 << 20}
-        assert [(p.pid, p.workload.pod if p.workload else None) for p in snapshot.processes] == [
-            (100, "trainer-0"),
-            (200, "eval-0"),
-            (300, "nb"),
-            (400, None),
-            (300, "nb"),
-        ]
-
-        # The same lists again: nothing changed, nobody is woken up.
-        attribution.update_processes(
-            {
-                GPU0: [GpuProcess(100, 8 << 30)],
-                GPU1: [GpuProcess(200, 2 << 30), GpuProcess(300, 1 << 30), GpuProcess(400, 512 << 20)],
-                GPU2: [GpuProcess(300, 3 << 30, gpu_instance_id=3, compute_instance_id=0)],
-            }
-        )
-        assert changes.count == before + 1
-    finally:
-        attribution.stop()
 
 
 def _key(uuid: str, gpu_instance_id: int | None = None) -> object:

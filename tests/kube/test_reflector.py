@@ -206,3 +206,16 @@ def test_watch_timeouts_are_jittered_and_early_ends_are_paced() -> None:
     assert reflector.status.episode is not None and reflector.status.episode.kind == "ended-early"
     # every early end waited for its window (the last watch may still have been open at stop())
     assert reflector.backoff.failures >= len(transport.watches) - 1
+
+
+def test_bookmarks_are_counted_per_resource_and_cost_no_request(api: FakeApiServer,
+                                                                 exporter: KubernetesMetadata) -> None:
+    """What ``gpu_pod_exporter_kube_api_bookmarks_total`` counts (the real server's bookmarks and
+    the resume from them: tests/platform/test_reflector.py)."""
+    before = dict(exporter.counters.bookmarks())
+    requests = exporter.counters.total_requests()
+    api.send_bookmarks()
+    poll(lambda: all(dict(exporter.counters.bookmarks()).get(resource, 0) > before.get(resource, 0)
+                     for resource in ("pods", "namespaces")), what="bookmarks of both watches counted")
+    assert set(dict(exporter.counters.bookmarks())) == {"pods", "namespaces"}
+    assert exporter.counters.total_requests() == requests  # a bookmark arrives on the open watch

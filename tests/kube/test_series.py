@@ -78,6 +78,7 @@ def _snapshot(**kwargs: object) -> AttributionSnapshot:
             api_requests=((("namespaces", "list", "200"), 1), (("pods", "list", "200"), 3),
                           (("pods", "watch", "200"), 2), (("pods", "watch", "<error>"), 4)),
             api_relists=((("namespaces", "initial"), 1), (("pods", "expired"), 2), (("pods", "initial"), 1)),
+            api_bookmarks=(("namespaces", 3), ("pods", 5)),
             pods_known=7,
             process_attribution=True,
         ),
@@ -261,8 +262,12 @@ def test_self_metrics() -> None:
         ({"resource": "pods", "reason": "expired"}, 2.0),
         ({"resource": "pods", "reason": "initial"}, 1.0),
     ]
+    assert samples["gpu_pod_exporter_kube_api_bookmarks"] == [({"resource": "namespaces"}, 3.0),
+                                                               ({"resource": "pods"}, 5.0)]
     parsed = _round_trip(attribution_families(_snapshot(), [], _config()))  # counters as a client reads them
     assert [s.value for s in parsed["gpu_pod_exporter_kube_api_relists"]] == [1.0, 2.0, 1.0]
+    assert [(s.name, s.value) for s in parsed["gpu_pod_exporter_kube_api_bookmarks"]] == [
+        ("gpu_pod_exporter_kube_api_bookmarks_total", 3.0), ("gpu_pod_exporter_kube_api_bookmarks_total", 5.0)]
 
 
 def test_nothing_when_kubernetes_mode_is_off() -> None:

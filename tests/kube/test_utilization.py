@@ -36,8 +36,8 @@ from exporter.kube.processes import CgroupIdentity, ProcessCgroupResolver
 from exporter.kube.series import LabeledDevice, attribution_families
 from exporter.snapshot import GpuProcess, ProcessUtilization, ProcessUtilizationSample
 
-from .helpers import DEVICES, GPU0, GPU1, GPU2, MIG_A, MIGS, poll
-from .test_attribution import FAST, Cluster, _cgroup, _ready, cluster
+from .helpers import DEVICES, GPU0, GPU1, GPU2, MIG_A, MIGS, poll, write_cgroup
+from .test_attribution import FAST, Cluster, _ready, cluster
 
 __all__ = ["cluster"]  # the fake kubelet, API server and /proc of test_attribution.py
 
@@ -171,7 +171,7 @@ def test_the_families_carry_the_gpu_and_workload_labels() -> None:
 def test_a_pid_that_left_keeps_the_container_it_was_read_in(tmp_path: Path) -> None:
     """Its last samples arrive after it exited: the cgroup read while it ran still says whose they are."""
     proc = tmp_path / "proc"
-    _cgroup(proc, 101, PODS["chat-0"][0], PODS["chat-0"][1])
+    write_cgroup(proc, 101, PODS["chat-0"][0], PODS["chat-0"][1])
     resolver = ProcessCgroupResolver(proc)
     before = resolver.resolve(101)
     assert before == CgroupIdentity(PODS["chat-0"][0], PODS["chat-0"][1])
@@ -181,7 +181,7 @@ def test_a_pid_that_left_keeps_the_container_it_was_read_in(tmp_path: Path) -> N
     resolver.retain(())  # no longer on any GPU list and no longer sampled: forgotten
     assert resolver.resolve(101) is None
     # A PID reused by another process (another start time) is read again.
-    _cgroup(proc, 102, PODS["embed-0"][0], PODS["embed-0"][1])
+    write_cgroup(proc, 102, PODS["embed-0"][0], PODS["embed-0"][1])
     assert resolver.resolve(102) is not None
     (proc / "102" / "stat").write_text("102 (sh) S 1 102 102 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 999 0 0\n")
     (proc / "102" / "cgroup").write_text("0::/system.slice/cron.service\n")

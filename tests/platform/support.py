@@ -37,3 +37,47 @@ def exists(api: Api, path: str) -> bool:
 def ensure_namespace(api: Api, name: str, labels: dict[str, str] | None = None) -> None:
     api.apply_create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                             "metadata": {"name": name, "labels": labels or {}}})
+
+
+def bound_pod(api: Api, namespace: str, name: str, node: str, *, labels: dict[str, str] | None = None,
+              containers: dict[str, str] | None = None, sidecars: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod bound to ``node`` and, when container IDs are given, the status its kubelet would write
+    (Running, each container with its runtime's ID, ``sidecars`` as native sidecar init containers).
+
+    For a node no kwok node answers for: the test plays the kubelet (``delete_now`` confirms a
+    deletion, which nothing else would on such a node). Returns the pod as the server stored it.
+    """
+    containers = containers or {"main": ""}
+    spec: dict[str, Any] = {"nodeName": node, "containers": [
+        {"name": container, "image": "registry.invalid/x:1"} for container in containers]}
+    if sidecars:
+        spec["initContainers"] = [{"name": container, "image": "registry.invalid/x:1", "restartPolicy": "Always"}
+                                  for container in sidecars]
+    pod: dict[str, Any] = api.create(f"/api/v1/namespaces/{namespace}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}}, "spec": spec})
+    if any(containers.values()):
+        def status(container: str, cid: str) -> dict[str, Any]:
+            return {"name": container, "image": "registry.invalid/x:1", "imageID": "", "containerID": cid,
+                    "ready": True, "restartCount": 0, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+
+        api.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": {
+            "phase": "Running",
+            "containerStatuses": [status(c, cid) for c, cid in containers.items()],
+            **({"initContainerStatuses": [status(c, cid) for c, cid in sidecars.items()]} if sidecars else {}),
+        }}, "application/merge-patch+json")
+    return pod
+
+
+def delete_now(api: Api, namespace: str, name: str) -> None:
+    """Delete a pod as its kubelet confirms a deletion once the containers are gone (grace period 0)."""
+    api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+
+
+def delete_namespaces(api: Api, node: str, *namespaces: str) -> None:
+    """Confirm the deletion of every pod bound to ``node`` (no kubelet would), then delete the namespaces."""
+    for namespace in namespaces:
+        for item in api.get(f"/api/v1/namespaces/{namespace}/pods")["items"]:
+            if item["spec"].get("nodeName") == node:
+                delete_now(api, namespace, item["metadata"]["name"])
+        api.delete(f"/api/v1/namespaces/{namespace}")

@@ -6,10 +6,14 @@ gets a real 410 Gone and the exporter relists.
 
 What a kubelet would be (PodResources on a unix socket) stays the fake one: there is no kubelet
 here, and kwok's nodes have none.
+
+``test_the_facade_joins_the_kubelet_the_real_objects_and_proc`` runs the attribution in process (moved
+from tests/kube/test_attribution.py): the join of the kubelet's allocation, the real objects and /proc.
 """
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -20,13 +24,19 @@ import pytest
 
 from devcluster.api import Api
 from devcluster.control_plane import Cluster, etcd_compact, restart_apiserver
+from exporter.config import Config
+from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution, Workload
+from exporter.kube.reflector import WatchTimeouts
 from exporter.simulate import dra_devices
 from exporter.simulate.fakeapiserver import resource_slice
 from exporter.simulate.fakekubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeKubelet, FakePod
+from exporter.snapshot import GpuProcess
+from tests.attribution_modes import MODE_IDS, MODES
 from tests.deploy.chart_support import CHART_DIR
 from tests.e2e.exporter_process import ExporterProcess, running_exporter
 from tests.e2e.kube_cluster import scenario_gpus
-from tests.platform.support import ensure_namespace, poll
+from tests.kube.helpers import DEVICES, GPU0, GPU1, GPU2, MIG_A, MIGS, write_cgroup
+from tests.platform.support import bound_pod, delete_namespaces, ensure_namespace, poll
 
 SCENARIO = Path(__file__).resolve().parents[1] / "fixtures" / "attribution-node.yaml"
 GPUS = scenario_gpus(SCENARIO)
@@ -200,3 +210,83 @@ def test_dra_claims_resolve_through_real_resource_slices(admin: Api, kubelet: Fa
 def _bound(admin: Api, namespace: str, name: str) -> dict[str, Any] | None:
     pod: dict[str, Any] = admin.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
     return pod if pod["spec"].get("nodeName") else None
+
+
+JOIN_NODE = "join-node"  # no Node object: the test plays its kubelet (status, PodResources) and its /proc
+JOIN_SERIAL = itertools.count()
+TRAINER_CID, EVAL_CID, NB_CID = "1" * 64, "2" * 64, "3" * 64
+
+
+@pytest.mark.parametrize("process_attribution", MODES, ids=MODE_IDS)
+def test_the_facade_joins_the_kubelet_the_real_objects_and_proc(cluster: Cluster, admin: Api,
+                                                                process_attribution: bool) -> None:
+    """In process (``KubernetesAttribution``), moved from tests/kube/test_attribution.py: the pods'
+    UIDs, labels, container IDs and their namespaces' teams are the real server's objects (UIDs it
+    assigned, statuses written through the status subresource as a kubelet writes them), joined with
+    the fake kubelet's allocation and, with process attribution on, with /proc cgroup paths that
+    carry those real UIDs."""
+    serial = next(JOIN_SERIAL)
+    ml, lab = f"join-ml-{serial}", f"join-lab-{serial}"
+    ensure_namespace(admin, ml, {"team": "research"})
+    ensure_namespace(admin, lab)
+    trainer = bound_pod(admin, ml, "trainer-0", JOIN_NODE, labels={"app": "trainer", "team": "vision"},
+                        containers={"trainer": "containerd://" + TRAINER_CID})
+    evaluation = bound_pod(admin, ml, "eval-0", JOIN_NODE, labels={"app": "eval"},
+                           containers={"eval": "containerd://" + EVAL_CID})
+    notebook = bound_pod(admin, lab, "nb", JOIN_NODE, containers={"jupyter": "containerd://" + NB_CID})
+    root = Path(tempfile.mkdtemp(prefix="gpe-join-"))  # short: unix socket paths are limited to 107 bytes
+    fake = FakeKubelet(root / "kubelet.sock", [
+        FakePod(ml, "trainer-0", (FakeContainer("trainer", (("nvidia.com/gpu", GPU0),)),)),
+        FakePod(ml, "eval-0", (FakeContainer("eval", (("nvidia.com/gpu.shared", f"{GPU1}::0"),)),)),
+        FakePod(lab, "nb", (FakeContainer("jupyter", (("nvidia.com/gpu.shared", f"{GPU1}::3"),
+                                                      ("nvidia.com/mig-3g.40gb", MIG_A))),)),
+    ], seed=3).start()
+    proc = root / "proc"
+    for pid, pod, cid in ((100, trainer, TRAINER_CID), (200, evaluation, EVAL_CID), (300, notebook, NB_CID)):
+        write_cgroup(proc, pid, pod["metadata"]["uid"], cid)
+    (proc / "400").mkdir()
+    (proc / "400" / "cgroup").write_text("0::/system.slice/leftover.service\n")
+    config = Config(kubernetes=True, node_name=JOIN_NODE, pod_resources_socket=fake.socket_path,
+                    pod_resources_interval_ms=20, kubeconfig=str(cluster.kubeconfig), proc_root=str(proc),
+                    process_attribution=process_attribution, kubernetes_enable_pod_uid=True,
+                    kubernetes_enable_pod_labels=True, kubernetes_pod_label_allowlist_regex=("^app$",))
+    attribution = KubernetesAttribution(config, watch_timeouts=WatchTimeouts(backoff_initial_s=0.2, backoff_max_s=1.0))
+    attribution.start()
+    try:
+        def joined() -> AttributionSnapshot | None:
+            snapshot = attribution.snapshot(DEVICES, MIGS)
+            held = snapshot.allocation(GPU0)
+            ready = held is not None and held.holders[0].workload.pod_uid and snapshot.status.api_up
+            return snapshot if ready and snapshot.status.pods_known == 3 else None
+
+        snapshot = poll("the kubelet's allocation joined with the real pods", joined, deadline_s=60)
+        held = snapshot.allocation(GPU0)
+        assert held is not None and not held.shared
+        assert held.holders[0].workload == Workload(ml, "trainer-0", "trainer", pod_uid=trainer["metadata"]["uid"],
+                                                    team="vision", pod_labels=(("app", "trainer"),))
+        shared = snapshot.allocation(GPU1)
+        assert shared is not None and shared.shared
+        assert [(h.workload.pod, h.replica_ids, h.workload.team) for h in shared.holders] == [
+            ("nb", ("3",), None), ("eval-0", ("0",), "research")]
+        mig = snapshot.allocation(GPU2, 3)
+        assert mig is not None and mig.holders[0].workload.pod == "nb"
+
+        attribution.update_processes({
+            GPU0: [GpuProcess(100, 8 << 30)],
+            GPU1: [GpuProcess(200, 2 << 30), GpuProcess(300, 1 << 30), GpuProcess(400, 512 << 20)],
+            GPU2: [GpuProcess(300, 3 << 30, gpu_instance_id=3, compute_instance_id=0)],
+        })
+        snapshot = attribution.snapshot(DEVICES, MIGS)
+        memory = {(m.uuid, m.gpu_instance_id, m.workload.pod): m.used_bytes for m in snapshot.container_memory}
+        if not process_attribution:  # the default: process lists are not read at all
+            assert memory == {} and snapshot.processes == ()
+            return
+        assert memory == {(GPU0, None, "trainer-0"): 8 << 30, (GPU1, None, "eval-0"): 2 << 30,
+                          (GPU1, None, "nb"): 1 << 30, (GPU2, 3, "nb"): 3 << 30}
+        assert [(p.pid, p.workload.pod if p.workload else None) for p in snapshot.processes] == [
+            (100, "trainer-0"), (200, "eval-0"), (300, "nb"), (400, None), (300, "nb")]
+    finally:
+        attribution.stop()
+        fake.stop()
+        shutil.rmtree(root, ignore_errors=True)
+        delete_namespaces(admin, JOIN_NODE, ml, lab)

@@ -151,3 +151,16 @@ def test_a_cluster_without_any_gpu_label_gets_one_notes_line_with_the_value_to_s
     present = helm("install", "notes-check", str(CHART_DIR), "-n", "gpu-monitoring-notes", "--create-namespace",
                    "--dry-run=server")
     assert "No GPU node found" not in present.stdout
+
+
+def test_the_old_default_affinity_placed_pods_on_gpu_operator_nodes_only(admin: Api, helm: Helm,
+                                                                        uninstalled: None) -> None:
+    """The "before" column of docs/testing.md's placement table: the affinity the chart had by
+    default before issue 26 (``nvidia.com/gpu.present=true`` alone, the nvidia.com/gpu taint
+    tolerated) leaves every GPU node that the GPU Operator did not label without an exporter."""
+    helm("install", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--create-namespace", "--set-json",
+         'gpuNodeAffinity.labels=[{"key":"nvidia.com/gpu.present","values":["true"]}]')
+    poll("the exporter DaemonSet settled", lambda: settled_daemonset(admin), deadline_s=240)
+    table = placement(admin)
+    print_table("Placement with the old default affinity (nvidia.com/gpu.present=true only):", table)
+    assert {n: c for n, c in table.items() if c} == {"gpu-operator": 1, "gpu-tainted": 1}, table
