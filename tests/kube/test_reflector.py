@@ -213,9 +213,9 @@ def test_bookmarks_are_counted_per_resource_and_cost_no_request(api: FakeApiServ
     """What ``gpu_pod_exporter_kube_api_bookmarks_total`` counts (the real server's bookmarks and
     the resume from them: tests/platform/test_reflector.py)."""
     before = dict(exporter.counters.bookmarks())
-    requests = exporter.counters.total_requests()
+    requests = sum(count for _, count in exporter.counters.requests())
     api.send_bookmarks()
     poll(lambda: all(dict(exporter.counters.bookmarks()).get(resource, 0) > before.get(resource, 0)
                      for resource in ("pods", "namespaces")), what="bookmarks of both watches counted")
     assert set(dict(exporter.counters.bookmarks())) == {"pods", "namespaces"}
-    assert exporter.counters.total_requests() == requests  # a bookmark arrives on the open watch
+    assert sum(count for _, count in exporter.counters.requests()) == requests  # a bookmark arrives on the open watch
