@@ -4,8 +4,9 @@ Each component is a small wrapper Go module under ``tools/platform/<component>/`
 the one upstream module (with the ``replace`` lines k8s.io/kubernetes needs for its staging
 modules) and lists the main packages as ``tool`` directives, so ``go mod tidy`` keeps their
 dependencies in go.sum. ``go install pkg@version`` cannot be used: it refuses modules with replace
-directives. One wrapper per component, because kwok, helm, etcd and kubernetes each want different
-k8s.io versions.
+directives. One wrapper per component, because kwok, helm, etcd, kubernetes and the monitoring stack
+(prometheus, alertmanager, prometheus-operator, thanos) each want different versions of shared
+dependencies (k8s.io, prometheus/common, grpc).
 
 The cache directory of a component is named after a hash of its go.mod and go.sum, so changing a
 pin builds again and nothing else does: ``~/.cache/gpu-pod-exporter/platform/<component>-<key>/``
@@ -52,7 +53,25 @@ BINARIES: dict[str, Binary] = {b.name: b for b in (
     Binary("etcd", "etcd", "go.etcd.io/etcd/server/v3"),
     Binary("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok"),
     Binary("helm", "helm", "helm.sh/helm/v4/cmd/helm"),
+    # The monitoring stack users run in front of the exporter (issue 27): Prometheus 3 beside
+    # Debian's 2.42, current Alertmanager, the Prometheus Operator, Thanos (sidecar, query and
+    # rule are subcommands of one binary).
+    Binary("prometheus", "prometheus", "github.com/prometheus/prometheus/cmd/prometheus"),
+    Binary("promtool", "prometheus", "github.com/prometheus/prometheus/cmd/promtool"),
+    Binary("alertmanager", "alertmanager", "github.com/prometheus/alertmanager/cmd/alertmanager"),
+    Binary("prometheus-operator", "prometheus-operator",
+           "github.com/prometheus-operator/prometheus-operator/cmd/operator"),
+    Binary("thanos", "thanos", "github.com/thanos-io/thanos/cmd/thanos"),
 )}
+
+#: Go build tags per component. Prometheus compiles in every service-discovery plugin (AWS, Azure,
+#: GCE, ...) unless told otherwise; the tests use static, file and Kubernetes discovery only (the
+#: operator's generated configuration uses kubernetes_sd_configs), so the rest is left out, which
+#: shortens the cold build. Without the ``builtinassets`` tag Prometheus serves no web UI: the API
+#: is all the tests use.
+BUILD_TAGS: dict[str, str] = {
+    "prometheus": "remove_all_sd,enable_kubernetes_sd",
+}
 
 
 class BuildError(Exception):
@@ -66,12 +85,15 @@ def cache_root() -> Path:
 
 
 def version_key(component: str) -> str:
-    """A short hash of the wrapper module's go.mod and go.sum (the pins) and of the link flags."""
+    """A short hash of the wrapper module's go.mod and go.sum (the pins), the link flags and the
+    build tags."""
     digest = hashlib.sha256()
     for name in ("go.mod", "go.sum"):
         digest.update(name.encode())
         digest.update((TOOLS / component / name).read_bytes())
     digest.update(ldflags(component).encode())
+    if component in BUILD_TAGS:
+        digest.update(f"tags={BUILD_TAGS[component]}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -135,8 +157,10 @@ def build(name: str, log: bool = True) -> Path:
         print(f"==> building {name} ({binary.package}) into {path.parent} (once per pin; minutes)",
               file=sys.stderr, flush=True)
     start = time.monotonic()
+    tags = [f"-tags={BUILD_TAGS[binary.component]}"] if binary.component in BUILD_TAGS else []
     proc = subprocess.run(
-        [go, "build", "-trimpath", f"-ldflags={ldflags(binary.component)}", "-o", str(tmp), binary.package],
+        [go, "build", "-trimpath", *tags, f"-ldflags={ldflags(binary.component)}", "-o", str(tmp),
+         binary.package],
         cwd=TOOLS / binary.component, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)

@@ -34,6 +34,22 @@ def test_the_key_changes_with_the_pins(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert build.version_key("kwok") != before
 
 
+def test_the_monitoring_stack_is_built_from_its_own_pinned_modules(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    monkeypatch.setenv("GPU_POD_EXPORTER_CACHE", str(tmp_path))
+    # prometheus and promtool come from one module, built once into one directory.
+    assert build.binary_path("promtool").parent == build.binary_path("prometheus").parent
+    assert build.pinned_version("prometheus", "github.com/prometheus/prometheus").startswith("v0.3")  # 3.x
+    components = {build.BINARIES[n].component for n in ("prometheus", "alertmanager", "prometheus-operator", "thanos")}
+    assert len({build.version_key(c) for c in components}) == 4
+
+
+def test_the_key_changes_with_the_build_tags(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = build.version_key("prometheus")
+    monkeypatch.setitem(build.BUILD_TAGS, "prometheus", "remove_all_sd")
+    assert build.version_key("prometheus") != before
+
+
 def _fake_go(directory: Path, version: str) -> None:
     go = directory / "go"
     go.write_text(f"#!/bin/sh\necho {version}\n", encoding="utf-8")
