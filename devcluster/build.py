@@ -106,10 +106,35 @@ def pinned_version(component: str, module: str) -> str:
     return match[1]
 
 
+#: The upstream module whose pinned version the monitoring stack's binaries stamp into
+#: prometheus/common's version package, as their own release builds do: without it ``--version``
+#: prints an empty version, and the Prometheus Operator names its config-reloader image after it.
+VERSION_STAMPED: dict[str, str] = {
+    "prometheus": "github.com/prometheus/prometheus",
+    "alertmanager": "github.com/prometheus/alertmanager",
+    "prometheus-operator": "github.com/prometheus-operator/prometheus-operator",
+    "thanos": "github.com/thanos-io/thanos",
+}
+
+
+def release_version(component: str) -> str:
+    """The release a monitoring-stack pin is (3.16.0 for Prometheus' module v0.316.0, whose Go module
+    versions are v0.3MM.P for release 3.MM.P; the tag without its v for the others)."""
+    version = pinned_version(component, VERSION_STAMPED[component]).lstrip("v")
+    if component == "prometheus":
+        major, minor, patch = version.split(".", 2)
+        if major == "0" and len(minor) == 3:
+            return f"{minor[0]}.{int(minor[1:])}.{patch}"
+    return version
+
+
 def ldflags(component: str) -> str:
     """Strip symbols; for Kubernetes also stamp the version its own build stamps (the API server's
-    /version, which helm checks against a chart's kubeVersion, says v0.0.0-master without it)."""
+    /version, which helm checks against a chart's kubeVersion, says v0.0.0-master without it); for
+    the monitoring stack the release version (``VERSION_STAMPED``)."""
     flags = "-s -w"
+    if component in VERSION_STAMPED:
+        flags += f" -X github.com/prometheus/common/version.Version={release_version(component)}"
     if component == "kubernetes":
         version = pinned_version(component, "k8s.io/kubernetes")
         major, minor = version.lstrip("v").split(".")[:2]

@@ -44,6 +44,15 @@ def test_the_monitoring_stack_is_built_from_its_own_pinned_modules(monkeypatch: 
     assert len({build.version_key(c) for c in components}) == 4
 
 
+def test_the_monitoring_stack_stamps_its_release_version() -> None:
+    """``prometheus --version`` says 3.x.y like a release build (the operator also names its
+    config-reloader image after its own stamped version)."""
+    assert build.release_version("prometheus") == "3.16.0"  # module v0.316.0
+    assert build.release_version("thanos") == build.pinned_version("thanos", "github.com/thanos-io/thanos")[1:]
+    assert "-X github.com/prometheus/common/version.Version=3.16.0" in build.ldflags("prometheus")
+    assert "version.Version" not in build.ldflags("helm")
+
+
 def test_the_key_changes_with_the_build_tags(monkeypatch: pytest.MonkeyPatch) -> None:
     before = build.version_key("prometheus")
     monkeypatch.setitem(build.BUILD_TAGS, "prometheus", "remove_all_sd")
