@@ -4,8 +4,9 @@ Each component is a small wrapper Go module under ``tools/platform/<component>/`
 the one upstream module (with the ``replace`` lines k8s.io/kubernetes needs for its staging
 modules) and lists the main packages as ``tool`` directives, so ``go mod tidy`` keeps their
 dependencies in go.sum. ``go install pkg@version`` cannot be used: it refuses modules with replace
-directives. One wrapper per component, because kwok, helm, etcd and kubernetes each want different
-k8s.io versions.
+directives. One wrapper per component, because kwok, helm, etcd, kubernetes and the monitoring stack
+(prometheus, alertmanager, prometheus-operator, thanos) each want different versions of shared
+dependencies (k8s.io, prometheus/common, grpc).
 
 The cache directory of a component is named after a hash of its go.mod and go.sum, so changing a
 pin builds again and nothing else does: ``~/.cache/gpu-pod-exporter/platform/<component>-<key>/``
@@ -16,11 +17,13 @@ Go modules through the Go module proxy.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +55,25 @@ BINARIES: dict[str, Binary] = {b.name: b for b in (
     Binary("etcd", "etcd", "go.etcd.io/etcd/server/v3"),
     Binary("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok"),
     Binary("helm", "helm", "helm.sh/helm/v4/cmd/helm"),
+    # The monitoring stack users run in front of the exporter (issue 27): Prometheus 3 beside
+    # Debian's 2.42, current Alertmanager, the Prometheus Operator, Thanos (sidecar, query and
+    # rule are subcommands of one binary).
+    Binary("prometheus", "prometheus", "github.com/prometheus/prometheus/cmd/prometheus"),
+    Binary("promtool", "prometheus", "github.com/prometheus/prometheus/cmd/promtool"),
+    Binary("alertmanager", "alertmanager", "github.com/prometheus/alertmanager/cmd/alertmanager"),
+    Binary("prometheus-operator", "prometheus-operator",
+           "github.com/prometheus-operator/prometheus-operator/cmd/operator"),
+    Binary("thanos", "thanos", "github.com/thanos-io/thanos/cmd/thanos"),
 )}
+
+#: Go build tags per component. Prometheus compiles in every service-discovery plugin (AWS, Azure,
+#: GCE, ...) unless told otherwise; the tests use static, file and Kubernetes discovery only (the
+#: operator's generated configuration uses kubernetes_sd_configs), so the rest is left out, which
+#: shortens the cold build. Without the ``builtinassets`` tag Prometheus serves no web UI: the API
+#: is all the tests use.
+BUILD_TAGS: dict[str, str] = {
+    "prometheus": "remove_all_sd,enable_kubernetes_sd",
+}
 
 
 class BuildError(Exception):
@@ -66,12 +87,17 @@ def cache_root() -> Path:
 
 
 def version_key(component: str) -> str:
-    """A short hash of the wrapper module's go.mod and go.sum (the pins) and of the link flags."""
+    """A short hash of the wrapper module's go.mod and go.sum (the pins), the link flags and the
+    build tags."""
     digest = hashlib.sha256()
     for name in ("go.mod", "go.sum"):
         digest.update(name.encode())
         digest.update((TOOLS / component / name).read_bytes())
     digest.update(ldflags(component).encode())
+    if component in BUILD_TAGS:
+        digest.update(f"tags={BUILD_TAGS[component]}".encode())
+    if component in MISSING_EMBEDS:
+        digest.update(f"placeholders={MISSING_EMBEDS[component]}{PLACEHOLDER}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -84,10 +110,48 @@ def pinned_version(component: str, module: str) -> str:
     return match[1]
 
 
+#: The upstream module whose pinned version the monitoring stack's binaries stamp into
+#: prometheus/common's version package, as their own release builds do: without it ``--version``
+#: prints an empty version, and the Prometheus Operator names its config-reloader image after it.
+VERSION_STAMPED: dict[str, str] = {
+    "prometheus": "github.com/prometheus/prometheus",
+    "alertmanager": "github.com/prometheus/alertmanager",
+    "prometheus-operator": "github.com/prometheus-operator/prometheus-operator",
+    "thanos": "github.com/thanos-io/thanos",
+}
+
+
+#: Files a module embeds (``//go:embed``) but does not publish: Alertmanager's web UI, which its
+#: release process builds with npm into ui/app/dist before ``go build``. Its Go module lacks them, so
+#: ``go build`` of it fails. The build then runs on a private copy of the module with a one-line
+#: placeholder at each path, through a ``replace`` in a temporary copy of the wrapper module: the
+#: binary serves the placeholder where the UI would be, and its API (all the tests use) is the
+#: release's own code.
+MISSING_EMBEDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "alertmanager": ("github.com/prometheus/alertmanager",
+                     ("ui/app/dist/elm/index.html", "ui/app/dist/mantine/index.html")),
+}
+PLACEHOLDER = "<!doctype html><title>no web UI</title><p>Built without the web UI (gpu-pod-exporter tests).\n"
+
+
+def release_version(component: str) -> str:
+    """The release a monitoring-stack pin is (3.16.0 for Prometheus' module v0.316.0, whose Go module
+    versions are v0.3MM.P for release 3.MM.P; the tag without its v for the others)."""
+    version = pinned_version(component, VERSION_STAMPED[component]).lstrip("v")
+    if component == "prometheus":
+        major, minor, patch = version.split(".", 2)
+        if major == "0" and len(minor) == 3:
+            return f"{minor[0]}.{int(minor[1:])}.{patch}"
+    return version
+
+
 def ldflags(component: str) -> str:
     """Strip symbols; for Kubernetes also stamp the version its own build stamps (the API server's
-    /version, which helm checks against a chart's kubeVersion, says v0.0.0-master without it)."""
+    /version, which helm checks against a chart's kubeVersion, says v0.0.0-master without it); for
+    the monitoring stack the release version (``VERSION_STAMPED``)."""
     flags = "-s -w"
+    if component in VERSION_STAMPED:
+        flags += f" -X github.com/prometheus/common/version.Version={release_version(component)}"
     if component == "kubernetes":
         version = pinned_version(component, "k8s.io/kubernetes")
         major, minor = version.lstrip("v").split(".")[:2]
@@ -115,6 +179,30 @@ def check_go() -> str:
     return go
 
 
+def with_placeholders(go: str, component: str, env: dict[str, str], scratch: Path) -> Path:
+    """A copy of ``component``'s wrapper module under ``scratch`` whose go.mod replaces the upstream
+    module by a copy of it with ``MISSING_EMBEDS``' placeholders; the directory to build in."""
+    module, files = MISSING_EMBEDS[component]
+    version = pinned_version(component, module)
+    proc = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], cwd=TOOLS / component, env=env,
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise BuildError(f"go mod download {module}@{version} failed: {(proc.stdout + proc.stderr).strip()[-500:]}")
+    source = scratch / "module"
+    shutil.copytree(json.loads(proc.stdout)["Dir"], source)
+    for directory, _, _ in os.walk(source):  # the module cache's copies are read-only
+        Path(directory).chmod(0o700)
+    for relative in files:
+        (source / relative).parent.mkdir(parents=True, exist_ok=True)
+        (source / relative).write_text(PLACEHOLDER, encoding="utf-8")
+    wrapper = scratch / "wrapper"
+    wrapper.mkdir()
+    shutil.copyfile(TOOLS / component / "go.sum", wrapper / "go.sum")
+    gomod = (TOOLS / component / "go.mod").read_text(encoding="utf-8")
+    (wrapper / "go.mod").write_text(f"{gomod}\nreplace {module} => {source}\n", encoding="utf-8")
+    return wrapper
+
+
 def build(name: str, log: bool = True) -> Path:
     """Build ``name`` into the cache unless it is already there; return its path.
 
@@ -135,9 +223,15 @@ def build(name: str, log: bool = True) -> Path:
         print(f"==> building {name} ({binary.package}) into {path.parent} (once per pin; minutes)",
               file=sys.stderr, flush=True)
     start = time.monotonic()
-    proc = subprocess.run(
-        [go, "build", "-trimpath", f"-ldflags={ldflags(binary.component)}", "-o", str(tmp), binary.package],
-        cwd=TOOLS / binary.component, env=env, capture_output=True, text=True, check=False)
+    tags = [f"-tags={BUILD_TAGS[binary.component]}"] if binary.component in BUILD_TAGS else []
+    with tempfile.TemporaryDirectory(prefix=f".{binary.component}-src-", dir=path.parent) as scratch:
+        module_dir = TOOLS / binary.component
+        if binary.component in MISSING_EMBEDS:
+            module_dir = with_placeholders(go, binary.component, env, Path(scratch))
+        proc = subprocess.run(
+            [go, "build", "-trimpath", *tags, f"-ldflags={ldflags(binary.component)}", "-o", str(tmp),
+             binary.package],
+            cwd=module_dir, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-20:])

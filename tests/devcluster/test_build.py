@@ -34,6 +34,57 @@ def test_the_key_changes_with_the_pins(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert build.version_key("kwok") != before
 
 
+def test_the_monitoring_stack_is_built_from_its_own_pinned_modules(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    monkeypatch.setenv("GPU_POD_EXPORTER_CACHE", str(tmp_path))
+    # prometheus and promtool come from one module, built once into one directory.
+    assert build.binary_path("promtool").parent == build.binary_path("prometheus").parent
+    assert build.pinned_version("prometheus", "github.com/prometheus/prometheus").startswith("v0.3")  # 3.x
+    components = {build.BINARIES[n].component for n in ("prometheus", "alertmanager", "prometheus-operator", "thanos")}
+    assert len({build.version_key(c) for c in components}) == 4
+
+
+def test_the_monitoring_stack_stamps_its_release_version() -> None:
+    """``prometheus --version`` says 3.x.y like a release build (the operator also names its
+    config-reloader image after its own stamped version)."""
+    assert build.release_version("prometheus") == "3.16.0"  # module v0.316.0
+    assert build.release_version("thanos") == build.pinned_version("thanos", "github.com/thanos-io/thanos")[1:]
+    assert "-X github.com/prometheus/common/version.Version=3.16.0" in build.ldflags("prometheus")
+    assert "version.Version" not in build.ldflags("helm")
+
+
+def test_a_module_lacking_its_embedded_ui_is_built_on_a_copy_with_placeholders(tmp_path: Path) -> None:
+    """Alertmanager's module lacks ui/app/dist (npm-built): the build directory's go.mod replaces the
+    module by a copy holding a placeholder there, and nothing else of the module changes."""
+    upstream = tmp_path / "modcache" / "alertmanager@v0.35.0"
+    (upstream / "ui").mkdir(parents=True)
+    (upstream / "ui" / "web.go").write_text("package ui\n", encoding="utf-8")
+    (upstream / "ui").chmod(0o555)  # read-only, as in the module cache
+    go = tmp_path / "go"
+    go.write_text(f"#!/bin/sh\necho '{{\"Dir\": \"{upstream}\"}}'\n", encoding="utf-8")
+    go.chmod(0o755)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    try:
+        wrapper = build.with_placeholders(str(go), "alertmanager", dict(os.environ), scratch)
+    finally:
+        (upstream / "ui").chmod(0o755)
+    copy = scratch / "module"
+    assert (copy / "ui" / "web.go").read_text(encoding="utf-8") == "package ui\n"
+    for relative in build.MISSING_EMBEDS["alertmanager"][1]:
+        assert (copy / relative).read_text(encoding="utf-8") == build.PLACEHOLDER
+    gomod = (wrapper / "go.mod").read_text(encoding="utf-8")
+    assert gomod.endswith(f"\nreplace github.com/prometheus/alertmanager => {copy}\n")
+    assert gomod.startswith((build.TOOLS / "alertmanager" / "go.mod").read_text(encoding="utf-8"))
+    assert (wrapper / "go.sum").read_bytes() == (build.TOOLS / "alertmanager" / "go.sum").read_bytes()
+
+
+def test_the_key_changes_with_the_build_tags(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = build.version_key("prometheus")
+    monkeypatch.setitem(build.BUILD_TAGS, "prometheus", "remove_all_sd")
+    assert build.version_key("prometheus") != before
+
+
 def _fake_go(directory: Path, version: str) -> None:
     go = directory / "go"
     go.write_text(f"#!/bin/sh\necho {version}\n", encoding="utf-8")
@@ -73,3 +124,15 @@ def test_a_cached_binary_is_used_without_go(monkeypatch: pytest.MonkeyPatch, tmp
 def test_an_unknown_binary_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bin", "kubectl"]) == 2
     assert "unknown binary 'kubectl'" in capsys.readouterr().err
+
+
+def test_the_readme_versions_table_names_the_pinned_versions() -> None:
+    """README's "Supported monitoring stack" states what the tests ran on: the pins of tools/platform/."""
+    readme = (build.REPO / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("### Supported monitoring stack"):readme.index("## Metrics")]
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
+    module = build.pinned_version("prometheus", "github.com/prometheus/prometheus")
+    assert f"{build.release_version('prometheus')} (module {module})" in rows["Prometheus"]
+    assert f"{build.release_version('alertmanager')} (built" in rows["Alertmanager"]
+    assert f"v{build.release_version('prometheus-operator')} (built" in rows["Prometheus Operator"]
+    assert f"v{build.release_version('thanos')} (built" in rows["Thanos"]
