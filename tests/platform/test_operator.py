@@ -94,6 +94,13 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "honorLabels=true, dropTargetWorkloadLabels=false": {"honorLabels": True, "dropTargetWorkloadLabels": False},
     "honorLabels=false, dropTargetWorkloadLabels=false": {"honorLabels": False, "dropTargetWorkloadLabels": False},
 }
+# What the chart's NOTES (helm upgrade's output) say for each variant: the measured table, in words.
+NOTES_SAY = {
+    "honorLabels=false": "serviceMonitor.honorLabels=false changes no GPU label",
+    "honorLabels=true, dropTargetWorkloadLabels=false": "a GPU no pod uses carries the operator's",
+    "honorLabels=false, dropTargetWorkloadLabels=false": "renames the\n         exporter's pod/namespace/container "
+                                                         "labels to exported_pod",
+}
 TABLE_LABELS = ("pod", "namespace", "container", "team", "exported_pod", "exported_namespace", "exported_container")
 
 
@@ -495,9 +502,11 @@ def test_the_label_table_for_honor_labels_true_and_false(stack: Stack) -> None:
             prometheus = stack.prometheus
         else:
             honor, drop = (str(variant[k]).lower() for k in ("honorLabels", "dropTargetWorkloadLabels"))
-            stack.helm("upgrade", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--reuse-values",
-                       "--set", f"serviceMonitor.honorLabels={honor}",
-                       "--set", f"serviceMonitor.dropTargetWorkloadLabels={drop}")
+            upgrade = stack.helm("upgrade", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--reuse-values",
+                                 "--set", f"serviceMonitor.honorLabels={honor}",
+                                 "--set", f"serviceMonitor.dropTargetWorkloadLabels={drop}")
+            if NOTES_SAY[name] not in upgrade.stdout:
+                wrong.append(f"{name}: NOTES do not say {NOTES_SAY[name]!r}:\n{upgrade.stdout}")
             generated_prometheus_with(stack.admin, lambda c, v=variant: _matches(job(c, EXPORTER_JOB), v),
                                       f"honor_labels {honor}, labeldrop {drop}")
             prometheus, _ = stack.start_prometheus()
