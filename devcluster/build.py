@@ -17,11 +17,13 @@ Go modules through the Go module proxy.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +96,8 @@ def version_key(component: str) -> str:
     digest.update(ldflags(component).encode())
     if component in BUILD_TAGS:
         digest.update(f"tags={BUILD_TAGS[component]}".encode())
+    if component in MISSING_EMBEDS:
+        digest.update(f"placeholders={MISSING_EMBEDS[component]}{PLACEHOLDER}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -115,6 +119,19 @@ VERSION_STAMPED: dict[str, str] = {
     "prometheus-operator": "github.com/prometheus-operator/prometheus-operator",
     "thanos": "github.com/thanos-io/thanos",
 }
+
+
+#: Files a module embeds (``//go:embed``) but does not publish: Alertmanager's web UI, which its
+#: release process builds with npm into ui/app/dist before ``go build``. Its Go module lacks them, so
+#: ``go build`` of it fails. The build then runs on a private copy of the module with a one-line
+#: placeholder at each path, through a ``replace`` in a temporary copy of the wrapper module: the
+#: binary serves the placeholder where the UI would be, and its API (all the tests use) is the
+#: release's own code.
+MISSING_EMBEDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "alertmanager": ("github.com/prometheus/alertmanager",
+                     ("ui/app/dist/elm/index.html", "ui/app/dist/mantine/index.html")),
+}
+PLACEHOLDER = "<!doctype html><title>no web UI</title><p>Built without the web UI (gpu-pod-exporter tests).\n"
 
 
 def release_version(component: str) -> str:
@@ -162,6 +179,30 @@ def check_go() -> str:
     return go
 
 
+def with_placeholders(go: str, component: str, env: dict[str, str], scratch: Path) -> Path:
+    """A copy of ``component``'s wrapper module under ``scratch`` whose go.mod replaces the upstream
+    module by a copy of it with ``MISSING_EMBEDS``' placeholders; the directory to build in."""
+    module, files = MISSING_EMBEDS[component]
+    version = pinned_version(component, module)
+    proc = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], cwd=TOOLS / component, env=env,
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise BuildError(f"go mod download {module}@{version} failed: {(proc.stdout + proc.stderr).strip()[-500:]}")
+    source = scratch / "module"
+    shutil.copytree(json.loads(proc.stdout)["Dir"], source)
+    for directory, _, _ in os.walk(source):  # the module cache's copies are read-only
+        Path(directory).chmod(0o700)
+    for relative in files:
+        (source / relative).parent.mkdir(parents=True, exist_ok=True)
+        (source / relative).write_text(PLACEHOLDER, encoding="utf-8")
+    wrapper = scratch / "wrapper"
+    wrapper.mkdir()
+    shutil.copyfile(TOOLS / component / "go.sum", wrapper / "go.sum")
+    gomod = (TOOLS / component / "go.mod").read_text(encoding="utf-8")
+    (wrapper / "go.mod").write_text(f"{gomod}\nreplace {module} => {source}\n", encoding="utf-8")
+    return wrapper
+
+
 def build(name: str, log: bool = True) -> Path:
     """Build ``name`` into the cache unless it is already there; return its path.
 
@@ -183,10 +224,14 @@ def build(name: str, log: bool = True) -> Path:
               file=sys.stderr, flush=True)
     start = time.monotonic()
     tags = [f"-tags={BUILD_TAGS[binary.component]}"] if binary.component in BUILD_TAGS else []
-    proc = subprocess.run(
-        [go, "build", "-trimpath", *tags, f"-ldflags={ldflags(binary.component)}", "-o", str(tmp),
-         binary.package],
-        cwd=TOOLS / binary.component, env=env, capture_output=True, text=True, check=False)
+    with tempfile.TemporaryDirectory(prefix=f".{binary.component}-src-", dir=path.parent) as scratch:
+        module_dir = TOOLS / binary.component
+        if binary.component in MISSING_EMBEDS:
+            module_dir = with_placeholders(go, binary.component, env, Path(scratch))
+        proc = subprocess.run(
+            [go, "build", "-trimpath", *tags, f"-ldflags={ldflags(binary.component)}", "-o", str(tmp),
+             binary.package],
+            cwd=module_dir, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-20:])

@@ -53,6 +53,32 @@ def test_the_monitoring_stack_stamps_its_release_version() -> None:
     assert "version.Version" not in build.ldflags("helm")
 
 
+def test_a_module_lacking_its_embedded_ui_is_built_on_a_copy_with_placeholders(tmp_path: Path) -> None:
+    """Alertmanager's module lacks ui/app/dist (npm-built): the build directory's go.mod replaces the
+    module by a copy holding a placeholder there, and nothing else of the module changes."""
+    upstream = tmp_path / "modcache" / "alertmanager@v0.35.0"
+    (upstream / "ui").mkdir(parents=True)
+    (upstream / "ui" / "web.go").write_text("package ui\n", encoding="utf-8")
+    (upstream / "ui").chmod(0o555)  # read-only, as in the module cache
+    go = tmp_path / "go"
+    go.write_text(f"#!/bin/sh\necho '{{\"Dir\": \"{upstream}\"}}'\n", encoding="utf-8")
+    go.chmod(0o755)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    try:
+        wrapper = build.with_placeholders(str(go), "alertmanager", dict(os.environ), scratch)
+    finally:
+        (upstream / "ui").chmod(0o755)
+    copy = scratch / "module"
+    assert (copy / "ui" / "web.go").read_text(encoding="utf-8") == "package ui\n"
+    for relative in build.MISSING_EMBEDS["alertmanager"][1]:
+        assert (copy / relative).read_text(encoding="utf-8") == build.PLACEHOLDER
+    gomod = (wrapper / "go.mod").read_text(encoding="utf-8")
+    assert gomod.endswith(f"\nreplace github.com/prometheus/alertmanager => {copy}\n")
+    assert gomod.startswith((build.TOOLS / "alertmanager" / "go.mod").read_text(encoding="utf-8"))
+    assert (wrapper / "go.sum").read_bytes() == (build.TOOLS / "alertmanager" / "go.sum").read_bytes()
+
+
 def test_the_key_changes_with_the_build_tags(monkeypatch: pytest.MonkeyPatch) -> None:
     before = build.version_key("prometheus")
     monkeypatch.setitem(build.BUILD_TAGS, "prometheus", "remove_all_sd")
@@ -98,3 +124,15 @@ def test_a_cached_binary_is_used_without_go(monkeypatch: pytest.MonkeyPatch, tmp
 def test_an_unknown_binary_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bin", "kubectl"]) == 2
     assert "unknown binary 'kubectl'" in capsys.readouterr().err
+
+
+def test_the_readme_versions_table_names_the_pinned_versions() -> None:
+    """README's "Supported monitoring stack" states what the tests ran on: the pins of tools/platform/."""
+    readme = (build.REPO / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("### Supported monitoring stack"):readme.index("## Metrics")]
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
+    module = build.pinned_version("prometheus", "github.com/prometheus/prometheus")
+    assert f"{build.release_version('prometheus')} (module {module})" in rows["Prometheus"]
+    assert f"{build.release_version('alertmanager')} (built" in rows["Alertmanager"]
+    assert f"v{build.release_version('prometheus-operator')} (built" in rows["Prometheus Operator"]
+    assert f"v{build.release_version('thanos')} (built" in rows["Thanos"]
