@@ -93,10 +93,10 @@ def crd_files() -> list[Path]:
     return [directory / f"monitoring.coreos.com_{plural}.yaml" for plural in CRDS]
 
 
-def install_crds(admin: Api) -> list[str]:
+def install_crds(admin: Api, files: list[Path]) -> list[str]:
     """Create the CRDs (the API server parses the YAML itself); returns their names."""
     names = []
-    for path in crd_files():
+    for path in files:
         created = admin.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                                 path.read_bytes(), "application/yaml")
         names.append(created["metadata"]["name"])
@@ -107,8 +107,7 @@ class OperatorProcess:
     """The operator binary against the API server, with the admin client certificate (it manages
     StatefulSets, Secrets and ConfigMaps of the namespaces it is given; its own RBAC is not under test)."""
 
-    def __init__(self, cluster: Cluster, workdir: Path, namespaces: list[str]) -> None:
-        binary = build.build("prometheus-operator")
+    def __init__(self, binary: Path, cluster: Cluster, workdir: Path, namespaces: list[str]) -> None:
         self.log_path = workdir / "operator.log"
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
