@@ -28,6 +28,7 @@ AlertmanagerConfig's ``groupWait: 1s`` (``remediation.alertmanagerConfig.groupWa
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import tempfile
@@ -424,11 +425,31 @@ def test_the_operator_turns_the_charts_objects_into_configuration(stack: Stack) 
     webhook = receiver["webhook_configs"][0]
     assert webhook["http_config"]["authorization"] == {"type": "Bearer", "credentials": WEBHOOK_TOKEN}
     assert webhook["send_resolved"] is True
-    # the rewrite changed exactly the addresses, paths and $(VAR)s it lists
-    assert len(stack.alertmanager_rewrite.edits) == 1, stack.alertmanager_rewrite.edits
+    # the rewrite changed exactly the addresses, paths and $(VAR)s it lists, nothing else
+    _assert_only_listed_edits(stack)
     # the dashboards, for Grafana's sidecar
     dashboards = stack.admin.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps?labelSelector=grafana_dashboard%3D1")
     assert len(dashboards["items"]) == len(list((CHART_DIR / "files" / "dashboards").glob("*.json")))
+
+
+def _assert_only_listed_edits(stack: Stack) -> None:
+    text = ops.generated_prometheus(stack.admin, MONITORING, NAME)
+    assert text is not None
+    original = yaml.safe_load(ops.expand_reloader_env(text, {"POD_NAME": f"prometheus-{NAME}-0", "SHARD": "0"})[0])
+    rewritten = copy.deepcopy(stack.prometheus_rewrite.config)
+    for scrape in rewritten["scrape_configs"]:
+        if scrape["job_name"] in (EXPORTER_JOB, REMEDIATOR_JOB):
+            added = scrape["relabel_configs"][-2:]
+            assert added[0] == {"source_labels": ["__address__"], "target_label": "instance"}, added
+            assert added[1]["target_label"] == "__address__", added
+            del scrape["relabel_configs"][-2:]
+    for am in rewritten["alerting"]["alertmanagers"]:
+        del am["relabel_configs"][-2:]
+    assert [Path(f).parent.name for f in rewritten.pop("rule_files")] == \
+        [Path(f).parent.name for f in original.pop("rule_files")]
+    assert rewritten == original
+    webhook_edits = stack.alertmanager_rewrite.edits
+    assert len(webhook_edits) == 1 and f"{REMEDIATOR}.{NAMESPACE}.svc:9401" in webhook_edits[0], webhook_edits
 
 
 def test_prometheus_3_loads_every_prometheusrule_of_the_chart(stack: Stack) -> None:
