@@ -13,7 +13,9 @@ user applies (tests/e2e/installed.py):
 * Prometheus loads exactly the rendered PrometheusRule groups; the dashboards are the rendered
   Grafana ConfigMaps' JSON.
 
-Two Prometheus servers scrape them, every second:
+Two Prometheus servers per engine (Debian's 2.42 and Prometheus 3, ``prometheus_harness.ENGINES``) scrape
+them, every second, all launched before the exporters listen; every test taking ``deployment`` runs once
+per engine, and the tests at the end compare the engines query by query:
 
 * **healthy**: only the ``default`` scenario's node (8 H100s, training, inference, a sweep, pods and
   teams). There, every dashboard query must answer (c), except panels listed below with a reason:
