@@ -71,12 +71,13 @@ class Response:
 
 class ExporterProcess:
     def __init__(self, args: Sequence[str], env: dict[str, str] | None = None, cwd: Path | None = None,
-                 wrapper: Sequence[str] = (), inherit_environment: bool = True) -> None:
+                 wrapper: Sequence[str] = (), inherit_environment: bool = True, port: int | None = None) -> None:
         """``wrapper`` runs before the interpreter, e.g. ``setpriv --reuid ...`` to drop privileges.
 
         ``inherit_environment=False``: the process gets ``env`` and nothing of the test's environment.
+        ``port``: listen there (a scrape configuration written before the start names it); default a free one.
         """
-        self.port = free_port()
+        self.port = port or free_port()
         self.args = ["--address", f"127.0.0.1:{self.port}", *args]
         environ = {**(os.environ if inherit_environment else {}), "PYTHONUNBUFFERED": "1", **(env or {})}
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu-pod-exporter-{self.port}.log"

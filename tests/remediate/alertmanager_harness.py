@@ -36,8 +36,9 @@ def require_alertmanager() -> str:
 
 
 class AlertmanagerHarness:
-    def __init__(self, config: dict[str, Any], *, startup_timeout_s: float = 60.0) -> None:
+    def __init__(self, config: dict[str, Any], *, startup_timeout_s: float = 60.0, binary: str | None = None) -> None:
         self.config = config
+        self.binary = binary  # None: Debian's prometheus-alertmanager; else e.g. scripts/cluster bin alertmanager
         self.startup_timeout_s = startup_timeout_s
         self.port = 0
         self.workdir: Path | None = None
@@ -52,7 +53,7 @@ class AlertmanagerHarness:
         return f"http://{self.address}"
 
     def start(self) -> AlertmanagerHarness:
-        binary = require_alertmanager()
+        binary = self.binary or require_alertmanager()
         self.workdir = Path(tempfile.mkdtemp(prefix="alertmanager-harness-"))
         config_path = self.workdir / "alertmanager.yml"
         config_path.write_text(yaml.safe_dump(self.config, sort_keys=False), encoding="utf-8")
