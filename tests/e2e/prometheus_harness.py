@@ -16,11 +16,20 @@ Usage::
 
 A missing `prometheus` binary skips the calling test, or fails it when CI=true
 (`require_prometheus`).
+
+Engines: the tests that prove rules and dashboards run on both supported Prometheus generations
+(``ENGINES``): Debian's 2.42, the oldest supported, and Prometheus 3 built from its Go module
+(``scripts/cluster bin prometheus``; ``prometheus_engine``). Prometheus 3 changed scrape-protocol
+negotiation, UTF-8 names, left-open range selectors and regex matching, so passing on 2.42 alone
+proves nothing about what most users run.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import re
 import shutil
 import socket
 import subprocess
@@ -38,8 +47,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+import pytest
 import yaml
 
+from devcluster import build
 from tests.dashboards.dashboard_queries import (
     DASHBOARD_DIR,
     DashboardQuery,
@@ -89,11 +100,53 @@ def require_prometheus() -> str:
     return require_program("prometheus")
 
 
+#: The Prometheus generations the engine-parametrized tests run on: Debian bookworm's 2.42 (the
+#: oldest supported version) and 3.x built from github.com/prometheus/prometheus (tools/platform/prometheus).
+ENGINES = ("2.42", "3")
+
+
+def prometheus_engine(engine: str, program: str = "prometheus") -> str:
+    """The ``prometheus`` (or ``promtool``) executable of ``engine``.
+
+    "2.42" is Debian's package on PATH (``require_program``). "3" is the binary ``scripts/cluster
+    build`` put in the platform cache; when it is missing the calling test skips with how to build
+    it, except under CI=true, where it is built now (``./scripts/test`` builds it before the suite, so
+    this only happens when that step was bypassed) and a failed build fails the test.
+    """
+    if engine == "2.42":
+        return require_program(program)
+    if engine != "3":
+        raise ValueError(f"unknown Prometheus engine {engine!r}; one of {ENGINES}")
+    path = build.binary_path(program)
+    if path.is_file() and os.access(path, os.X_OK):
+        return str(path)
+    if os.environ.get("CI", "").lower() != "true":
+        pytest.skip(f"Prometheus 3's {program} is not built: `scripts/cluster bin {program}` builds it "
+                    "(Go >= 1.26, several minutes once; ./scripts/test does it)")
+    try:
+        return str(build.build(program))
+    except build.BuildError as error:
+        pytest.fail(f"Prometheus 3's {program} could not be built; CI=true requires it: {error}", pytrace=False)
+
+
+@functools.cache
+def engine_version(binary: str) -> str:
+    """The version ``binary --version`` reports (``2.42.0``, ``3.16.0``): what the tests ran on."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    match = re.search(r"version (\d+\.\d+\.\d+)", out.stdout + out.stderr)
+    if match is None:
+        raise PrometheusError(f"{binary} --version reports no version: {(out.stdout + out.stderr)[:200]!r}")
+    return match[1]
+
+
 @contextmanager
-def serve_metrics(render: Callable[[], bytes]) -> Iterator[str]:
+def serve_metrics(render: Callable[[], bytes],
+                  requests: list[dict[str, str]] | None = None) -> Iterator[str]:
     """A stand-in scrape target on 127.0.0.1: ``/metrics`` answers ``render()`` (text format 0.0.4).
 
-    Yields ``host:port`` for a Prometheus scrape config; other paths get 404.
+    Yields ``host:port`` for a Prometheus scrape config; other paths get 404. When ``requests`` is
+    given, the headers of each scrape are appended to it (what a Prometheus version asks for:
+    ``Accept``, ``User-Agent``, ...).
     """
 
     class Handler(BaseHTTPRequestHandler):
@@ -101,6 +154,8 @@ def serve_metrics(render: Callable[[], bytes]) -> Iterator[str]:
             if self.path != "/metrics":
                 self.send_error(404)
                 return
+            if requests is not None:
+                requests.append(dict(self.headers.items()))
             body = render()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")

@@ -70,7 +70,15 @@ from tests.dashboards.exporter_metrics import EXTERNAL_METRICS, exporter_metric_
 from tests.dashboards.promql_names import names_in, or_branches, recorded_names, rule_groups
 from tests.e2e.exporter_process import ExporterProcess, free_port
 from tests.e2e.installed import Install, container_environment, helm_install, manifests_install
-from tests.e2e.prometheus_harness import PrometheusHarness, Sample, require_prometheus, serve_metrics
+from tests.e2e.prometheus_harness import (
+    ENGINES,
+    PrometheusHarness,
+    Sample,
+    engine_version,
+    prometheus_engine,
+    require_prometheus,
+    serve_metrics,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -218,12 +226,25 @@ class Side:
 
 @dataclass
 class Deployment:
+    """What one Prometheus engine (2.42 or 3.x) sees of the install: its healthy and fault sides."""
+
+    engine: str  # "2.42" or "3" (prometheus_harness.ENGINES)
+    version: str  # what that prometheus --version says
     install: Install
     rule_file: Path
     healthy: Side
     faults: Side
     down_target: str
     started_at: float  # Unix time just before the Prometheus servers started
+
+
+@dataclass
+class Installed:
+    """The exporters, scraped at the same time by a healthy/faults pair of Prometheus servers per engine."""
+
+    deployments: dict[str, Deployment]  # engine -> what it saw (an engine missing locally is absent)
+    exporters: dict[str, ExporterProcess]
+    scrape_requests: list[dict[str, str]]  # the headers of each scrape of the kube-state-metrics stand-in
 
 
 # ------------------------------------------------------------------------------------- the queries
@@ -332,10 +353,11 @@ def answer_all(prometheus: PrometheusHarness, checks: Sequence[Check], deadline_
 
 
 # ------------------------------------------------------------------------------------------ fixture
-def serve_text(text: str) -> AbstractContextManager[str]:
-    """A fixed Prometheus text exposition (a stand-in for another exporter); yields host:port."""
+def serve_text(text: str, requests: list[dict[str, str]] | None = None) -> AbstractContextManager[str]:
+    """A fixed Prometheus text exposition (a stand-in for another exporter); yields host:port. The
+    headers of each scrape go to ``requests`` when given."""
     body = text.encode()
-    return serve_metrics(lambda: body)
+    return serve_metrics(lambda: body, requests)
 
 
 def start_exporter(install: Install, node: Node, workdir: Path) -> ExporterProcess:
@@ -345,9 +367,24 @@ def start_exporter(install: Install, node: Node, workdir: Path) -> ExporterProce
                            inherit_environment=False)
 
 
+def available_engines() -> dict[str, str]:
+    """engine -> prometheus binary, for each engine present. Locally an engine that is not built is
+    left out (its tests skip with the reason, from ``deployment``); under CI=true every one is required."""
+    binaries: dict[str, str] = {}
+    for engine in ENGINES:
+        try:
+            binaries[engine] = prometheus_engine(engine)
+        except pytest.skip.Exception:
+            continue
+    return binaries
+
+
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    """One set of exporters for the module; every engine's two Prometheus servers scrape the same ones
+    from the same moment, so both engines see the same events and their answers can be compared."""
     require_prometheus()
+    binaries = available_engines()
     workdir = tmp_path_factory.mktemp("default-install")
     install, attributed = helm_install(), helm_install(PROCESS_ATTRIBUTION)
     assert attributed.rule_groups == install.rule_groups and attributed.dashboards == install.dashboards
@@ -357,20 +394,27 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         for node in (HEALTHY, *FAULT_NODES):  # all start in parallel
             exporters[node.role] = start_exporter(attributed if node.process_attribution else install, node, workdir)
             stack.callback(exporters[node.role].stop)
-        kube_state_metrics = stack.enter_context(serve_text(KUBE_STATE_METRICS))
+        scrape_requests: list[dict[str, str]] = []
+        kube_state_metrics = stack.enter_context(serve_text(KUBE_STATE_METRICS, scrape_requests))
         for exporter in exporters.values():
             exporter.wait_listening(deadline_s=60)
         down_target = f"127.0.0.1:{free_port()}"
-        started_at = time.time()
         extra_jobs = {"kube-state-metrics": [kube_state_metrics]}
-        healthy = Side(stack.enter_context(PrometheusHarness(
-            [f"127.0.0.1:{exporters[HEALTHY.role].port}"], rule_files=[rule_file], extra_jobs=extra_jobs)),
-            {HEALTHY.role: exporters[HEALTHY.role]}, {HEALTHY.role: HEALTHY})
-        faults = Side(stack.enter_context(PrometheusHarness(
-            [*(f"127.0.0.1:{exporters[node.role].port}" for node in FAULT_NODES), down_target],
-            rule_files=[rule_file], extra_jobs=extra_jobs)),
-            {node.role: exporters[node.role] for node in FAULT_NODES}, {node.role: node for node in FAULT_NODES})
-        for side in (healthy, faults):
+        deployments: dict[str, Deployment] = {}
+        for engine, binary in binaries.items():
+            started_at = time.time()
+            healthy = Side(stack.enter_context(PrometheusHarness(
+                [f"127.0.0.1:{exporters[HEALTHY.role].port}"], rule_files=[rule_file], extra_jobs=extra_jobs,
+                prometheus_binary=binary)),
+                {HEALTHY.role: exporters[HEALTHY.role]}, {HEALTHY.role: HEALTHY})
+            faults = Side(stack.enter_context(PrometheusHarness(
+                [*(f"127.0.0.1:{exporters[node.role].port}" for node in FAULT_NODES), down_target],
+                rule_files=[rule_file], extra_jobs=extra_jobs, prometheus_binary=binary)),
+                {node.role: exporters[node.role] for node in FAULT_NODES}, {node.role: node for node in FAULT_NODES})
+            deployments[engine] = Deployment(engine, engine_version(binary), install, rule_file, healthy, faults,
+                                             down_target, started_at)
+        sides = [side for d in deployments.values() for side in (d.healthy, d.faults)]
+        for side in sides:
             targets = len(side.exporters)
             side.prometheus.wait_for('up{job="gpu-pod-exporter"} == 1', lambda s, n=targets: len(s) == n,
                                      deadline_s=60)
@@ -379,19 +423,35 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             # (kubelet and API watched, cost rules evaluated) before resolving the variables.
             side.prometheus.wait_for("team:gpu_allocated:sum", lambda s: len(s) >= 3, deadline_s=60)
         dashboards = list(install.dashboards.values())
-        # The fault side first: the hang and the lost GPU are events in time. The node dashboard is
+        # The fault sides first: the hang and the lost GPU are events in time. The node dashboard is
         # shown for the zoo, and for the process-attribution node its process-attribution panels.
-        faults.answers = answer_all(faults.prometheus, [
-            *dashboard_checks(faults.prometheus, dashboards, ZOO.hostname),
-            *(check for node in (ATTRIBUTED, SHARED) for check in dashboard_checks(
-                faults.prometheus, dashboards, node.hostname, only=NEEDS_PROCESS_ATTRIBUTION)),
-            *dcgm_exporter_checks(faults.prometheus), *rule_checks(rule_file)], ANSWER_DEADLINE_S,
-            may_stay_empty=NEEDS_PROCESS_ATTRIBUTION)
-        healthy.answers = answer_all(healthy.prometheus, [
-            *dashboard_checks(healthy.prometheus, dashboards, HEALTHY.hostname),
-            *dcgm_exporter_checks(healthy.prometheus)], ANSWER_DEADLINE_S,
-            may_stay_empty=set(QUIET_ON_A_HEALTHY_NODE))
-        yield Deployment(install, rule_file, healthy, faults, down_target, started_at)
+        for deployment in deployments.values():
+            faults = deployment.faults
+            faults.answers = answer_all(faults.prometheus, [
+                *dashboard_checks(faults.prometheus, dashboards, ZOO.hostname),
+                *(check for node in (ATTRIBUTED, SHARED) for check in dashboard_checks(
+                    faults.prometheus, dashboards, node.hostname, only=NEEDS_PROCESS_ATTRIBUTION)),
+                *dcgm_exporter_checks(faults.prometheus), *rule_checks(rule_file)], ANSWER_DEADLINE_S,
+                may_stay_empty=NEEDS_PROCESS_ATTRIBUTION)
+        for deployment in deployments.values():
+            healthy = deployment.healthy
+            healthy.answers = answer_all(healthy.prometheus, [
+                *dashboard_checks(healthy.prometheus, dashboards, HEALTHY.hostname),
+                *dcgm_exporter_checks(healthy.prometheus)], ANSWER_DEADLINE_S,
+                may_stay_empty=set(QUIET_ON_A_HEALTHY_NODE))
+        yield Installed(deployments, exporters, scrape_requests)
+
+
+@pytest.fixture(scope="module", params=ENGINES, ids=[f"prometheus-{engine}" for engine in ENGINES])
+def deployment(installed: Installed, request: pytest.FixtureRequest) -> Deployment:
+    """The install as one engine saw it: every test taking this fixture runs on 2.42 and on 3.x."""
+    engine = str(request.param)
+    if engine not in installed.deployments:
+        prometheus_engine(engine)  # skips with how to build it (or builds it under CI)
+        pytest.fail(f"Prometheus {engine} appeared after the module started; run the module again")
+    deployment = installed.deployments[engine]
+    assert f"{deployment.version}.".startswith(f"{engine}."), (engine, deployment.version)
+    return deployment
 
 
 def alert_rules(deployment: Deployment) -> dict[str, dict[str, Any]]:
@@ -783,3 +843,117 @@ def test_every_alternative_of_every_rule_can_hold(deployment: Deployment) -> Non
     assert [f"{check.where}: {check.expr}" for check, count in answers.items() if count == 0] == []
     [stale] = [branch for name, branch in branches if name == "GpuPodExporterSamplesStale" and "> 5" in branch]
     assert {subject(s) for s in prometheus.query(stale)} == {deployment.faults.instance(HANG.role)}
+
+
+# ------------------------------------------------------------------- Prometheus 2.42 and 3.x agree
+# Both engines scrape the same exporters from the same moment (the ``installed`` fixture). Prometheus 3
+# negotiates the scrape format differently (OpenMetrics first, ``escaping=allow-utf-8``), accepts UTF-8
+# names, and changed range selectors (left-open) and regex matching; these tests show that none of it
+# changes what users see. docs/prometheus.md lists what differed and what was changed for it.
+LEGACY_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+LEGACY_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+AGREEMENT_DEADLINE_S = 45.0
+
+
+def both_engines(installed: Installed) -> tuple[Deployment, Deployment]:
+    """(2.42, 3.x); skips (or fails under CI) when an engine is missing."""
+    for engine in ENGINES:
+        if engine not in installed.deployments:
+            prometheus_engine(engine)
+    old, new = ENGINES
+    return installed.deployments[old], installed.deployments[new]
+
+
+def label_sets(prometheus: PrometheusHarness, expr: str, at: float) -> set[tuple[tuple[str, str], ...]]:
+    return {tuple(sorted(sample.labels.items())) for sample in prometheus.query(expr, at=at)}
+
+
+def test_both_engines_answer_every_query_with_the_same_series(installed: Installed) -> None:
+    """Every dashboard query, rule expression and dcgm-exporter panel, resolved by each engine as Grafana
+    would, is the same text on both and returns the same series (label sets) at the same instant.
+    Values may differ: the two engines scrape at different moments of the simulator's clock. A query
+    whose series change with time (a threshold crossed, an alert going from pending to firing) is asked
+    again until both agree, within a deadline."""
+    old, new = both_engines(installed)
+    for side_old, side_new in ((old.healthy, new.healthy), (old.faults, new.faults)):
+        by_where_old = {check.where: check.expr for check in side_old.answers}
+        by_where_new = {check.where: check.expr for check in side_new.answers}
+        assert by_where_old == by_where_new  # the variables resolved the same on both engines
+        pending = sorted(by_where_old.items())
+        end = time.monotonic() + AGREEMENT_DEADLINE_S
+        while True:
+            at = time.time()
+            differing = [(where, expr) for where, expr in pending
+                         if label_sets(side_old.prometheus, expr, at) != label_sets(side_new.prometheus, expr, at)]
+            if not differing or time.monotonic() >= end:
+                break
+            pending = differing
+            time.sleep(1.0)
+        at = time.time()
+        report = [f"{where}\n  {old.version}: {sorted(label_sets(side_old.prometheus, expr, at))}\n"
+                  f"  {new.version}: {sorted(label_sets(side_new.prometheus, expr, at))}" for where, expr in differing]
+        assert not report, "\n".join(report)
+    print(f"\nsame series on Prometheus {old.version} and {new.version}: "
+          f"{len(old.healthy.answers)} healthy-side and {len(old.faults.answers)} fault-side queries")
+
+
+def exporter_names(side: Side) -> set[str]:
+    samples = side.prometheus.query('group by (__name__) (last_over_time({job="gpu-pod-exporter"}[1h]))')
+    return {sample.labels["__name__"] for sample in samples}
+
+
+def test_both_engines_store_the_same_names_with_the_same_types(installed: Installed) -> None:
+    """Scraped with each engine's default protocols, every exporter metric keeps its name (no ``_total``
+    added or removed) and its TYPE (a counter stays a counter in /api/v1/metadata, which Grafana's
+    metric browser and rate() hints read)."""
+    old, new = both_engines(installed)
+    registry = exporter_metric_entries()
+    typed_counters: set[str] = set()
+    for side_old, side_new in ((old.healthy, new.healthy), (old.faults, new.faults)):
+        names = exporter_names(side_old)
+        assert exporter_names(side_new) == names
+        metadata_old, metadata_new = side_old.prometheus.api("metadata"), side_new.prometheus.api("metadata")
+        types_old = {name: {m["type"] for m in metadata_old.get(name, [])} for name in names}
+        types_new = {name: {m["type"] for m in metadata_new.get(name, [])} for name in names}
+        assert types_new == types_old
+        counters = {name for name in names if registry.get(name) and registry[name].kind == "counter"}
+        assert {name: types_new[name] for name in counters} == {name: {"counter"} for name in counters}
+        typed_counters |= counters
+    # dcgm-exporter's counters without _total, ours with the upper-case _TOTAL, the self-metrics' _total:
+    assert {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_EXP_XID_ERRORS_TOTAL"} <= typed_counters
+    assert any(name.startswith("gpu_pod_exporter_") and name.endswith("_total") for name in typed_counters)
+
+
+def test_prometheus_3_default_scrape_protocols_get_the_text_format_with_counters_typed(installed: Installed) -> None:
+    """What Prometheus 3 asks for by default (captured from its scrapes of a stand-in target): OpenMetrics
+    first, and UTF-8 escaping allowed. dcgm-exporter's counters have no ``_total``, which OpenMetrics
+    would type ``unknown``, so the exporter answers that request in text format 0.0.4, as it answers 2.42."""
+    old, new = both_engines(installed)
+    accept = {engine: [headers.get("Accept", "") for headers in installed.scrape_requests
+                       if headers.get("User-Agent", "").startswith(f"Prometheus/{deployment.version}")]
+              for engine, deployment in installed.deployments.items()}
+    assert accept[new.engine] and accept[old.engine]
+    asked = accept[new.engine][-1]
+    assert asked.split(",")[0].startswith("application/openmetrics-text"), asked
+    assert "escaping=allow-utf-8" in asked, asked  # 3.x offers UTF-8 names; ours need none
+    assert "escaping" not in accept[old.engine][-1]
+    exporter = installed.exporters[HEALTHY.role]
+    for engine in (old.engine, new.engine):
+        response = exporter.get("/metrics", {"Accept": accept[engine][-1]})
+        assert response.status == 200
+        assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8", engine
+        assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in response.text
+        assert " unknown\n" not in response.text and " untyped\n" not in response.text
+
+
+def test_nothing_stored_needs_utf8_names(installed: Installed) -> None:
+    """Every metric and label name Prometheus 3 stored is a legacy (pre-UTF-8) name, so queries need no
+    quoting ({"name"}), and a Prometheus running with metric_name_validation_scheme: legacy, or 2.42,
+    stores the same."""
+    _, new = both_engines(installed)
+    for side in (new.healthy, new.faults):
+        names = set(side.prometheus.api("label/__name__/values"))
+        labels = set(side.prometheus.api("labels"))
+        assert {name for name in names if not LEGACY_METRIC_NAME.match(name)} == set()
+        assert {label for label in labels if not LEGACY_LABEL_NAME.match(label)} == set()
+        assert len(names) > 50 and {"gpu", "UUID", "Hostname", "pod", "namespace"} <= labels

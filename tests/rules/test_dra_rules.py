@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from exporter.simulate.scenario import SCENARIO_DIR
 from tests.e2e.exporter_process import running_exporter, wait_for
-from tests.rules.promtool_runner import RULE_FILES, run_promtool
+from tests.rules.promtool_runner import ENGINE_IDS, ENGINES, RULE_FILES, run_promtool
 
 FAMILIES = ("DCGM_EXP_GPU_ALLOCATED", "DCGM_EXP_GPU_ALLOCATION_INFO", "DCGM_FI_DEV_GPU_UTIL",
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
@@ -26,6 +27,12 @@ Sample = tuple[dict[str, str], float]
 def _series(name: str, labels: dict[str, str]) -> str:
     inner = ",".join(f'{key}="{value}"' for key, value in {**labels, **TARGET}.items())
     return f"{name}{{{inner}}}"
+
+
+@pytest.fixture(scope="module")
+def scraped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Sample]]:
+    """One scrape of the scenario, shared by the runs under each engine's promtool."""
+    return _scrape(tmp_path_factory.mktemp("dra-rules"))
 
 
 def _scrape(tmp_path: Path) -> dict[str, list[Sample]]:
@@ -46,8 +53,9 @@ def _scrape(tmp_path: Path) -> dict[str, list[Sample]]:
         return wait_for(attributed, 30.0, "every device-plugin and DRA GPU attributed")
 
 
-def test_cost_rules_and_the_idle_alert_count_dra_allocated_gpus(tmp_path: Path) -> None:
-    scraped = _scrape(tmp_path)
+@pytest.mark.parametrize("engine", ENGINES, ids=ENGINE_IDS)
+def test_cost_rules_and_the_idle_alert_count_dra_allocated_gpus(tmp_path: Path, scraped: dict[str, list[Sample]],
+                                                               engine: str) -> None:
     info = scraped["DCGM_EXP_GPU_ALLOCATION_INFO"]
     assert sum(1 for labels, _ in info if "dra_claim_name" in labels) == 5  # 2 whole + shared by 2 + 2 MIG
     # Idle: allocated devices whose utilisation (GPU_UTIL, or a MIG instance's GR engine activity) is < 5 %.
@@ -92,5 +100,5 @@ def test_cost_rules_and_the_idle_alert_count_dra_allocated_gpus(tmp_path: Path) 
     }
     path = tmp_path / "dra.test.yaml"
     path.write_text(yaml.safe_dump(tests, sort_keys=False), encoding="utf-8")
-    result = run_promtool("test", "rules", path)
+    result = run_promtool("test", "rules", path, engine=engine)
     assert result.returncode == 0, result.stdout + result.stderr

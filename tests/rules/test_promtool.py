@@ -1,11 +1,14 @@
-"""promtool accepts the rule files, their unit tests pass, and the unit tests do catch a broken rule."""
+"""promtool accepts the rule files, their unit tests pass, and the unit tests do catch a broken rule: under
+Debian's promtool 2.42 and under Prometheus 3's."""
 
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.rules.promtool_runner import RULE_FILES, RULE_TEST_FILES, RULES_DIR, run_promtool
+from tests.rules.promtool_runner import ENGINE_IDS, ENGINES, RULE_FILES, RULE_TEST_FILES, RULES_DIR, run_promtool
+
+each_engine = pytest.mark.parametrize("engine", ENGINES, ids=ENGINE_IDS)
 
 
 def test_there_are_rule_files_and_rule_tests() -> None:
@@ -13,21 +16,24 @@ def test_there_are_rule_files_and_rule_tests() -> None:
     assert len(RULE_TEST_FILES) >= 4
 
 
-def test_promtool_check_rules_is_clean() -> None:
-    result = run_promtool("check", "rules", *RULE_FILES)
+@each_engine
+def test_promtool_check_rules_is_clean(engine: str) -> None:
+    result = run_promtool("check", "rules", *RULE_FILES, engine=engine)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert output.count("SUCCESS") == len(RULE_FILES), output
     assert "WARNING" not in output.upper(), output
 
 
-def test_promtool_unit_tests_pass() -> None:
-    result = run_promtool("test", "rules", *RULE_TEST_FILES)
+@each_engine
+def test_promtool_unit_tests_pass(engine: str) -> None:
+    result = run_promtool("test", "rules", *RULE_TEST_FILES, engine=engine)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert output.count("SUCCESS") == len(RULE_TEST_FILES), output
 
 
+@each_engine
 @pytest.mark.parametrize(("old", "new", "broken_alert"), [
     # a threshold change is noticed
     ("expr: DCGM_FI_DEV_GPU_TEMP > 85", "expr: DCGM_FI_DEV_GPU_TEMP > 95", "GpuTemperatureHigh"),
@@ -39,7 +45,7 @@ def test_promtool_unit_tests_pass() -> None:
     ("(DCGM_EXP_FB_USED_PEAK or DCGM_FI_DEV_FB_USED)", "DCGM_FI_DEV_FB_USED", "GpuMemoryNearlyFull"),
 ])
 def test_the_unit_tests_fail_when_a_rule_changes(
-    tmp_path: Path, old: str, new: str, broken_alert: str
+    tmp_path: Path, old: str, new: str, broken_alert: str, engine: str
 ) -> None:
     copy = tmp_path / "rules"
     shutil.copytree(RULES_DIR, copy)
@@ -47,6 +53,6 @@ def test_the_unit_tests_fail_when_a_rule_changes(
     text = alerts.read_text(encoding="utf-8")
     assert text.count(old) == 1
     alerts.write_text(text.replace(old, new), encoding="utf-8")
-    result = run_promtool("test", "rules", *sorted((copy / "tests").glob("*.yaml")), cwd=copy)
+    result = run_promtool("test", "rules", *sorted((copy / "tests").glob("*.yaml")), cwd=copy, engine=engine)
     assert result.returncode != 0
     assert f"alertname: {broken_alert}" in result.stdout + result.stderr
