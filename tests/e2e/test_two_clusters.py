@@ -41,150 +41,46 @@ import json
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import ExitStack
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from exporter.report.cli import main as report_main
 from tests.dashboards.dashboard_queries import dashboard_queries, load_dashboards, query_variables
-from tests.e2e.exporter_process import ExporterProcess, free_port
 from tests.e2e.installed import helm_install
-from tests.e2e.prometheus_harness import PrometheusHarness, Sample, engine_version, prometheus_engine
+from tests.e2e.prometheus_harness import PrometheusHarness, Sample, prometheus_engine
 from tests.e2e.test_default_install import (
     GRAFANA_BUILTINS,
-    KUBE_STATE_METRICS,
     PROCESS_ATTRIBUTION,
-    ZOO,
     Check,
     answer_all,
     resolve_variables,
-    serve_text,
     shorten_subquery_resolution,
-    start_exporter,
 )
-from tests.e2e.thanos_harness import (
-    ThanosProcess,
-    ThanosQuery,
-    require_thanos,
-    ruler_group_file,
-    start_ruler,
-    start_sidecar,
+from tests.e2e.thanos_fleet import (
+    ALLOCATION,
+    CLUSTER_QUERY_OFFSET_S,
+    CLUSTERS,
+    INTERVAL_S,
+    REL,
+    RULER_LABELS,
+    ZOO_NODE,
+    Fleet,
+    Key,
+    local_samples,
+    ruler_samples,
+    two_clusters,
+    wait_until,
 )
+from tests.e2e.thanos_harness import require_thanos
 
 pytestmark = pytest.mark.e2e
-
-CLUSTERS = ("a", "b")
-ALLOCATION = {"research": 5.0, "vision": 3.0, "serving": 2 / 3, "search": 1 / 3}  # the zoo's, per cluster
-ZOO_NODE = ZOO.hostname
-INTERVAL_S = 1  # scrape, rule evaluation (clusters and ruler)
-CLUSTER_QUERY_OFFSET_S = 2  # > the scrape timeout (1 s): every scrape a cluster's rules read is written
-RULER_QUERY_OFFSET_S = 10  # the ruler reads what the clusters recorded 8 s before (their twins exist)
-RULER_LABELS = {"rule_replica": "fleet"}
-REL = 1e-9  # two PromQL engines may add the same numbers in another order
-
-
-class ClusterPrometheus(PrometheusHarness):
-    """A cluster's Prometheus: its exporter and kube-state-metrics, ``cluster`` only as external label."""
-
-    def __init__(self, cluster: str, exporters: Sequence[str], kube_state_metrics: str, **kwargs: Any) -> None:
-        super().__init__(exporters, extra_jobs={"kube-state-metrics": [kube_state_metrics]},
-                         scrape_interval=f"{INTERVAL_S}s", evaluation_interval=f"{INTERVAL_S}s",
-                         # the sidecar's requirement when it uploads blocks; kept as users must run it
-                         extra_flags=["--storage.tsdb.min-block-duration=2h", "--storage.tsdb.max-block-duration=2h"],
-                         **kwargs)
-        self.cluster = cluster
-
-    def config(self) -> dict[str, Any]:
-        config = super().config()
-        config["global"]["external_labels"] = {"cluster": self.cluster}
-        config["global"]["rule_query_offset"] = f"{CLUSTER_QUERY_OFFSET_S}s"
-        return config
-
-    @property
-    def tsdb(self) -> Path:
-        assert self.workdir is not None, "not started"
-        return self.workdir / "data"
-
-
-@dataclass
-class Fleet:
-    clusters: dict[str, ClusterPrometheus]
-    exporters: dict[str, ExporterProcess]
-    query: ThanosQuery
-    ruler: ThanosProcess
-    recording_groups: list[dict[str, Any]]
-    thanos_version: str
-    prometheus_version: str
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    prometheus = prometheus_engine("3")
-    thanos = require_thanos()
-    workdir = tmp_path_factory.mktemp("two-clusters")
-    install = helm_install(PROCESS_ATTRIBUTION)
-    recording = [g for g in install.rule_groups if all("record" in rule for rule in g["rules"])]
-    alerting = [g for g in install.rule_groups if g not in recording]
-    assert len(recording) >= 4 and alerting
-    # The ruler reads the recording groups from `source`; each cluster loads them from the path the
-    # ruler evaluates them under, so that both evaluate at the same instants (ruler_group_file).
-    source = workdir / "rules" / "recording.yaml"
-    ruler_data = workdir / "ruler"
-    shared = ruler_group_file(ruler_data, source)
-    for path in (source, shared):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump({"groups": recording}, sort_keys=False), encoding="utf-8")
-    alerts = workdir / "rules" / "alerts.yaml"
-    alerts.write_text(yaml.safe_dump({"groups": alerting}, sort_keys=False), encoding="utf-8")
-    with ExitStack() as stack:
-        exporters: dict[str, ExporterProcess] = {}
-        for cluster in CLUSTERS:
-            exporters[cluster] = start_exporter(install, ZOO, workdir / cluster)
-            stack.callback(exporters[cluster].stop)
-        kube_state_metrics = {cluster: stack.enter_context(serve_text(KUBE_STATE_METRICS)) for cluster in CLUSTERS}
-        for process in exporters.values():
-            process.wait_listening(deadline_s=60)
-        # each cluster also has a target where nothing listens (the "targets down" panel shows it)
-        clusters = {cluster: stack.enter_context(ClusterPrometheus(
-            cluster, [f"127.0.0.1:{exporters[cluster].port}", f"127.0.0.1:{free_port()}"],
-            kube_state_metrics[cluster], rule_files=[alerts, shared], prometheus_binary=prometheus))
-            for cluster in CLUSTERS}
-        sidecars: dict[str, ThanosProcess] = {}
-        for cluster, server in clusters.items():
-            sidecars[cluster] = start_sidecar(thanos, server, server.tsdb, workdir / f"sidecar-{cluster}")
-            stack.callback(sidecars[cluster].stop)
-        ruler_grpc = free_port()
-        query = stack.enter_context(ThanosQuery(
-            thanos, [*(sidecar.grpc_address for sidecar in sidecars.values()), f"127.0.0.1:{ruler_grpc}"],
-            replica_labels=list(RULER_LABELS)))
-        for server in clusters.values():
-            server.wait_for('up{job="gpu-pod-exporter"} == 1', lambda s: len(s) == 1, deadline_s=60)
-            server.wait_for_rules_evaluated(deadline_s=60)
-            server.wait_for("team:gpu_allocated:sum", lambda s: len(s) == len(ALLOCATION), deadline_s=60)
-        ruler = stack.enter_context(start_ruler(
-            thanos, query.url, [source], ruler_data, eval_interval=f"{INTERVAL_S}s",
-            query_offset=f"{RULER_QUERY_OFFSET_S}s", labels=RULER_LABELS, grpc_port=ruler_grpc))
-        query.wait_for_endpoints(3)
-        wait_until(lambda: len(query.raw_query('team:gpu_allocated:sum{rule_replica="fleet"}'))
-                   == len(CLUSTERS) * len(ALLOCATION), 90, "the ruler's first team allocation")
-        yield Fleet(clusters, exporters, query, ruler, recording, engine_version(thanos),
-                    engine_version(prometheus))
-
-
-def wait_until(check: Any, deadline_s: float, what: str) -> Any:
-    """Poll ``check()`` until it returns something true (generous deadlines: the machine is shared)."""
-    end = time.monotonic() + deadline_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() >= end:
-            raise TimeoutError(f"timed out after {deadline_s:.0f} s waiting for {what}")
-        time.sleep(0.5)
+    with two_clusters(prometheus_engine("3"), require_thanos(), tmp_path_factory.mktemp("two-clusters")) as running:
+        yield running
 
 
 def recorded(fleet: Fleet) -> list[str]:
@@ -198,26 +94,6 @@ def by_cluster(samples: Sequence[Sample]) -> dict[str, set[frozenset[tuple[str, 
         labels = {k: v for k, v in sample.labels.items() if k not in ("instance", *RULER_LABELS)}
         cluster = labels.pop("cluster", "")
         found.setdefault(cluster, set()).add(frozenset(labels.items()))
-    return found
-
-
-Key = frozenset[tuple[str, str]]
-
-
-def local_samples(server: PrometheusHarness, expr: str, at: float) -> dict[Key, dict[float, float]]:
-    """A range selector's raw samples in one Prometheus: labels -> {timestamp: value}."""
-    data = server.api("query", {"query": expr, "time": f"{at:.3f}"})
-    return {frozenset(item["metric"].items()): {float(t): float(v) for t, v in item["values"]}
-            for item in data["result"]}
-
-
-def ruler_samples(fleet: Fleet, name: str, at: float, window_s: int) -> dict[str, dict[Key, dict[float, float]]]:
-    """The ruler's raw samples of ``name`` through the Query, per cluster, labels without cluster/replica."""
-    found: dict[str, dict[Key, dict[float, float]]] = {}
-    for stored, points in fleet.query.raw_samples(f'{name}{{rule_replica="fleet"}}[{window_s}s]', at):
-        labels = {k: v for k, v in stored.items() if k not in RULER_LABELS}
-        cluster = labels.pop("cluster")
-        found.setdefault(cluster, {})[frozenset(labels.items())] = dict(points)
     return found
 
 
