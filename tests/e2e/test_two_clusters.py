@@ -99,8 +99,9 @@ def by_cluster(samples: Sequence[Sample]) -> dict[str, set[frozenset[tuple[str, 
 
 # ------------------------------------------------------------------------------- the architecture
 def test_the_engines_are_prometheus_3_and_thanos(fleet: Fleet) -> None:
-    print(f"\nengines: {fleet.prometheus_version}; {fleet.thanos_version}")
-    assert " 3." in fleet.prometheus_version and "thanos" in fleet.thanos_version.lower()
+    print(f"\nengines: Prometheus {fleet.prometheus_version} per cluster; Thanos {fleet.thanos_version} "
+          "(sidecar, query, rule)")
+    assert fleet.prometheus_version.startswith("3.") and fleet.thanos_version.startswith("0.")
     stores = fleet.query.stores()
     labels = sorted(json.dumps(store.get("labelSets") or store.get("labels")) for store in stores)
     assert len(stores) == 3, stores
@@ -222,6 +223,8 @@ def dashboards(fleet: Fleet) -> dict[str, list[Check]]:
     for cluster in CLUSTERS:
         answers = answer_all(fleet.query, checks[cluster], 75.0)
         assert [check.where for check, count in answers.items() if count == 0] == []
+        print(f"\ndashboard queries answered through Thanos Query {fleet.thanos_version} for cluster {cluster}: "
+              f"{sum(1 for count in answers.values() if count)} of {len(answers)}")
     return checks
 
 
