@@ -98,3 +98,15 @@ def test_a_cached_binary_is_used_without_go(monkeypatch: pytest.MonkeyPatch, tmp
 def test_an_unknown_binary_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bin", "kubectl"]) == 2
     assert "unknown binary 'kubectl'" in capsys.readouterr().err
+
+
+def test_the_readme_versions_table_names_the_pinned_versions() -> None:
+    """README's "Supported monitoring stack" states what the tests ran on: the pins of tools/platform/."""
+    readme = (build.REPO / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("### Supported monitoring stack"):readme.index("## Metrics")]
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
+    module = build.pinned_version("prometheus", "github.com/prometheus/prometheus")
+    assert f"{build.release_version('prometheus')} (module {module})" in rows["Prometheus"]
+    assert f"{build.release_version('alertmanager')} (built)" in rows["Alertmanager"]
+    assert f"v{build.release_version('prometheus-operator')} (built" in rows["Prometheus Operator"]
+    assert f"v{build.release_version('thanos')} (built" in rows["Thanos"]

@@ -269,6 +269,11 @@ class PrometheusHarness:
 
     def start(self) -> PrometheusHarness:
         """Write the configuration, start Prometheus and wait until /-/ready answers 200."""
+        return self.launch().wait_ready()
+
+    def launch(self) -> PrometheusHarness:
+        """Write the configuration and start Prometheus without waiting for it (``wait_ready`` does):
+        several servers that must see the same events start together this way."""
         binary = self.prometheus_binary or require_prometheus()
         self.workdir = Path(tempfile.mkdtemp(prefix="prometheus-harness-"))
         config_path = self.workdir / "prometheus.yml"
@@ -282,6 +287,10 @@ class PrometheusHarness:
              f"--storage.tsdb.retention.time={self.retention}", *self.extra_flags],
             stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
         log.close()
+        return self
+
+    def wait_ready(self) -> PrometheusHarness:
+        """Wait until the launched Prometheus answers /-/ready (stopping it if it never does)."""
         try:
             _poll(self._ready, self.startup_timeout_s, 0.1, f"Prometheus on port {self.port} to be ready")
         except (TimeoutError, PrometheusError):
