@@ -237,6 +237,14 @@ class ThanosQuery(PrometheusHarness):
             raise PrometheusError(f"unexpected result type {data['resultType']} for {expr}")
         return [Sample(dict(item["metric"]), float(item["value"][1])) for item in data["result"]]
 
+    def query_stores(self, expr: str, at: float, addresses: Sequence[str]) -> list[Sample]:
+        """An instant query answered from the endpoints at ``addresses`` only (``storeMatch[]``)."""
+        pattern = "|".join(address.replace(".", "\\\\.") for address in addresses)
+        data = self.api("query", {"query": expr, "time": f"{at:.3f}", "storeMatch[]": f'{{__address__=~"{pattern}"}}'})
+        if data["resultType"] == "scalar":
+            return [Sample({}, float(data["result"][1]))]
+        return [Sample(dict(item["metric"]), float(item["value"][1])) for item in data["result"]]
+
     def raw_samples(self, expr: str, at: float,
                     dedup: bool = False) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
         """A range selector's raw samples at ``at`` (``expr`` must end in ``[duration]``): labels and
