@@ -149,7 +149,7 @@ def test_the_ruler_evaluates_at_the_clusters_instants(fleet: Fleet) -> None:
     name = "team:gpu_allocated:sum"
     ruler = ruler_samples(fleet, name, at, 30)
     for cluster, server in fleet.clusters.items():
-        local = by_time(local_samples(server, f"{name}[30s]", at))
+        local = by_time(local_samples(server, f"{name}[3s]", at))  # since the fleet was aligned
         mine = by_time(ruler[cluster])
         assert mine and local
         assert {round(t % INTERVAL_S, 3) for t in mine} == {round(t % INTERVAL_S, 3) for t in local}
@@ -296,28 +296,25 @@ REPORT_GROUP_SERIES = ("gpu_container:gpu_allocation_share:ratio", "namespace:gp
                        "gpu:gpu_fraction:ratio")  # one series name of each recording group the report reads
 
 
-def evaluation_slots(points: Mapping[float, float] | Sequence[float]) -> set[int]:
-    return {round(t) for t in points}
-
-
 def complete_window(fleet: Fleet) -> tuple[int, int] | None:
-    """The last REPORT_POINTS whole seconds in which every evaluator (both clusters, the ruler) recorded
-    every report group: there the deduplicated series are each cluster's own, sample for sample."""
+    """The latest REPORT_POINTS seconds in which every evaluator (both clusters, the ruler) recorded
+    every report group at every instant: there the deduplicated series are each cluster's own, sample
+    for sample. None until there is one."""
     at = time.time()
     slots: set[int] | None = None
     for name in REPORT_GROUP_SERIES:
         ruler = ruler_samples(fleet, name, at, 60)
         for cluster, server in fleet.clusters.items():
             for found in (local_samples(server, f"{name}[60s]", at), ruler.get(cluster, {})):
-                times = set().union(*(evaluation_slots(p) for p in found.values())) if found else set()
+                times = {round(t * 1000) for points in found.values() for t in points}
                 slots = times if slots is None else slots & times
-    if not slots:
+    run: list[int] = []
+    for slot in sorted(slots or ()):
+        run = [*run, slot] if run and slot - run[-1] == INTERVAL_S * 1000 else [slot]
+    if not run:
         return None
-    end = max(slots)
-    start = end - REPORT_POINTS
-    if all(t in slots for t in range(start, end + 1)):
-        return start, end
-    return None
+    start, end = math.ceil(run[0] / 1000), run[-1] // 1000
+    return (end - REPORT_POINTS, end) if end - start >= REPORT_POINTS else None
 
 
 def run_report(url: str, window: tuple[int, int], *extra: str) -> dict[str, Any]:

@@ -20,8 +20,9 @@ so the instants stay the same.
 
 from __future__ import annotations
 
+import signal
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ from tests.e2e.exporter_process import ExporterProcess, free_port
 from tests.e2e.installed import helm_install
 from tests.e2e.prometheus_harness import PrometheusHarness, engine_version
 from tests.e2e.test_default_install import KUBE_STATE_METRICS, PROCESS_ATTRIBUTION, ZOO, serve_text, start_exporter
-from tests.e2e.thanos_harness import ThanosProcess, ThanosQuery, ruler_group_file, start_ruler, start_sidecar
+from tests.e2e.thanos_harness import ThanosProcess, ThanosQuery, start_ruler, start_sidecar
 
 T = TypeVar("T")
 CLUSTERS = ("a", "b")
@@ -88,12 +89,12 @@ def two_clusters(prometheus: str, thanos: str, workdir: Path) -> Iterator[Fleet]
     recording = [g for g in install.rule_groups if all("record" in rule for rule in g["rules"])]
     alerting = [g for g in install.rule_groups if g not in recording]
     assert len(recording) >= 4 and alerting
-    # The ruler reads the recording groups from `source`; each cluster loads them from the path the
-    # ruler evaluates them under, so that both evaluate at the same instants (ruler_group_file).
+    # The ruler and the clusters read the same groups from files of their own (the clusters' gets each
+    # group's query_offset once the instants are known: align_evaluations).
     source = workdir / "rules" / "recording.yaml"
     ruler_data = workdir / "ruler"
-    shared = ruler_group_file(ruler_data, source)
-    for path in (source, shared):
+    cluster_recording = workdir / "rules" / "cluster-recording.yaml"
+    for path in (source, cluster_recording):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump({"groups": recording}, sort_keys=False), encoding="utf-8")
     alerts = workdir / "rules" / "alerts.yaml"
@@ -109,7 +110,7 @@ def two_clusters(prometheus: str, thanos: str, workdir: Path) -> Iterator[Fleet]
         # each cluster also has a target where nothing listens (the "targets down" panel shows it)
         clusters = {cluster: stack.enter_context(ClusterPrometheus(
             cluster, [f"127.0.0.1:{exporters[cluster].port}", f"127.0.0.1:{free_port()}"],
-            kube_state_metrics[cluster], rule_files=[alerts, shared], prometheus_binary=prometheus))
+            kube_state_metrics[cluster], rule_files=[alerts, cluster_recording], prometheus_binary=prometheus))
             for cluster in CLUSTERS}
         sidecars: dict[str, ThanosProcess] = {}
         for cluster, server in clusters.items():
@@ -129,8 +130,53 @@ def two_clusters(prometheus: str, thanos: str, workdir: Path) -> Iterator[Fleet]
         query.wait_for_endpoints(3)
         wait_until(lambda: len(query.raw_query('team:gpu_allocated:sum{rule_replica="fleet"}'))
                    == len(CLUSTERS) * len(ALLOCATION), 90, "the ruler's first team allocation")
+        align_evaluations(clusters, query, recording, cluster_recording)
         yield Fleet(clusters, exporters, query, ruler, recording, engine_version(thanos),
                     engine_version(prometheus))
+
+
+def millisecond_in_second(timestamps: Iterable[float]) -> set[int]:
+    """Where within the second (ms) samples were recorded: one value per rule group."""
+    return {round(t * 1000) % 1000 for t in timestamps}
+
+
+def align_evaluations(clusters: Mapping[str, ClusterPrometheus], query: ThanosQuery,
+                      recording: list[dict[str, Any]], cluster_file: Path) -> None:
+    """Move each cluster's evaluations of each recording group onto the ruler's instants.
+
+    Prometheus and Thanos Ruler place a group's evaluations at an offset within the interval, a
+    hash of the group's name and file (rules.Group.EvalTimestamp); the ruler evaluates a rewritten
+    copy of each file, and the label hash differs between Prometheus' and Thanos' label builds, so
+    the offsets differ. A group's ``query_offset`` moves its samples by whole milliseconds: each
+    cluster group gets the 2 s of CLUSTER_QUERY_OFFSET_S plus the difference (under a second, so the
+    ruler still reads the clusters' recordings 7 s after they are written). Then every sample the
+    ruler records has a twin in each cluster with the same timestamp. Reloaded with SIGHUP.
+    """
+    at = time.time()
+    for group in recording:
+        name = str(group["rules"][0]["record"])
+        ruler = wait_until(lambda name=name: millisecond_in_second(
+            t for _, points in query.raw_samples(f'{name}{{rule_replica="fleet"}}[20s]', time.time())
+            for t, _ in points), 60, f"the ruler's evaluations of {group['name']}")
+        local = millisecond_in_second(t for points in local_samples(clusters[CLUSTERS[0]], f"{name}[5s]", at).values()
+                                      for t in points)
+        assert len(ruler) == 1 and len(local) == 1, (group["name"], ruler, local)
+        shift = (local.pop() - ruler.pop()) % 1000
+        group["query_offset"] = f"{CLUSTER_QUERY_OFFSET_S * 1000 + shift}ms"
+    cluster_file.write_text(yaml.safe_dump({"groups": recording}, sort_keys=False), encoding="utf-8")
+    for server in clusters.values():
+        assert server.process is not None
+        server.process.send_signal(signal.SIGHUP)
+    for group in recording:
+        name = str(group["rules"][0]["record"])
+        want = millisecond_in_second(t for _, points in query.raw_samples(
+            f'{name}{{rule_replica="fleet"}}[20s]', time.time()) for t, _ in points)
+        for server in clusters.values():
+            wait_until(lambda server=server, name=name, want=want: millisecond_in_second(
+                max(points) for points in local_samples(server, f"{name}[3s]", time.time()).values()) == want,
+                60, f"the cluster's evaluations of {group['name']} on the ruler's instants")
+    for group in recording:
+        del group["query_offset"]
 
 
 def wait_until(check: Callable[[], T], deadline_s: float, what: str) -> T:

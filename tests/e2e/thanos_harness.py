@@ -12,8 +12,6 @@ and gRPC ports chosen here:
 * :func:`start_ruler` evaluates rule files by asking a Query, stores what it records in its own TSDB
   and serves it over the StoreAPI (a Query lists it as an endpoint).
 
-:func:`ruler_group_file` is where the ruler keeps its copy of a rule file; see its docstring for why a
-test cares.
 """
 
 from __future__ import annotations
@@ -39,9 +37,6 @@ from devcluster import build
 from tests.e2e.prometheus_harness import PrometheusError, PrometheusHarness, Sample, free_port
 from tests.e2e.tools import stop_process
 
-#: Thanos Ruler's partial-response strategy for groups that do not set one (its default).
-DEFAULT_STRATEGY = "ABORT"
-
 
 def require_thanos() -> str:
     """The ``thanos`` executable from the platform cache.
@@ -60,22 +55,6 @@ def require_thanos() -> str:
         return str(build.build("thanos"))
     except build.BuildError as error:
         pytest.fail(f"thanos could not be built; CI=true requires it: {error}", pytrace=False)
-
-
-def ruler_group_file(data_dir: Path, rule_file: Path) -> Path:
-    """The path under which Thanos Ruler evaluates the groups of ``rule_file`` (an absolute path).
-
-    The ruler rewrites every rule file into ``<data-dir>/.tmp-rules/<strategy>/<original path>``
-    before handing it to Prometheus' rule manager (pkg/rules/manager.go), and Prometheus places a
-    group's evaluations at an offset within the interval that is a hash of the group's name and this
-    file path (rules.Group.EvalTimestamp). A Prometheus that loads the same groups from this very
-    path evaluates them at the same instants as the ruler, so every sample the ruler records has a
-    twin in that Prometheus with the same timestamp: the only way to compare the two sample for
-    sample. The test asserts that the timestamps do coincide.
-    """
-    if not rule_file.is_absolute():
-        raise ValueError(f"{rule_file} must be absolute")
-    return Path(f"{data_dir / '.tmp-rules' / DEFAULT_STRATEGY}{rule_file}")
 
 
 class ThanosProcess:
