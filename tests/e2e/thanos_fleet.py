@@ -173,7 +173,7 @@ def align_evaluations(clusters: Mapping[str, ClusterPrometheus], query: ThanosQu
             f'{name}{{rule_replica="fleet"}}[20s]', time.time()) for t, _ in points)
         for server in clusters.values():
             wait_until(lambda server=server, name=name, want=want: millisecond_in_second(
-                max(points) for points in local_samples(server, f"{name}[3s]", time.time()).values()) == want,
+                max(points) for points in local_samples(server, f"{name}[10s]", time.time()).values()) == want,
                 60, f"the cluster's evaluations of {group['name']} on the ruler's instants")
     for group in recording:
         del group["query_offset"]
