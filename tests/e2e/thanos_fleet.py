@@ -76,6 +76,7 @@ class Fleet:
     exporters: dict[str, ExporterProcess]
     query: ThanosQuery
     ruler: ThanosProcess
+    sidecars: dict[str, ThanosProcess]
     recording_groups: list[dict[str, Any]]
     thanos_version: str
     prometheus_version: str
@@ -131,7 +132,7 @@ def two_clusters(prometheus: str, thanos: str, workdir: Path) -> Iterator[Fleet]
         wait_until(lambda: len(query.raw_query('team:gpu_allocated:sum{rule_replica="fleet"}'))
                    == len(CLUSTERS) * len(ALLOCATION), 90, "the ruler's first team allocation")
         align_evaluations(clusters, query, recording, cluster_recording)
-        yield Fleet(clusters, exporters, query, ruler, recording, engine_version(thanos),
+        yield Fleet(clusters, exporters, query, ruler, sidecars, recording, engine_version(thanos),
                     engine_version(prometheus))
 
 
