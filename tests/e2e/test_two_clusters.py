@@ -15,16 +15,17 @@ Node names and GPU UUIDs collide completely, so a rule that joined ``on (Hostnam
 ``cluster`` fails ("many-to-many matching not allowed") or merges the clusters, and one that summed
 ``by (namespace)`` adds them up. What is shown:
 
-* the ruler's recorded series equal each cluster's own, **sample for sample**: both evaluate at the
-  same instants (the ruler's rule file path, :func:`ruler_group_file`) and read the same scrapes
-  (each evaluates that far in the past that every scrape it reads is written: 2 s in the clusters,
-  10 s in the ruler, whole multiples of the 1 s interval, so the instants stay the same);
+* the ruler's recorded series equal each cluster's own, **sample for sample**: both evaluate each
+  recording group at the same instants (each cluster's group gets a ``query_offset`` that moves its
+  instants onto the ruler's: tests/e2e/thanos_fleet.py ``align_evaluations``) and read the same
+  scrapes (each evaluates far enough in the past that every scrape it reads is written);
 * every dashboard query, with the ``cluster`` variable set as Grafana sets it, answers through the
-  Query for each cluster, with only that cluster's series, and with **exactly what that cluster's own
-  Prometheus answers** at the same instant (``cluster`` "None" there); for a cluster that does not
-  exist it answers nothing;
+  Query for each cluster, with only that cluster's series, and through the sidecars with **exactly
+  what that cluster's own Prometheus answers** at the same instant (``cluster`` "None" there); for a
+  cluster that does not exist it answers nothing;
 * ``gpu-pod-exporter report --prometheus <Query>`` gives for each cluster the figures that cluster's
-  Prometheus gives, and across both their sum.
+  Prometheus gives, and across both their sum (over a window where every evaluator recorded every
+  instant, so that deduplication takes each instant's sample from either, equal, copy).
 
 The ruler's recorded series carry its own external label ``rule_replica="fleet"``, and the Query
 deduplicates on it (``--query.replica-label=rule_replica``): here each cluster also evaluates the

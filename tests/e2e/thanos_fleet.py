@@ -10,12 +10,10 @@
 * one Thanos Ruler evaluating the chart's recording groups (all four) once for the fleet, through
   the Query, with its external label ``rule_replica="fleet"``.
 
-The ruler and the clusters evaluate the recording groups at the same instants (their groups are
-loaded from the same path, :func:`ruler_group_file`) and read the same scrapes: each evaluates far
-enough in the past that every scrape it reads is written (``rule_query_offset``: 2 s in the
-clusters, more than the 1 s scrape timeout; 10 s in the ruler, so that the clusters' own recordings
-of the same instant exist when it reads them). Both offsets are whole multiples of the 1 s interval,
-so the instants stay the same.
+The ruler and the clusters evaluate the recording groups at the same instants (``align_evaluations``)
+and read the same scrapes: each evaluates far enough in the past that every scrape it reads is written
+(``query_offset``: 2 to 3 s in the clusters, more than the 1 s scrape timeout; 10 s in the ruler, so
+that the clusters' own recordings of the same instant exist when it reads them).
 """
 
 from __future__ import annotations
@@ -42,7 +40,7 @@ ALLOCATION = {"research": 5.0, "vision": 3.0, "serving": 2 / 3, "search": 1 / 3}
 ZOO_NODE = ZOO.hostname
 INTERVAL_S = 1  # scrape, rule evaluation (clusters and ruler)
 CLUSTER_QUERY_OFFSET_S = 2  # > the scrape timeout (1 s): every scrape a cluster's rules read is written
-RULER_QUERY_OFFSET_S = 10  # the ruler reads what the clusters recorded 8 s before (their twins exist)
+RULER_QUERY_OFFSET_S = 10  # the ruler reads what the clusters recorded 7 s before (their twins exist)
 RULER_LABELS = {"rule_replica": "fleet"}
 REL = 1e-9  # two PromQL engines may add the same numbers in another order
 
