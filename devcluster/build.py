@@ -73,6 +73,9 @@ BINARIES: dict[str, Binary] = {b.name: b for b in (
 #: is all the tests use.
 BUILD_TAGS: dict[str, str] = {
     "prometheus": "remove_all_sd,enable_kubernetes_sd",
+    # Thanos' own release build (.promu.yml): without slicelabels its Query panics on the first
+    # endpoint it lists (it casts its wire labels to Prometheus' label slices in place).
+    "thanos": "netgo,slicelabels",
 }
 
 
