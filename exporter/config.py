@@ -30,6 +30,7 @@ from exporter import safeyaml
 from exporter.inputfile import InputFileError, read_text
 from exporter.metrics.selection import CHIP_SERIES_LAYOUTS, CHIP_SERIES_PER_INSTANCE, DeviceSelection, parse_devices
 from exporter.metrics.selection import DEFAULT as ALL_DEVICES
+from exporter.units import parse_go_duration
 
 EXIT_CONFIG_ERROR = 2
 PROGRAM = "gpu-pod-exporter"
@@ -78,10 +79,6 @@ def _parse_bool(raw: object) -> bool:
     raise ValueError(f"invalid boolean {_shown(raw)}: expected true or false (or Go's 1, t, T, 0, f, F)")
 
 
-_GO_DURATION = re.compile(r"^(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?(?:(?P<s>\d+(?:\.\d+)?)s)?"
-                          r"(?:(?P<ms>\d+(?:\.\d+)?)ms)?$")
-
-
 def _parse_go_duration(raw: object) -> float:
     """A Go ``time.Duration`` as dcgm-exporter's flags take it (``10s``, ``1m30s``, ``500ms``) -> seconds.
 
@@ -89,11 +86,7 @@ def _parse_go_duration(raw: object) -> float:
     does not allow, and longer than an hour is a typo.
     """
     text = _parse_str(raw).strip()
-    match = _GO_DURATION.match(text)
-    if not text or match is None or not any(match.groupdict().values()):
-        raise ValueError(f"invalid duration {_shown(text)}: expected a Go duration such as 10s, 1m30s or 500ms")
-    parts = {unit: float(value) for unit, value in match.groupdict().items() if value}
-    seconds = parts.get("h", 0) * 3600 + parts.get("m", 0) * 60 + parts.get("s", 0) + parts.get("ms", 0) / 1000
+    seconds = parse_go_duration(text)
     if not 0 < seconds <= 3600:
         raise ValueError(f"invalid duration {_shown(text)}: must be more than 0 and at most 1h")
     return seconds

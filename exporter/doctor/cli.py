@@ -31,7 +31,7 @@ from exporter.doctor.table import render_table
 from exporter.doctor.web_checks import check_web
 from exporter.logs import LOGGER_NAME, configure
 from exporter.metrics.counters import CounterFileError, CounterSet, load_counters
-from exporter.simulate.scenario import parse_duration
+from exporter.units import parse_quantity_duration
 from exporter.web.security import load_web_security
 from exporter.web.server import WebSecurity
 
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", metavar="SECONDS", type=_positive_seconds, default=DEFAULT_TIMEOUT_S,
                         help=f"deadline of each probe (NVML cycle, kubelet, API, Prometheus; default "
                         f"{DEFAULT_TIMEOUT_S:g})")
-    parser.add_argument("--at", metavar="DURATION", type=parse_duration, default=None,
+    parser.add_argument("--at", metavar="DURATION", type=parse_quantity_duration, default=None,
                         help="with --simulate: the scenario time to inspect (default: just after the last "
                         "scheduled fault)")
     return parser

@@ -45,7 +45,7 @@ from exporter import safeyaml
 from exporter.config import ConfigError
 from exporter.remediate.drain import DEFAULT_POD_LABEL, DRAIN_MODES, DrainPolicy
 from exporter.remediate.repair import Validation
-from exporter.web.webconfig import parse_go_duration
+from exporter.units import parse_go_duration
 
 MODES = ("dry-run", "events", "enforce")
 ACTIONS = ("event", "taint", "cordon", "annotate", "condition")

@@ -46,7 +46,7 @@ from exporter import safeyaml
 from exporter.inputfile import InputFileError, read_text
 from exporter.report.pricing import PriceSheet
 from exporter.report.pricingfile import PricingFileError, load_pricing
-from exporter.report.timespec import format_duration, parse_duration
+from exporter.units import format_duration, parse_prometheus_duration
 
 PROG = "gpu-pod-exporter report budget-rules"
 GROUP = "gpu-pod-exporter.budgets"
@@ -112,7 +112,7 @@ def load_budgets(path: str) -> Budgets:
     durations = {}
     for key in ("window", "step", "lookback", "forecast", "for"):
         try:
-            durations[key] = parse_duration(str(values[key]))
+            durations[key] = parse_prometheus_duration(str(values[key]))
         except ValueError as error:
             raise BudgetFileError(f"{path}: {key}: {error}") from None
     if durations["step"] <= 0 or durations["window"] < durations["step"] or durations["lookback"] < durations["step"]:

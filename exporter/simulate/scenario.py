@@ -14,7 +14,6 @@ The schema is documented in ``SCHEMA`` below and in the shipped scenarios.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
@@ -46,6 +45,7 @@ from exporter.simulate.patterns import (
     Steps,
     Window,
 )
+from exporter.units import SIZE_UNITS, parse_quantity_duration, parse_size, split_quantity
 
 _T = TypeVar("_T")
 
@@ -280,38 +280,11 @@ def parse_error_code(raw: object) -> int:
 # ---------------------------------------------------------------------------------------------
 # Units. Each parser takes a YAML scalar and returns the internal unit, or raises ValueError.
 
-_NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/µ]*)\s*$")
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0,
-                   "h": 3600.0, "d": 86400.0}
-_SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-               "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 _POWER_UNITS_MW = {"mW": 1.0, "W": 1000.0, "kW": 1_000_000.0}
 
 
-def _split(raw: object, what: str) -> tuple[float, str]:
-    if isinstance(raw, bool) or raw is None or isinstance(raw, list | dict):
-        raise ValueError(f"expected {what}, got {raw!r}")
-    if isinstance(raw, int | float):
-        return float(raw), ""
-    match = _NUMBER.match(str(raw))
-    if not match:
-        raise ValueError(f"expected {what}, got {raw!r}")
-    return float(match.group(1)), match.group(2)
-
-
-def parse_duration(raw: object) -> float:
-    """Seconds from ``4.5ms``, ``137us``, ``30s``, ``2m``, ``1h`` or a plain number of seconds."""
-    value, unit = _split(raw, "a duration like 30s or 4.5ms")
-    if unit and unit not in _DURATION_UNITS:
-        raise ValueError(f"unknown duration unit {unit!r} in {raw!r} (known: {', '.join(_DURATION_UNITS)})")
-    seconds = value * _DURATION_UNITS.get(unit, 1.0)
-    if seconds < 0 or not math.isfinite(seconds):
-        raise ValueError(f"duration {raw!r} must be zero or positive")
-    return seconds
-
-
 def _parse_percent(raw: object) -> float:
-    value, unit = _split(raw, "a percentage like 45 or 45%")
+    value, unit = split_quantity(raw, "a percentage like 45 or 45%")
     if unit not in ("", "%"):
         raise ValueError(f"expected a percentage like 45 or 45%, got {raw!r}")
     return value
@@ -319,41 +292,36 @@ def _parse_percent(raw: object) -> float:
 
 def _size_parser(total: int) -> Callable[[object], float]:
     def parse(raw: object) -> float:
-        value, unit = _split(raw, "a size like 40GiB, 512MiB, a number of bytes or 60%")
-        if unit == "%":
-            return total * value / 100.0
-        if unit and unit not in _SIZE_UNITS:
-            raise ValueError(f"unknown size unit {unit!r} in {raw!r} (known: {', '.join(_SIZE_UNITS)}, %)")
-        return value * _SIZE_UNITS.get(unit, 1)
+        return parse_size(raw, total)
 
     return parse
 
 
 def _parse_rate(raw: object) -> float:
-    value, unit = _split(raw, "a rate like 40GB/s or a number of bytes per second")
+    value, unit = split_quantity(raw, "a rate like 40GB/s or a number of bytes per second")
     if unit:
-        if not unit.endswith("/s") or unit[:-2] not in _SIZE_UNITS:
+        if not unit.endswith("/s") or unit[:-2] not in SIZE_UNITS:
             raise ValueError(f"unknown rate unit {unit!r} in {raw!r} (use e.g. 40GB/s, 1.5GiB/s, 500MB/s)")
-        return value * _SIZE_UNITS[unit[:-2]]
+        return value * SIZE_UNITS[unit[:-2]]
     return value
 
 
 def _parse_power_mw(raw: object) -> float:
-    value, unit = _split(raw, "a power like 350W, 0.35kW or a number of watts")
+    value, unit = split_quantity(raw, "a power like 350W, 0.35kW or a number of watts")
     if unit and unit not in _POWER_UNITS_MW:
         raise ValueError(f"unknown power unit {unit!r} in {raw!r} (known: mW, W, kW)")
     return value * _POWER_UNITS_MW.get(unit, 1000.0)
 
 
 def _parse_celsius(raw: object) -> float:
-    value, unit = _split(raw, "a temperature in degrees C")
+    value, unit = split_quantity(raw, "a temperature in degrees C")
     if unit not in ("", "C"):
         raise ValueError(f"expected a temperature in degrees C, got {raw!r}")
     return value
 
 
 def _parse_mhz(raw: object) -> float:
-    value, unit = _split(raw, "a clock in MHz")
+    value, unit = split_quantity(raw, "a clock in MHz")
     if unit not in ("", "MHz"):
         raise ValueError(f"expected a clock in MHz, got {raw!r}")
     return value
@@ -362,14 +330,14 @@ def _parse_mhz(raw: object) -> float:
 def _parse_pstate(raw: object) -> float:
     if isinstance(raw, str) and raw.strip().upper().startswith("P"):
         raw = raw.strip()[1:]
-    value, unit = _split(raw, "a performance state 0..15 or P0..P15")
+    value, unit = split_quantity(raw, "a performance state 0..15 or P0..P15")
     if unit or value != int(value):
         raise ValueError(f"expected a performance state 0..15 or P0..P15, got {raw!r}")
     return value
 
 
 def _parse_plain(raw: object) -> float:
-    value, unit = _split(raw, "a number")
+    value, unit = split_quantity(raw, "a number")
     if unit:
         raise ValueError(f"expected a plain number, got {raw!r}")
     return value
@@ -563,7 +531,7 @@ class YamlValue:
             raise self.error(f"{value} is above the maximum {maximum}")
 
     def duration(self) -> float:
-        return float(self.convert(parse_duration))
+        return float(self.convert(parse_quantity_duration))
 
     def choice(self, choices: Collection[str], what: str) -> str:
         text = self.string()

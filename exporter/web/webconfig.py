@@ -46,6 +46,7 @@ import yaml
 from exporter import safeyaml
 from exporter.config import ConfigError
 from exporter.inputfile import InputFileError, read_text
+from exporter.units import parse_go_duration
 from exporter.web.tlsnames import check_cipher_suite, check_curve
 
 CLIENT_AUTH_TYPES = (
@@ -75,8 +76,6 @@ ALLOWED_HEADERS: Mapping[str, tuple[str, ...] | None] = MappingProxyType({
 # $2a$/$2b$/$2x$/$2y$ (htpasswd -B writes $2y$), two-digit cost, 22 salt + 31 hash characters.
 _BCRYPT_HASH = re.compile(r"^\$2[abxy]\$(?P<cost>\d\d)\$[./A-Za-z0-9]{53}$")
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_DURATION_UNITS_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class WebConfigError(ConfigError):
@@ -143,16 +142,6 @@ def bcrypt_cost(hashed: str) -> int:
     if match is None:
         raise ValueError("not a bcrypt hash")
     return int(match.group("cost"))
-
-
-def parse_go_duration(text: str) -> float:
-    """Go's ``time.ParseDuration`` syntax (``1s``, ``1m30s``, ``250ms``, ``0``) in seconds."""
-    text = text.strip()
-    if text in {"0", "-0", "+0"}:
-        return 0.0
-    if not text or _DURATION_PART.sub("", text) != "":
-        raise ValueError(f"invalid duration {text!r}: expected e.g. 1s, 250ms or 1m30s")
-    return sum(float(number) * _DURATION_UNITS_S[unit] for number, unit in _DURATION_PART.findall(text))
 
 
 # ---------------------------------------------------------------------------------------------
