@@ -230,6 +230,11 @@ class YamlFile:
         return None if root is None else self.root(root)
 
 
+def _line_of(node: yaml.Node) -> int | None:
+    mark = node.start_mark
+    return int(mark.line) + 1 if mark is not None else None
+
+
 class YamlValue:
     """A YAML node plus where it came from, with typed accessors that fail with file:line: key.
 
@@ -250,16 +255,18 @@ class YamlValue:
         return self.file.source
 
     @property
-    def line(self) -> int:
-        """The line errors about this value name: its own, or (``key_lines``) its key's."""
+    def line(self) -> int | None:
+        """The line errors about this value name: its own, or (``key_lines``) its key's; None for a node
+        built from plain data (``yaml.SafeDumper.represent_data``), which has no position."""
         if self.file.key_lines and self.key_line is not None:
             return self.key_line
-        return int(self.node.start_mark.line) + 1
+        return _line_of(self.node)
 
     def error(self, message: str, *, path: str | None = None, line: int | None = None) -> Exception:
         return self.file.fail(self.line if line is None else line, path or self.path or self.file.document_key, message)
 
     def _child(self, key: str | int, node: yaml.Node, key_line: int | None = None) -> YamlValue:
+        """The value under ``key`` (its path extended, its key's line kept)."""
         if isinstance(key, int):
             return YamlValue(node, f"{self.path}[{key}]", self.file, key_line)
         return YamlValue(node, f"{self.path}.{key}" if self.path else key, self.file, key_line)
@@ -291,14 +298,14 @@ class YamlValue:
         text = repr(value)
         return text if len(text) <= 40 else text[:37] + "..."
 
-    def _pairs(self) -> list[tuple[Any, int, yaml.Node]]:
+    def _pairs(self) -> list[tuple[Any, int | None, yaml.Node]]:
         if not isinstance(self.node, yaml.MappingNode):
             raise self.error(f"expected a mapping, got {self.describe()}")
-        pairs: list[tuple[Any, int, yaml.Node]] = []
-        merged: list[tuple[Any, int, yaml.Node]] = []
+        pairs: list[tuple[Any, int | None, yaml.Node]] = []
+        merged: list[tuple[Any, int | None, yaml.Node]] = []
         seen: set[Any] = set()
         for key_node, value_node in self.node.value:
-            key_line = int(key_node.start_mark.line) + 1
+            key_line = _line_of(key_node)
             if key_node.tag == "tag:yaml.org,2002:merge":
                 # The composer leaves merge keys to the constructor, so they are resolved here.
                 sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
@@ -330,7 +337,8 @@ class YamlValue:
             child = self._child(name, value_node, key_line)
             if known is not None and name not in known:
                 raise self.error(unknown_key(name, known, more), path=child.path[:120], line=key_line)
-            self.file.lines.setdefault(child.path, key_line)
+            if key_line is not None:
+                self.file.lines.setdefault(child.path, key_line)
             result[name] = child
         return result
 

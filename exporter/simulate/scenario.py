@@ -1302,7 +1302,7 @@ def parse_scenario(text: str, source: str, name: str) -> Scenario:
     kubernetes = None
     if "kubernetes" in keys:
         section = keys["kubernetes"]
-        kubernetes = RawSection(source, section.line, section.value(), section.node)
+        kubernetes = RawSection(source, section.line or 1, section.value(), section.node)
     return Scenario(
         name=name,
         source=source,
