@@ -33,7 +33,7 @@ import difflib
 import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import yaml
 from yaml.constructor import SafeConstructor
@@ -265,11 +265,12 @@ class YamlValue:
     def error(self, message: str, *, path: str | None = None, line: int | None = None) -> Exception:
         return self.file.fail(self.line if line is None else line, path or self.path or self.file.document_key, message)
 
-    def _child(self, key: str | int, node: yaml.Node, key_line: int | None = None) -> YamlValue:
+    def _child(self, key: str | int, node: yaml.Node, key_line: int | None = None) -> Self:
         """The value under ``key`` (its path extended, its key's line kept)."""
+        kind = type(self)  # a format's subclass (extra accessors) reaches every node
         if isinstance(key, int):
-            return YamlValue(node, f"{self.path}[{key}]", self.file, key_line)
-        return YamlValue(node, f"{self.path}.{key}" if self.path else key, self.file, key_line)
+            return kind(node, f"{self.path}[{key}]", self.file, key_line)
+        return kind(node, f"{self.path}.{key}" if self.path else key, self.file, key_line)
 
     def value(self) -> Any:
         try:
@@ -310,7 +311,7 @@ class YamlValue:
                 # The composer leaves merge keys to the constructor, so they are resolved here.
                 sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
                 for source in sources:
-                    merged.extend(YamlValue(source, self.path, self.file)._pairs())
+                    merged.extend(type(self)(source, self.path, self.file)._pairs())
                 continue
             if not isinstance(key_node, yaml.ScalarNode):
                 raise self.error("mapping keys must be plain values", line=key_line)
@@ -326,12 +327,12 @@ class YamlValue:
                 pairs.append((key, key_line, value_node))
         return pairs
 
-    def mapping(self, known: Collection[str] | None = None, *, more: str = "") -> dict[str, YamlValue]:
+    def mapping(self, known: Collection[str] | None = None, *, more: str = "") -> dict[str, Self]:
         """The entries of a mapping (null: none); ``known``, when given, is every key allowed
         (``more`` says where the others are documented, for ``unknown_key``)."""
         if self.is_null():
             return {}
-        result: dict[str, YamlValue] = {}
+        result: dict[str, Self] = {}
         for key, key_line, value_node in self._pairs():
             name = str(key)
             child = self._child(name, value_node, key_line)
@@ -342,9 +343,9 @@ class YamlValue:
             result[name] = child
         return result
 
-    def index_mapping(self, limit: int, what: str) -> dict[int, YamlValue]:
+    def index_mapping(self, limit: int, what: str) -> dict[int, Self]:
         """A mapping keyed by integer indices ``0 <= i < limit`` (``gpus: {3: {...}}``)."""
-        result: dict[int, YamlValue] = {}
+        result: dict[int, Self] = {}
         for key, key_line, value_node in self._pairs():
             if isinstance(key, bool) or not isinstance(key, int):
                 raise self.error(f"keys must be {what} indices (integers), got {key!r}",
@@ -355,7 +356,7 @@ class YamlValue:
             result[key] = self._child(key, value_node, key_line)
         return result
 
-    def sequence(self) -> list[YamlValue]:
+    def sequence(self) -> list[Self]:
         """The items of a list (null: none)."""
         if self.is_null():
             return []
