@@ -738,40 +738,31 @@ def _load_yaml(path: str) -> dict[str, tuple[Any, str]]:
         text = read_text(path)
     except InputFileError as exc:
         raise ConfigError(f"config file {path}", "config-file", str(exc)) from None
-    try:
-        root = safeyaml.compose(text)
-    except safeyaml.YamlInputError as exc:
-        raise ConfigError(f"{path}:{exc.line}" if exc.line else path, "yaml", exc.message) from None
+    root = safeyaml.YamlFile(path, _config_error, key_lines=True, document_key="yaml").read(text)
     if root is None:
         return {}
-    if not isinstance(root, yaml.MappingNode):
-        raise ConfigError(f"{path}:{root.start_mark.line + 1}", "yaml", "expected a mapping of option: value")
-    if any(isinstance(key, yaml.ScalarNode) and key.value == "version" for key, _value in root.value):
+    if not root.is_mapping():
+        raise root.error("expected a mapping of option: value")
+    if any(isinstance(key, yaml.ScalarNode) and key.value == "version" for key, _value in root.node.value):
         from exporter.upstream_config import load_upstream_config  # noqa: PLC0415 - only for that format
 
-        return load_upstream_config(path, root)
+        return load_upstream_config(root)
 
     result: dict[str, tuple[Any, str]] = {}
-    seen: set[str] = set()
-    for key_node, value_node in root.value:
-        where = f"{path}:{key_node.start_mark.line + 1}"
-        if not isinstance(key_node, yaml.ScalarNode):
-            raise ConfigError(where, "yaml", "keys must be option names (plain strings)")
-        key = str(key_node.value)
+    for key, value in root.mapping().items():
+        where = f"{path}:{value.line}"
         option = _BY_YAML_KEY.get(key)
         if option is None:
             raise ConfigError(where, _shown_key(key), _unknown_key_message(key))
-        if key in seen:
-            raise ConfigError(where, key, "duplicate key")
-        seen.add(key)
-        try:
-            raw = safeyaml.construct(value_node)
-        except safeyaml.YamlInputError as exc:
-            raise ConfigError(where, key, exc.message) from None
+        raw = value.value()
         if raw is None:
-            raise ConfigError(where, key, "empty value: give a value or remove the key")
+            raise value.error("empty value: give a value or remove the key")
         result[option.attr] = (_convert(option, raw, where), where)
     return result
+
+
+def _config_error(source: str, line: int | None, key: str, message: str) -> ConfigError:
+    return ConfigError(f"{source}:{line}" if line is not None else source, key, message)
 
 
 def _unknown_key_message(key: str) -> str:
