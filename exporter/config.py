@@ -22,7 +22,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Self
 
 import yaml
 
@@ -48,6 +48,11 @@ class ConfigError(Exception):
         # One line, whatever the input held: a key or value with a newline or control character in
         # it is shown escaped (it came from the user's file and is quoted back in the message).
         super().__init__(_one_line(f"{source}: {key}: {message}"))
+
+    @classmethod
+    def at(cls, file: str, line: int | None, key: str, message: str) -> Self:
+        """The error at ``file:line`` (``safeyaml.YamlFile``'s error factory for every ConfigError kind)."""
+        return cls(f"{file}:{line}" if line is not None else file, key, message)
 
 
 def _one_line(text: str) -> str:
@@ -738,7 +743,7 @@ def _load_yaml(path: str) -> dict[str, tuple[Any, str]]:
         text = read_text(path)
     except InputFileError as exc:
         raise ConfigError(f"config file {path}", "config-file", str(exc)) from None
-    root = safeyaml.YamlFile(path, _config_error, key_lines=True, document_key="yaml").read(text)
+    root = safeyaml.YamlFile(path, ConfigError.at, key_lines=True, document_key="yaml").read(text)
     if root is None:
         return {}
     if not root.is_mapping():
@@ -759,10 +764,6 @@ def _load_yaml(path: str) -> dict[str, tuple[Any, str]]:
             raise value.error("empty value: give a value or remove the key")
         result[option.attr] = (_convert(option, raw, where), where)
     return result
-
-
-def _config_error(source: str, line: int | None, key: str, message: str) -> ConfigError:
-    return ConfigError(f"{source}:{line}" if line is not None else source, key, message)
 
 
 def _unknown_key_message(key: str) -> str:

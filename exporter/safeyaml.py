@@ -193,8 +193,17 @@ ErrorFactory = Callable[[str, "int | None", str, str], Exception]
 """``(file, line or None, key path, message) -> the format's own exception`` (its ``str()`` is one line)."""
 
 
+def located(kind: Callable[[str], Exception]) -> ErrorFactory:
+    """The error factory of an exception made from one ``file:line: key: message`` string."""
+
+    def make(source: str, line: int | None, key: str, message: str) -> Exception:
+        return kind(f"{source}{f':{line}' if line else ''}: {key}: {message}")
+
+    return make
+
+
 def _default_error(source: str, line: int | None, key: str, message: str) -> Exception:
-    return YamlInputError(line, f"{source}{f':{line}' if line else ''}: {key}: {message}")
+    return YamlInputError(line, f"{source}: {key}: {message}")
 
 
 @dataclass

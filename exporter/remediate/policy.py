@@ -115,16 +115,12 @@ def load_policy(path: str | None, mode_override: str | None = None) -> Policy:
 # The file, read with the shared YAML reader (exporter.safeyaml) so that every error names its line.
 
 
-def _policy_error(source: str, line: int | None, key: str, message: str) -> PolicyError:
-    return PolicyError(f"{source}:{line}" if line is not None else source, key, message)
-
-
 def _parse_file(path: str) -> Policy:
     try:
         text = read_text(path)
     except InputFileError as exc:
         raise PolicyError(f"policy file {path}", "policy", str(exc)) from None
-    root = safeyaml.YamlFile(path, _policy_error, shows_values=True, document_key="policy").read(text)
+    root = safeyaml.YamlFile(path, PolicyError.at, shows_values=True, document_key="policy").read(text)
     if root is None:
         return Policy(source=path)
     top = root.mapping(("mode", "node_label", "cluster", "alerts", "limits", "drain", "repair_request",

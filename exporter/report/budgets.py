@@ -71,16 +71,12 @@ class Budgets:
     currency: str | None = None
 
 
-def _budget_error(source: str, line: int | None, key: str, message: str) -> BudgetFileError:
-    return BudgetFileError(f"{source}{f':{line}' if line else ''}: {key}: {message}")
-
-
 def load_budgets(path: str) -> Budgets:
     try:
         text = read_text(path)
     except InputFileError as exc:
         raise BudgetFileError(f"{path}: {exc}") from None
-    root = safeyaml.YamlFile(path, _budget_error).read(text)
+    root = safeyaml.YamlFile(path, safeyaml.located(BudgetFileError)).read(text)
     if root is None or not root.is_mapping():
         raise BudgetFileError(f"{path}: expected a mapping with teams: (see docs/cost.md, Budgets)")
     keys = root.mapping(KEYS)

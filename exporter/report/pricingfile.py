@@ -42,10 +42,6 @@ class PricingFileError(ValueError):
     """A mistake in the pricing file: ``str()`` is ``FILE:LINE: KEY: what is wrong``."""
 
 
-def _pricing_error(source: str, line: int | None, key: str, message: str) -> PricingFileError:
-    return PricingFileError(f"{source}{f':{line}' if line else ''}: {key}: {message}")
-
-
 def _price(value: YamlValue) -> float:
     raw = value.value()
     if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw) or raw < 0:
@@ -77,7 +73,7 @@ def load_pricing(path: str) -> PriceSheet:
         text = read_text(path)
     except InputFileError as exc:
         raise PricingFileError(f"{path}: {exc}") from None
-    root = safeyaml.YamlFile(path, _pricing_error).read(text)
+    root = safeyaml.YamlFile(path, safeyaml.located(PricingFileError)).read(text)
     if root is None:
         raise PricingFileError(f"{path}: the file is empty; see docs/cost.md for the pricing file's keys")
     fields: dict[str, Any] = {}

@@ -325,11 +325,7 @@ def _pod(value: YamlValue, seen_pids: dict[int, str],
 
 
 def _section_file(source: str) -> safeyaml.YamlFile:
-    return safeyaml.YamlFile(source, _config_error, shows_values=True, document_key=SECTION)
-
-
-def _config_error(source: str, line: int | None, key: str, message: str) -> ConfigError:
-    return ConfigError(f"{source}:{line}" if line is not None else source, key, message)
+    return safeyaml.YamlFile(source, ConfigError.at, shows_values=True, document_key=SECTION)
 
 
 def parse_kubernetes_section(section: object, source: str = "<scenario>") -> KubernetesScenario:

@@ -81,10 +81,6 @@ class WebConfigError(ConfigError):
     """A mistake in the web config; ``str()`` is ``file:line: key.path: message``."""
 
 
-def _web_config_error(source: str, line: int | None, key: str, message: str) -> WebConfigError:
-    return WebConfigError(f"{source}:{line}" if line is not None else source, key, message)
-
-
 @dataclass(frozen=True)
 class TlsServerConfig:
     """``tls_server_config``; file paths are absolute (relative ones resolve against the config's folder)."""
@@ -194,7 +190,7 @@ def load_web_config(path: str) -> WebConfig:
 
 
 def parse_web_config(text: str, path: str) -> WebConfig:
-    file = safeyaml.YamlFile(path, _web_config_error, key_lines=True, document_key="web config")
+    file = safeyaml.YamlFile(path, WebConfigError.at, key_lines=True, document_key="web config")
     root = file.read(text)  # no aliases, bounded nesting, standard tags; errors quote nothing
     if root is None:
         return WebConfig(path=path)  # an empty file: plain HTTP, no authentication (as the toolkit)
