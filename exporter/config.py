@@ -27,7 +27,6 @@ from typing import Any, NoReturn, Self
 import yaml
 
 from exporter import safeyaml
-from exporter.inputfile import InputFileError, read_text
 from exporter.metrics.selection import CHIP_SERIES_LAYOUTS, CHIP_SERIES_PER_INSTANCE, DeviceSelection, parse_devices
 from exporter.metrics.selection import DEFAULT as ALL_DEVICES
 from exporter.units import parse_go_duration
@@ -739,11 +738,7 @@ def _load_yaml(path: str) -> dict[str, tuple[Any, str]]:
     ``exporter.safeyaml`` (bounded nesting, no aliases, standard tags only, errors that never quote
     the file). A key given twice is an error, as in the web config and the scenario format.
     """
-    try:
-        text = read_text(path)
-    except InputFileError as exc:
-        raise ConfigError(f"config file {path}", "config-file", str(exc)) from None
-    root = safeyaml.YamlFile(path, ConfigError.at, key_lines=True, document_key="yaml").read(text)
+    root = safeyaml.YamlFile(path, ConfigError.at, key_lines=True, document_key="yaml").load("config-file")
     if root is None:
         return {}
     if not root.is_mapping():

@@ -38,6 +38,8 @@ from typing import Any, Self, TypeVar
 import yaml
 from yaml.constructor import SafeConstructor
 
+from exporter.inputfile import DEFAULT_MAX_BYTES, InputFileError, read_text
+
 _T = TypeVar("_T")
 
 MAX_DEPTH = 64
@@ -229,6 +231,16 @@ class YamlFile:
 
     def root(self, node: yaml.Node, path: str = "") -> YamlValue:
         return YamlValue(node, path, self)
+
+    def load(self, file_key: str, *, max_bytes: int = DEFAULT_MAX_BYTES,
+             allow_aliases: bool = False) -> YamlValue | None:
+        """Read the file ``source`` names (``exporter.inputfile``: a regular file, bounded, UTF-8) and
+        compose it; a file that cannot be used is the error ``source: file_key: why``."""
+        try:
+            text = read_text(self.source, max_bytes)
+        except InputFileError as exc:
+            raise self.fail(None, file_key, str(exc)) from None
+        return self.read(text, allow_aliases=allow_aliases)
 
     def read(self, text: str, *, allow_aliases: bool = False) -> YamlValue | None:
         """The document's root (None when empty), bounded as ``compose``; errors under the key ``yaml``."""

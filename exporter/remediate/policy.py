@@ -40,7 +40,6 @@ from typing import Any
 
 from exporter import safeyaml
 from exporter.config import ConfigError
-from exporter.inputfile import InputFileError, read_text
 from exporter.remediate.drain import DEFAULT_POD_LABEL, DRAIN_MODES, DrainPolicy
 from exporter.remediate.repair import Validation
 from exporter.safeyaml import YamlValue
@@ -116,11 +115,7 @@ def load_policy(path: str | None, mode_override: str | None = None) -> Policy:
 
 
 def _parse_file(path: str) -> Policy:
-    try:
-        text = read_text(path)
-    except InputFileError as exc:
-        raise PolicyError(f"policy file {path}", "policy", str(exc)) from None
-    root = safeyaml.YamlFile(path, PolicyError.at, shows_values=True, document_key="policy").read(text)
+    root = safeyaml.YamlFile(path, PolicyError.at, shows_values=True, document_key="policy").load("policy")
     if root is None:
         return Policy(source=path)
     top = root.mapping(("mode", "node_label", "cluster", "alerts", "limits", "drain", "repair_request",

@@ -43,7 +43,6 @@ from typing import Any
 import yaml
 
 from exporter import safeyaml
-from exporter.inputfile import InputFileError, read_text
 from exporter.report.pricing import PriceSheet
 from exporter.report.pricingfile import PricingFileError, load_pricing
 from exporter.units import format_duration, parse_prometheus_duration
@@ -72,11 +71,7 @@ class Budgets:
 
 
 def load_budgets(path: str) -> Budgets:
-    try:
-        text = read_text(path)
-    except InputFileError as exc:
-        raise BudgetFileError(f"{path}: {exc}") from None
-    root = safeyaml.YamlFile(path, safeyaml.located(BudgetFileError)).read(text)
+    root = safeyaml.YamlFile(path, safeyaml.located(BudgetFileError)).load("budgets")
     if root is None or not root.is_mapping():
         raise BudgetFileError(f"{path}: expected a mapping with teams: (see docs/cost.md, Budgets)")
     keys = root.mapping(KEYS)

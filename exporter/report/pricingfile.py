@@ -69,11 +69,7 @@ def _prices(value: YamlValue) -> dict[str, float]:
 
 def load_pricing(path: str) -> PriceSheet:
     """The price sheet of the file at ``path``; raises ``PricingFileError`` (file, line, key)."""
-    try:
-        text = read_text(path)
-    except InputFileError as exc:
-        raise PricingFileError(f"{path}: {exc}") from None
-    root = safeyaml.YamlFile(path, safeyaml.located(PricingFileError)).read(text)
+    root = safeyaml.YamlFile(path, safeyaml.located(PricingFileError)).load("pricing")
     if root is None:
         raise PricingFileError(f"{path}: the file is empty; see docs/cost.md for the pricing file's keys")
     fields: dict[str, Any] = {}

@@ -74,7 +74,6 @@ import yaml
 
 from exporter import safeyaml
 from exporter.config import ConfigError
-from exporter.inputfile import InputFileError, read_text
 from exporter.safeyaml import YamlValue
 from exporter.simulate.dra_devices import DRIVER, PublishedDevice, gpu_device, mig_device
 from exporter.simulate.fakeaccess import DRA_GRANTS
@@ -390,11 +389,7 @@ def parse_kubernetes_section(section: object, source: str = "<scenario>") -> Kub
 
 def load_kubernetes_section(path: str | Path) -> KubernetesScenario | None:
     """Read a scenario file and validate its top-level ``kubernetes:`` key (None when absent)."""
-    try:
-        text = read_text(path, MAX_SCENARIO_BYTES)
-    except InputFileError as exc:
-        raise ConfigError(str(path), "scenario", str(exc)) from None
-    root = _section_file(str(path)).read(text, allow_aliases=True)
+    root = _section_file(str(path)).load("scenario", max_bytes=MAX_SCENARIO_BYTES, allow_aliases=True)
     if root is None or not root.is_mapping():
         return None
     for key_node, value_node in root.node.value:

@@ -43,7 +43,6 @@ from types import MappingProxyType
 
 from exporter import safeyaml
 from exporter.config import ConfigError
-from exporter.inputfile import InputFileError, read_text
 from exporter.safeyaml import YamlValue
 from exporter.units import parse_go_duration
 from exporter.web.tlsnames import check_cipher_suite, check_curve
@@ -182,16 +181,22 @@ class _Node(YamlValue):
 
 def load_web_config(path: str) -> WebConfig:
     """Read and validate the file; raises ``WebConfigError`` (one line: file, line, key)."""
-    try:
-        text = read_text(path)
-    except InputFileError as exc:
-        raise WebConfigError(path, "web-config-file", str(exc)) from None
-    return parse_web_config(text, path)
+    file = _web_config_file(path)
+    return _build(file, file.load("web-config-file"))
 
 
 def parse_web_config(text: str, path: str) -> WebConfig:
-    file = safeyaml.YamlFile(path, WebConfigError.at, key_lines=True, document_key="web config")
-    root = file.read(text)  # no aliases, bounded nesting, standard tags; errors quote nothing
+    file = _web_config_file(path)
+    return _build(file, file.read(text))
+
+
+def _web_config_file(path: str) -> safeyaml.YamlFile:
+    """No aliases, bounded nesting, standard tags; errors name the key's line and quote no value."""
+    return safeyaml.YamlFile(path, WebConfigError.at, key_lines=True, document_key="web config")
+
+
+def _build(file: safeyaml.YamlFile, root: YamlValue | None) -> WebConfig:
+    path = file.source
     if root is None:
         return WebConfig(path=path)  # an empty file: plain HTTP, no authentication (as the toolkit)
     top = _Node(root.node, "", file).mapping(("tls_server_config", "http_server_config", "basic_auth_users",
