@@ -177,6 +177,10 @@ class WebhookReceiver:
     def port(self) -> int:
         return self._server.port
 
+    @property
+    def open_connections(self) -> int:
+        return self._server.open_connections
+
     def start(self) -> None:
         self._server.start()
 

@@ -250,7 +250,12 @@ class _Connection(asyncio.Protocol):
         self._body_length = length
         self._body_done = done
         self.arm(self.server.read_timeout_s, "body-timeout", "a client did not send its request body in time")
-        self._body_data(b"")
+        if self.transport is not None:
+            self.transport.resume_reading()
+        if self._tls is not None:
+            self._tls_data(b"")  # what arrived with the head may wait, decrypted or not, in the TLS object
+        else:
+            self._body_data(b"")
 
     def _body_data(self, data: bytes) -> None:
         self._buffer += data
@@ -319,10 +324,14 @@ class _Connection(asyncio.Protocol):
     # -- writing ------------------------------------------------------------------------------------
 
     def busy(self) -> None:
-        """The head is complete: no longer idle, no head deadline."""
+        """The head is complete: no longer idle, no head deadline. A server that reads bodies gets the
+        rest later (``read_body``): until then the socket is not read, so the kernel holds what the client
+        sends on (flow control), not our memory."""
         self.state = "busy"
         self._disarm()
         self.server.not_idle(self)
+        if self.server.max_body_bytes and self.transport is not None:
+            self.transport.pause_reading()
 
     def send(self, head: bytes, body: bytes) -> None:
         """Write the response and close; at most ``WRITE_TIMEOUT_S`` for all of it."""
