@@ -22,14 +22,14 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Self
 
 import yaml
 
 from exporter import safeyaml
-from exporter.inputfile import InputFileError, read_text
 from exporter.metrics.selection import CHIP_SERIES_LAYOUTS, CHIP_SERIES_PER_INSTANCE, DeviceSelection, parse_devices
 from exporter.metrics.selection import DEFAULT as ALL_DEVICES
+from exporter.units import parse_go_duration
 
 EXIT_CONFIG_ERROR = 2
 PROGRAM = "gpu-pod-exporter"
@@ -47,6 +47,11 @@ class ConfigError(Exception):
         # One line, whatever the input held: a key or value with a newline or control character in
         # it is shown escaped (it came from the user's file and is quoted back in the message).
         super().__init__(_one_line(f"{source}: {key}: {message}"))
+
+    @classmethod
+    def at(cls, file: str, line: int | None, key: str, message: str) -> Self:
+        """The error at ``file:line`` (``safeyaml.YamlFile``'s error factory for every ConfigError kind)."""
+        return cls(f"{file}:{line}" if line is not None else file, key, message)
 
 
 def _one_line(text: str) -> str:
@@ -78,10 +83,6 @@ def _parse_bool(raw: object) -> bool:
     raise ValueError(f"invalid boolean {_shown(raw)}: expected true or false (or Go's 1, t, T, 0, f, F)")
 
 
-_GO_DURATION = re.compile(r"^(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?(?:(?P<s>\d+(?:\.\d+)?)s)?"
-                          r"(?:(?P<ms>\d+(?:\.\d+)?)ms)?$")
-
-
 def _parse_go_duration(raw: object) -> float:
     """A Go ``time.Duration`` as dcgm-exporter's flags take it (``10s``, ``1m30s``, ``500ms``) -> seconds.
 
@@ -89,11 +90,7 @@ def _parse_go_duration(raw: object) -> float:
     does not allow, and longer than an hour is a typo.
     """
     text = _parse_str(raw).strip()
-    match = _GO_DURATION.match(text)
-    if not text or match is None or not any(match.groupdict().values()):
-        raise ValueError(f"invalid duration {_shown(text)}: expected a Go duration such as 10s, 1m30s or 500ms")
-    parts = {unit: float(value) for unit, value in match.groupdict().items() if value}
-    seconds = parts.get("h", 0) * 3600 + parts.get("m", 0) * 60 + parts.get("s", 0) + parts.get("ms", 0) / 1000
+    seconds = parse_go_duration(text)
     if not 0 < seconds <= 3600:
         raise ValueError(f"invalid duration {_shown(text)}: must be more than 0 and at most 1h")
     return seconds
@@ -757,42 +754,25 @@ def _load_yaml(path: str) -> dict[str, tuple[Any, str]]:
     ``exporter.safeyaml`` (bounded nesting, no aliases, standard tags only, errors that never quote
     the file). A key given twice is an error, as in the web config and the scenario format.
     """
-    try:
-        text = read_text(path)
-    except InputFileError as exc:
-        raise ConfigError(f"config file {path}", "config-file", str(exc)) from None
-    try:
-        root = safeyaml.compose(text)
-    except safeyaml.YamlInputError as exc:
-        raise ConfigError(f"{path}:{exc.line}" if exc.line else path, "yaml", exc.message) from None
+    root = safeyaml.YamlFile(path, ConfigError.at, key_lines=True, document_key="yaml").load("config-file")
     if root is None:
         return {}
-    if not isinstance(root, yaml.MappingNode):
-        raise ConfigError(f"{path}:{root.start_mark.line + 1}", "yaml", "expected a mapping of option: value")
-    if any(isinstance(key, yaml.ScalarNode) and key.value == "version" for key, _value in root.value):
+    if not root.is_mapping():
+        raise root.error("expected a mapping of option: value")
+    if any(isinstance(key, yaml.ScalarNode) and key.value == "version" for key, _value in root.node.value):
         from exporter.upstream_config import load_upstream_config  # noqa: PLC0415 - only for that format
 
-        return load_upstream_config(path, root)
+        return load_upstream_config(root)
 
     result: dict[str, tuple[Any, str]] = {}
-    seen: set[str] = set()
-    for key_node, value_node in root.value:
-        where = f"{path}:{key_node.start_mark.line + 1}"
-        if not isinstance(key_node, yaml.ScalarNode):
-            raise ConfigError(where, "yaml", "keys must be option names (plain strings)")
-        key = str(key_node.value)
+    for key, value in root.mapping().items():
+        where = f"{path}:{value.line}"
         option = _BY_YAML_KEY.get(key)
         if option is None:
             raise ConfigError(where, _shown_key(key), _unknown_key_message(key))
-        if key in seen:
-            raise ConfigError(where, key, "duplicate key")
-        seen.add(key)
-        try:
-            raw = safeyaml.construct(value_node)
-        except safeyaml.YamlInputError as exc:
-            raise ConfigError(where, key, exc.message) from None
+        raw = value.value()
         if raw is None:
-            raise ConfigError(where, key, "empty value: give a value or remove the key")
+            raise value.error("empty value: give a value or remove the key")
         result[option.attr] = (_convert(option, raw, where), where)
     return result
 

@@ -9,8 +9,9 @@ collect interval too large for ``Event.wait`` killed the sampler after its first
 ``supervised(target, name=..., stop=...)`` returns a thread that runs ``target`` under a
 supervisor: an unexpected exception is logged (with its traceback: it is a bug, not a user
 mistake), the thread counts as *down* (``/health`` answers 503 naming it), and ``target`` is run
-again after a jittered exponential backoff (0.5 s doubling to 30 s; back to 0.5 s once a run has
-lasted a minute). Each restart is counted in ``gpu_pod_exporter_thread_restarts_total{thread}``.
+again after the package's backoff (``exporter.backoff``: windows of 0.5 s doubling to 30 s, one
+restart at a random moment in each; back to the first window once a run has lasted a minute).
+Each restart is counted in ``gpu_pod_exporter_thread_restarts_total{thread}``.
 A target that returns, or fails while its ``stop`` event is set, is finished, not restarted.
 """
 
@@ -22,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from exporter.backoff import Backoff, BackoffPolicy
 from exporter.logs import get_logger
 
 log = get_logger("supervisor")
@@ -42,10 +44,11 @@ class Supervisor:
     """Which supervised threads exist, how often each was restarted, and which are down now."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic,
-                 backoff_initial_s: float = BACKOFF_INITIAL_S, backoff_max_s: float = BACKOFF_MAX_S) -> None:
+                 backoff_initial_s: float = BACKOFF_INITIAL_S, backoff_max_s: float = BACKOFF_MAX_S,
+                 random_fraction: Callable[[], float] = random.random) -> None:
         self._clock = clock
-        self.backoff_initial_s = backoff_initial_s
-        self.backoff_max_s = backoff_max_s
+        self.policy = BackoffPolicy(initial_s=backoff_initial_s, max_s=backoff_max_s)
+        self._random = random_fraction
         self._lock = threading.Lock()
         self._restarts: dict[str, int] = {}
         self._down: dict[str, DownThread] = {}
@@ -63,7 +66,7 @@ class Supervisor:
         """Run ``target`` until it returns; restart it with backoff after an unexpected exception."""
         with self._lock:
             self._restarts.setdefault(name, 0)
-        failures = 0
+        backoff = Backoff(self.policy, self._random)
         while True:
             started = self._clock()
             try:
@@ -73,10 +76,9 @@ class Supervisor:
                     self._up(name)
                     return  # failing on the way out is not worth a restart
                 if self._clock() - started >= STABLE_AFTER_S:
-                    failures = 0
-                failures += 1
-                delay = min(self.backoff_max_s, self.backoff_initial_s * 2 ** (failures - 1))
-                delay *= 0.5 + 0.5 * random.random()  # noqa: S311 - jitter, not security
+                    backoff.reset()
+                delay = backoff.failed(self._clock())
+                failures = backoff.failures
                 error = f"{type(exc).__name__}: {exc}"[:300]
                 with self._lock:
                     self._down[name] = DownThread(name, error, self._clock())

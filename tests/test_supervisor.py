@@ -25,7 +25,7 @@ def test_a_failing_target_is_restarted_until_it_returns_and_each_restart_is_coun
 
 
 def test_while_backing_off_the_thread_is_down_with_its_error_and_stop_ends_it() -> None:
-    supervisor = Supervisor(backoff_initial_s=30.0)
+    supervisor = Supervisor(backoff_initial_s=30.0, random_fraction=lambda: 0.5)  # restart in 15 s: after the test
     stop = threading.Event()
 
     def target() -> None:

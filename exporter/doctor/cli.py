@@ -17,7 +17,7 @@ import logging
 import socket
 import sys
 from collections.abc import Iterator, Sequence
-from typing import NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from exporter.config import PROGRAM, Config, ConfigError, load_config
 from exporter.doctor.api_checks import check_api
@@ -26,14 +26,16 @@ from exporter.doctor.nvml_checks import check_nvml
 from exporter.doctor.process_checks import check_processes
 from exporter.doctor.prometheus_checks import check_prometheus
 from exporter.doctor.report import EXIT_CONFIG_ERROR, Report, Row, config_error, degraded, ok
-from exporter.doctor.simulation import DoctorSimulation
 from exporter.doctor.table import render_table
 from exporter.doctor.web_checks import check_web
 from exporter.logs import LOGGER_NAME, configure
 from exporter.metrics.counters import CounterFileError, CounterSet, load_counters
-from exporter.simulate.scenario import parse_duration
+from exporter.units import parse_quantity_duration
 from exporter.web.security import load_web_security
 from exporter.web.server import WebSecurity
+
+if TYPE_CHECKING:
+    from exporter.doctor.simulation import DoctorSimulation
 
 NAME = f"{PROGRAM} doctor"
 DEFAULT_TIMEOUT_S = 10.0
@@ -72,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", metavar="SECONDS", type=_positive_seconds, default=DEFAULT_TIMEOUT_S,
                         help=f"deadline of each probe (NVML cycle, kubelet, API, Prometheus; default "
                         f"{DEFAULT_TIMEOUT_S:g})")
-    parser.add_argument("--at", metavar="DURATION", type=parse_duration, default=None,
+    parser.add_argument("--at", metavar="DURATION", type=parse_quantity_duration, default=None,
                         help="with --simulate: the scenario time to inspect (default: just after the last "
                         "scheduled fault)")
     return parser
@@ -138,6 +140,8 @@ def diagnose(options: argparse.Namespace, config: Config) -> Report:
     simulation: DoctorSimulation | None = None
     simulated = ""
     if config.simulate:
+        from exporter.doctor.simulation import DoctorSimulation  # noqa: PLC0415 - the simulator only with --simulate
+
         try:
             simulation = DoctorSimulation(config, options.at)
         except ConfigError as exc:

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
+from exporter.backoff import Backoff, BackoffPolicy
 from exporter.kube.apiserver import ApiStatusError, build_lists
 from exporter.logs import get_logger
 from exporter.metrics.counters import CounterFileError, CounterSet, parse_counters
@@ -34,12 +36,15 @@ LOG = get_logger("kube.configmap")
 
 KEY = "metrics"  # dcgm-exporter's key
 REQUEST_TIMEOUT_S = (5.0, 10.0)
-BACKOFF_INITIAL_S = 5.0
-BACKOFF_MAX_S = 300.0
+BACKOFF = BackoffPolicy(initial_s=5.0, max_s=300.0)  # exporter.backoff: one attempt per window
 
 
 class ConfigMapUnavailableError(Exception):
     """The ConfigMap could not be fetched (API unreachable, forbidden, missing, no ``metrics`` key)."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class ConfigMapCounters:
@@ -47,18 +52,19 @@ class ConfigMapCounters:
 
     def __init__(self, reference: str, kubeconfig: str, interval_s: float, *,
                  lists_factory: Callable[[str], Any] = build_lists,
-                 jitter: Callable[[], float] = random.random) -> None:
+                 jitter: Callable[[], float] = random.random, clock: Callable[[], float] = time.monotonic) -> None:
         self.namespace, _, self.name = reference.partition(":")
         self.kubeconfig = kubeconfig
         self.interval_s = interval_s
         self.on_change: Callable[[CounterSet], None] = lambda _counters: None
         self._lists_factory = lists_factory
         self._lists: Any = None
-        self._jitter = jitter
+        self._backoff = Backoff(BACKOFF, jitter)
+        self._clock = clock
+        self._retry_after_s: float | None = None
         self._text: str | None = None  # the CSV text in use (None: the file fallback is in use)
         self._rejected: str | None = None  # the last CSV text that failed to parse (logged once)
         self._failure: str | None = None  # the last fetch error (logged once per change)
-        self._backoff_s = 0.0
         self._thread = Periodic("configmap-counters", self.next_delay, interval_s)
 
     @property
@@ -82,7 +88,7 @@ class ConfigMapCounters:
                     release()
             document = json.loads(body)
         except ApiStatusError as exc:
-            raise ConfigMapUnavailableError(self._status_message(exc.status, exc.reason)) from None
+            raise ConfigMapUnavailableError(self._status_message(exc.status, exc.reason), exc.retry_after) from None
         except Exception as exc:  # noqa: BLE001 - urllib3, TLS, kubeconfig, JSON, the kubernetes package: all mean "unusable"
             status = getattr(exc, "status", None)
             if isinstance(status, int):  # the kubernetes package's ApiException
@@ -124,19 +130,19 @@ class ConfigMapCounters:
         self._thread.stop()
 
     def next_delay(self) -> float:
-        """One refresh; the wait until the next: the interval, or after failures an exponential backoff
-        with jitter (nodes that failed together do not retry together)."""
+        """One refresh; the wait until the next: the interval, or after failures the shared backoff's
+        (jittered windows, so nodes that failed together do not retry together; Retry-After honoured)."""
         if self.refresh():
-            self._backoff_s = 0.0
+            self._backoff.reset()
             return self.interval_s
-        self._backoff_s = min(max(self._backoff_s * 2, BACKOFF_INITIAL_S), BACKOFF_MAX_S)
-        return self._backoff_s * (0.5 + self._jitter())
+        return self._backoff.failed(self._clock(), self._retry_after_s)
 
     def refresh(self) -> bool:
         """One background read; applies a changed, valid CSV. False when the fetch failed."""
         try:
             text = self.fetch()
         except ConfigMapUnavailableError as exc:
+            self._retry_after_s = exc.retry_after_s
             if str(exc) != self._failure:
                 self._failure = str(exc)
                 LOG.warning("%s; the counters in use stay, retrying with backoff", exc)

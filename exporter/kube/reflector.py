@@ -17,7 +17,7 @@ client-go's reflector, and better where a DaemonSet on thousands of nodes needs 
 * **jittered watch timeouts**: each watch asks for ``timeoutSeconds`` drawn from
   ``[watch_s, 2 * watch_s)``, so nodes that reconnected together after an API server restart do not
   all reconnect together again five minutes later, and forever after;
-* **backoff on every failure** (``exporter.kube.backoff``: one attempt per window, full jitter,
+* **backoff on every failure** (``exporter.backoff``: one attempt per window, full jitter,
   windows doubling from 1 s to 60 s): errors, 5xx, 429, timeouts, dropped connections, a 410 right
   after a relist, a watch the server ends long before its timeout. ``Retry-After`` is honoured. The
   window schedule is reset only after a watch has stayed open for ``backoff_reset_s``, so a server
@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from exporter.kube.backoff import Backoff, BackoffPolicy
+from exporter.backoff import Backoff, BackoffPolicy
 from exporter.logs import get_logger
 from exporter.supervisor import supervised
 

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
+from exporter.backoff import Backoff, BackoffPolicy
 from exporter.logs import StateLog, get_logger
 from exporter.metrics.catalog import (
     CATALOG,
@@ -63,8 +64,7 @@ log = get_logger("sampler")
 T = TypeVar("T")
 
 LOST_REPROBE_S = 30.0
-INIT_BACKOFF_INITIAL_S = 1.0
-INIT_BACKOFF_MAX_S = 30.0
+INIT_BACKOFF = BackoffPolicy(initial_s=1.0, max_s=30.0)  # NVML start-up retries: jittered, for a fleet
 NO_DEVICES_RETRY_S = 30.0
 
 
@@ -212,6 +212,7 @@ class Sampler:
         self.process_interval_s = process_interval_s  # None: process lists are not read
         self._on_snapshot = on_snapshot
         self._clock = clock
+        self.init_backoff = Backoff(INIT_BACKOFF)  # replaceable: tests pin its random fraction
         self._wall = wall_clock
         self.nvml = NvmlClient(clock)
         self._states: list[_DeviceState] = []
@@ -246,14 +247,13 @@ class Sampler:
         return self.nvml.in_flight()
 
     def _run(self) -> None:
-        backoff = INIT_BACKOFF_INITIAL_S
+        backoff = self.init_backoff
         while not self._stop.is_set():
             if self._inventory is None:
                 if self.initialise():
-                    backoff = INIT_BACKOFF_INITIAL_S
+                    backoff.reset()
                     continue
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, INIT_BACKOFF_MAX_S)
+                self._stop.wait(backoff.failed(self._clock()))
                 continue
             if not self._states:
                 # NVML works but found no GPU: look again later (a driver install may still be running).

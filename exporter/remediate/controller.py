@@ -33,8 +33,8 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
-from exporter.kube.backoff import Backoff as DrainBackoff
-from exporter.kube.backoff import BackoffPolicy
+from exporter.backoff import Backoff as DrainBackoff
+from exporter.backoff import BackoffPolicy
 from exporter.logs import StateLog, get_logger
 from exporter.metrics.hostname_label import node_name
 from exporter.remediate import drain as drains

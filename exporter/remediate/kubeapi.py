@@ -12,7 +12,8 @@ Patches are dictionaries, which both client generations send as
 ``application/strategic-merge-patch+json``. Failures are sorted so that the caller can act:
 
 * transient (no connection, timeouts, 429, 500, 502, 503, 504): retried here with jittered
-  exponential backoff (``Backoff``) up to ``attempts`` times, then raised as ``ApiError``;
+  exponential backoff (``exporter.backoff``, honouring ``Retry-After``) up to ``attempts`` times,
+  then raised as ``ApiError``;
 * 409 Conflict: raised at once as ``ApiConflictError`` (a node changed under us: read it again; an
   Event that already exists: it was recorded before);
 * anything else (403 missing RBAC, 404 no such node, 422 invalid): raised at once as ``ApiError``.
@@ -24,10 +25,11 @@ import contextlib
 import json
 import random
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from exporter.backoff import Backoff, BackoffPolicy
 from exporter.logs import get_logger
 
 log = get_logger("remediate.kubeapi")
@@ -43,26 +45,20 @@ JsonObject = dict[str, Any]
 class ApiError(Exception):
     """A call failed; ``status`` is the HTTP status (0: no answer)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after_s: float | None = None) -> None:
         super().__init__(f"({status}) {message}" if status else message)
         self.status = status
         self.message = message
+        self.retry_after_s = retry_after_s  # the server's Retry-After (429, 503), seconds
 
 
 class ApiConflictError(ApiError):
     """409: the object changed since it was read, or (for a create) it exists already."""
 
 
-@dataclass(frozen=True)
-class Backoff:
-    """Jittered exponential backoff: attempt n waits uniform(0.5, 1.0) x min(cap, base x 2^n)."""
-
-    base_s: float = 0.5
-    cap_s: float = 20.0
-    attempts: int = 5
-
-    def delay(self, attempt: int, rng: random.Random) -> float:
-        return float(min(self.cap_s, self.base_s * 2 ** attempt) * rng.uniform(0.5, 1.0))
+# The write path's pacing (exporter.backoff): windows of 0.5 s doubling to 20 s, one attempt in each.
+WRITE_BACKOFF = BackoffPolicy(initial_s=0.5, max_s=20.0)
+WRITE_ATTEMPTS = 5
 
 
 def load_core_api(kubeconfig: str | None) -> Any:
@@ -89,12 +85,15 @@ def load_core_api(kubeconfig: str | None) -> Any:
 class KubeApi:
     """Plain-JSON wrappers over ``CoreV1Api`` with the retry policy above."""
 
-    def __init__(self, core: Any, backoff: Backoff = Backoff(), stop: threading.Event | None = None,
-                 rng: random.Random | None = None) -> None:
+    def __init__(self, core: Any, backoff: BackoffPolicy = WRITE_BACKOFF, stop: threading.Event | None = None, *,
+                 attempts: int = WRITE_ATTEMPTS, random_fraction: Callable[[], float] = random.random,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.core = core
         self.backoff = backoff
+        self.attempts = attempts
         self.stop = stop or threading.Event()
-        self.rng = rng or random.Random()  # noqa: S311 - jitter, not security
+        self._random = random_fraction
+        self._clock = clock
 
     # -- calls -------------------------------------------------------------------------------
 
@@ -120,7 +119,7 @@ class KubeApi:
 
     def evict_pod(self, namespace: str, name: str) -> JsonObject:
         """POST a ``policy/v1`` Eviction, one attempt: 429 (a PodDisruptionBudget would be violated) is paced
-        by the caller's drain backoff (``exporter.kube.backoff``), not retried here; 404: the pod is gone."""
+        by the caller's drain backoff (``exporter.backoff``), not retried here; 404: the pod is gone."""
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
         try:
             response = self.core.create_namespaced_pod_eviction(name, namespace, body, field_manager=FIELD_MANAGER,
@@ -157,6 +156,7 @@ class KubeApi:
 
     def _call(self, what: str, request: Callable[[], Any]) -> JsonObject:
         attempt = 0
+        backoff = Backoff(self.backoff, self._random)
         while True:
             try:
                 response = request()
@@ -167,9 +167,9 @@ class KubeApi:
             if isinstance(error, ApiConflictError) or error.status not in TRANSIENT_STATUSES | {0}:
                 raise error
             attempt += 1
-            if attempt >= self.backoff.attempts:
+            if attempt >= self.attempts:
                 raise ApiError(error.status, f"{what}: giving up after {attempt} attempts: {error.message}")
-            delay = self.backoff.delay(attempt - 1, self.rng)
+            delay = backoff.failed(self._clock(), error.retry_after_s)
             log.debug("retrying", extra={"fields": {"call": what, "attempt": attempt, "delay_s": round(delay, 2),
                                                      "error": str(error)}})
             if self.stop.wait(delay):
@@ -205,5 +205,16 @@ def classify(exc: BaseException) -> ApiError:
         if body:
             with contextlib.suppress(TypeError, ValueError, AttributeError):
                 message = json.loads(body).get("message") or message
-        return (ApiConflictError if status == 409 else ApiError)(status, str(message) or type(exc).__name__)
+        return (ApiConflictError if status == 409 else ApiError)(status, str(message) or type(exc).__name__,
+                                                                 _retry_after(getattr(exc, "headers", None)))
     return ApiError(0, f"{type(exc).__name__}: {exc}")
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Seconds of a ``Retry-After: N`` header (the API server sends whole seconds), else None."""
+    value = headers.get("Retry-After") if headers is not None and hasattr(headers, "get") else None
+    try:
+        seconds = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None

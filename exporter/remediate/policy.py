@@ -35,17 +35,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-
-import yaml
 
 from exporter import safeyaml
 from exporter.config import ConfigError
 from exporter.remediate.drain import DEFAULT_POD_LABEL, DRAIN_MODES, DrainPolicy
 from exporter.remediate.repair import Validation
-from exporter.web.webconfig import parse_go_duration
+from exporter.safeyaml import YamlValue
+from exporter.units import parse_go_duration
 
 MODES = ("dry-run", "events", "enforce")
 ACTIONS = ("event", "taint", "cordon", "annotate", "condition")
@@ -113,95 +111,35 @@ def load_policy(path: str | None, mode_override: str | None = None) -> Policy:
 
 
 # ---------------------------------------------------------------------------------------------
-# The file, walked as YAML nodes so that every error names its line.
-
-
-class _Walker:
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def fail(self, node: yaml.Node, key: str, message: str) -> PolicyError:
-        return PolicyError(f"{self.path}:{node.start_mark.line + 1}", key or "policy", message)
-
-    def mapping(self, node: yaml.Node, key: str,
-                allowed: tuple[str, ...] | None = None) -> dict[str, tuple[yaml.Node, yaml.Node]]:
-        if not isinstance(node, yaml.MappingNode):
-            raise self.fail(node, key, "expected a mapping")
-        found: dict[str, tuple[yaml.Node, yaml.Node]] = {}
-        for key_node, value_node in node.value:
-            name = str(key_node.value)
-            path = f"{key}.{name}" if key else name
-            if allowed is not None and name not in allowed:
-                raise self.fail(key_node, path, safeyaml.unknown_key(name, allowed))
-            if name in found:
-                raise self.fail(key_node, path, "duplicate key")
-            found[name] = (key_node, value_node)
-        return found
-
-    def value(self, node: yaml.Node, key: str) -> Any:
-        if not isinstance(node, yaml.ScalarNode | yaml.SequenceNode):
-            raise self.fail(node, key, "expected a value or a list")
-        return yaml.safe_load(yaml.serialize(node))
-
-    def convert(self, node: yaml.Node, key: str, parse: Callable[[Any], Any]) -> Any:
-        try:
-            return parse(self.value(node, key))
-        except ValueError as exc:
-            raise self.fail(node, key, str(exc)) from None
+# The file, read with the shared YAML reader (exporter.safeyaml) so that every error names its line.
 
 
 def _parse_file(path: str) -> Policy:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or exc
-        raise PolicyError(f"policy file {path}", "policy", f"cannot read: {reason}") from None
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise PolicyError(f"{path}{line}", "yaml", f"not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    root = safeyaml.YamlFile(path, PolicyError.at, shows_values=True, document_key="policy").load("policy")
     if root is None:
         return Policy(source=path)
-    walker = _Walker(path)
-    top = walker.mapping(root, "", ("mode", "node_label", "cluster", "alerts", "limits", "drain",
-                                           "repair_request", "validation"))
+    top = root.mapping(("mode", "node_label", "cluster", "alerts", "limits", "drain", "repair_request",
+                        "validation"))
     defaults = Policy()
-    mode = defaults.mode
-    if "mode" in top:
-        mode = walker.convert(top["mode"][1], "mode", _choice(MODES))
-    node_label = defaults.node_label
-    if "node_label" in top:
-        node_label = walker.convert(top["node_label"][1], "node_label", _label_name)
-    cluster = defaults.cluster
-    if "cluster" in top:
-        cluster = walker.convert(top["cluster"][1], "cluster", _label_value)
-    alerts = defaults.alerts
-    if "alerts" in top:
-        alerts = _alerts(walker, top["alerts"][1])
-    limits = defaults.limits
-    if "limits" in top:
-        limits = _limits(walker, top["limits"][1])
-    drain = _drain(walker, top["drain"][1]) if "drain" in top else None
-    repair = walker.convert(top["repair_request"][1], "repair_request", _boolean) if "repair_request" in top \
-        else False
-    validation = _validation(walker, top["validation"][1]) if "validation" in top else None
-    return Policy(mode=mode, node_label=node_label, alerts=alerts, limits=limits, source=path, cluster=cluster,
-                  drain=drain, repair_request=repair, validation=validation)
+    return Policy(
+        mode=top["mode"].plain(_choice(MODES)) if "mode" in top else defaults.mode,
+        node_label=top["node_label"].plain(_label_name) if "node_label" in top else defaults.node_label,
+        cluster=top["cluster"].convert(_label_value) if "cluster" in top else defaults.cluster,
+        alerts=_alerts(top["alerts"]) if "alerts" in top else defaults.alerts,
+        limits=_limits(top["limits"]) if "limits" in top else defaults.limits,
+        source=path,
+        drain=_drain(top["drain"]) if "drain" in top else None,
+        repair_request=top["repair_request"].plain(_boolean) if "repair_request" in top else False,
+        validation=_validation(top["validation"]) if "validation" in top else None)
 
 
-def _validation(walker: _Walker, node: yaml.Node) -> Validation:
-    fields = walker.mapping(node, "validation", ("image", "namespace", "command"))
+def _validation(value: YamlValue) -> Validation:
+    fields = value.mapping(("image", "namespace", "command"))
     if "image" not in fields:
-        raise walker.fail(node, "validation.image", "required: the image of the validation Job")
-    image = walker.convert(fields["image"][1], "validation.image", _nonempty)
-    namespace = walker.convert(fields["namespace"][1], "validation.namespace", _nonempty) \
-        if "namespace" in fields else "gpu-monitoring"
-    command: tuple[str, ...] = ()
-    if "command" in fields:
-        command = walker.convert(fields["command"][1], "validation.command", _strings)
-    return Validation(image=image, namespace=namespace, command=command)
+        raise value.error("required: the image of the validation Job", path="validation.image")
+    return Validation(image=fields["image"].plain(_nonempty),
+                      namespace=fields["namespace"].plain(_nonempty) if "namespace" in fields else "gpu-monitoring",
+                      command=fields["command"].plain(_strings) if "command" in fields else ())
 
 
 def _nonempty(raw: Any) -> str:
@@ -216,27 +154,17 @@ def _strings(raw: Any) -> tuple[str, ...]:
     return tuple(str(item) for item in raw)
 
 
-def _drain(walker: _Walker, node: yaml.Node) -> DrainPolicy:
-    fields = walker.mapping(node, "drain", ("mode", "deadline", "namespaces", "pod_label", "unmanaged_pods"))
+def _drain(value: YamlValue) -> DrainPolicy:
+    fields = value.mapping(("mode", "deadline", "namespaces", "pod_label", "unmanaged_pods"))
     defaults = DrainPolicy()
-    mode = defaults.mode
-    if "mode" in fields:
-        mode = walker.convert(fields["mode"][1], "drain.mode", _choice(DRAIN_MODES))
-    deadline = defaults.deadline_s
-    if "deadline" in fields:
-        deadline = walker.convert(fields["deadline"][1], "drain.deadline", _duration)
-    namespaces: dict[str, str] = {}
-    if "namespaces" in fields:
-        for name, (_, value_node) in walker.mapping(fields["namespaces"][1], "drain.namespaces").items():
-            namespaces[name] = walker.convert(value_node, f"drain.namespaces.{name}", _choice(DRAIN_MODES))
-    label = DEFAULT_POD_LABEL
-    if "pod_label" in fields:
-        label = walker.convert(fields["pod_label"][1], "drain.pod_label", _label_value)
-    unmanaged = False
-    if "unmanaged_pods" in fields:
-        unmanaged = walker.convert(fields["unmanaged_pods"][1], "drain.unmanaged_pods", _boolean)
-    return DrainPolicy(mode=mode, deadline_s=deadline, namespaces=MappingProxyType(namespaces), pod_label=label,
-                       unmanaged_pods=unmanaged)
+    namespaces = {name: item.plain(_choice(DRAIN_MODES))
+                  for name, item in (fields["namespaces"].mapping() if "namespaces" in fields else {}).items()}
+    return DrainPolicy(
+        mode=fields["mode"].plain(_choice(DRAIN_MODES)) if "mode" in fields else defaults.mode,
+        deadline_s=fields["deadline"].plain(_duration) if "deadline" in fields else defaults.deadline_s,
+        namespaces=MappingProxyType(namespaces),
+        pod_label=fields["pod_label"].plain(_label_value) if "pod_label" in fields else DEFAULT_POD_LABEL,
+        unmanaged_pods=fields["unmanaged_pods"].plain(_boolean) if "unmanaged_pods" in fields else False)
 
 
 def _boolean(raw: Any) -> bool:
@@ -245,49 +173,37 @@ def _boolean(raw: Any) -> bool:
     return raw
 
 
-def _alerts(walker: _Walker, node: yaml.Node) -> Mapping[str, AlertPolicy]:
-    entries = walker.mapping(node, "alerts")
+def _alerts(value: YamlValue) -> Mapping[str, AlertPolicy]:
+    entries = value.mapping()
     if not entries:
-        raise walker.fail(node, "alerts", "the allowlist is empty: name at least one alert")
+        raise value.error("the allowlist is empty: name at least one alert")
     result: dict[str, AlertPolicy] = {}
-    for name, (key_node, value_node) in entries.items():
-        key = f"alerts.{name}"
-        _check_alert_name(walker, key_node, key, name)
-        if isinstance(value_node, yaml.ScalarNode) and value_node.tag.endswith(":null"):
-            result[name] = AlertPolicy()
-            continue
-        fields = walker.mapping(value_node, key, ("actions", "taint_effect", "untaint_after"))
-        actions = frozenset(DEFAULT_ACTIONS)
-        if "actions" in fields:
-            actions = walker.convert(fields["actions"][1], f"{key}.actions", _actions)
-        effect = "NoSchedule"
-        if "taint_effect" in fields:
-            effect = walker.convert(fields["taint_effect"][1], f"{key}.taint_effect", _choice(TAINT_EFFECTS))
-        hold: float | None = None
-        if "untaint_after" in fields:
-            hold = walker.convert(fields["untaint_after"][1], f"{key}.untaint_after", _hold)
-        result[name] = AlertPolicy(actions=actions, taint_effect=effect, untaint_after_s=hold)
+    for name, item in entries.items():
+        try:
+            _label_name(name)
+        except ValueError:
+            raise item.error(f"expected an alert name (letters, digits, _), got {name!r}", line=item.key_line) \
+                from None
+        fields = item.mapping(("actions", "taint_effect", "untaint_after"))
+        result[name] = AlertPolicy(
+            actions=fields["actions"].plain(_actions) if "actions" in fields else frozenset(DEFAULT_ACTIONS),
+            taint_effect=fields["taint_effect"].plain(_choice(TAINT_EFFECTS)) if "taint_effect" in fields
+            else "NoSchedule",
+            untaint_after_s=fields["untaint_after"].plain(_hold) if "untaint_after" in fields else None)
     return MappingProxyType(result)
 
 
-def _limits(walker: _Walker, node: yaml.Node) -> Limits:
-    fields = walker.mapping(node, "limits", ("cooldown", "max_nodes_per_hour", "max_tainted_percent",
-                                             "gpu_resources"))
+def _limits(value: YamlValue) -> Limits:
+    fields = value.mapping(("cooldown", "max_nodes_per_hour", "max_tainted_percent", "gpu_resources"))
     defaults = Limits()
-    cooldown = defaults.cooldown_s
-    if "cooldown" in fields:
-        cooldown = walker.convert(fields["cooldown"][1], "limits.cooldown", _duration)
-    per_hour = defaults.max_nodes_per_hour
-    if "max_nodes_per_hour" in fields:
-        per_hour = walker.convert(fields["max_nodes_per_hour"][1], "limits.max_nodes_per_hour", _count)
-    percent = defaults.max_tainted_percent
-    if "max_tainted_percent" in fields:
-        percent = walker.convert(fields["max_tainted_percent"][1], "limits.max_tainted_percent", _percent)
-    resources = defaults.gpu_resources
-    if "gpu_resources" in fields:
-        resources = walker.convert(fields["gpu_resources"][1], "limits.gpu_resources", _resources)
-    return Limits(cooldown_s=cooldown, max_nodes_per_hour=per_hour, max_tainted_percent=percent,
-                  gpu_resources=resources)
+    return Limits(
+        cooldown_s=fields["cooldown"].plain(_duration) if "cooldown" in fields else defaults.cooldown_s,
+        max_nodes_per_hour=fields["max_nodes_per_hour"].plain(_count) if "max_nodes_per_hour" in fields
+        else defaults.max_nodes_per_hour,
+        max_tainted_percent=fields["max_tainted_percent"].plain(_percent) if "max_tainted_percent" in fields
+        else defaults.max_tainted_percent,
+        gpu_resources=fields["gpu_resources"].plain(_resources) if "gpu_resources" in fields
+        else defaults.gpu_resources)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,13 +231,6 @@ def _label_value(raw: Any) -> str:
     if not isinstance(raw, str):
         raise ValueError(f"expected the value of the alerts' cluster label (a string), got {raw!r}")
     return raw
-
-
-def _check_alert_name(walker: _Walker, node: yaml.Node, key: str, name: str) -> None:
-    try:
-        _label_name(name)
-    except ValueError:
-        raise walker.fail(node, key, f"expected an alert name (letters, digits, _), got {name!r}") from None
 
 
 def _actions(raw: Any) -> frozenset[str]:

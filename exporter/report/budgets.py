@@ -43,10 +43,9 @@ from typing import Any
 import yaml
 
 from exporter import safeyaml
-from exporter.inputfile import InputFileError, read_text
 from exporter.report.pricing import PriceSheet
 from exporter.report.pricingfile import PricingFileError, load_pricing
-from exporter.report.timespec import format_duration, parse_duration
+from exporter.units import format_duration, parse_prometheus_duration
 
 PROG = "gpu-pod-exporter report budget-rules"
 GROUP = "gpu-pod-exporter.budgets"
@@ -72,61 +71,36 @@ class Budgets:
 
 
 def load_budgets(path: str) -> Budgets:
-    try:
-        root = safeyaml.compose(read_text(path))
-    except InputFileError as exc:
-        raise BudgetFileError(f"{path}: {exc}") from None
-    except safeyaml.YamlInputError as exc:
-        raise BudgetFileError(f"{path}{f':{exc.line}' if exc.line else ''}: {exc.message}") from None
-    if not isinstance(root, yaml.MappingNode):
+    root = safeyaml.YamlFile(path, safeyaml.located(BudgetFileError)).load("budgets")
+    if root is None or not root.is_mapping():
         raise BudgetFileError(f"{path}: expected a mapping with teams: (see docs/cost.md, Budgets)")
-    values: dict[str, Any] = dict(DEFAULTS)
+    keys = root.mapping(KEYS)
     teams: list[tuple[str, float]] = []
-    seen: set[str] = set()
-    for key_node, value_node in root.value:
-        line = key_node.start_mark.line + 1
-        key = str(key_node.value)
-        if key not in KEYS:
-            raise BudgetFileError(f"{path}:{line}: {key}: {safeyaml.unknown_key(key, KEYS)}")
-        if key in seen:
-            raise BudgetFileError(f"{path}:{line}: {key}: duplicate key")
-        seen.add(key)
-        if key == "teams":
-            if not isinstance(value_node, yaml.MappingNode) or not value_node.value:
-                raise BudgetFileError(f"{path}:{line}: teams: expected a mapping of team: budget")
-            for team_node, amount_node in value_node.value:
-                team = str(team_node.value)
-                where = f"{path}:{team_node.start_mark.line + 1}: teams.{team}"
-                amount = _construct(amount_node, where)
-                if isinstance(amount, bool) or not isinstance(amount, int | float) or not amount > 0:
-                    raise BudgetFileError(f"{where}: expected a budget above 0")
-                if any(team == name for name, _ in teams):
-                    raise BudgetFileError(f"{where}: duplicate team")
-                teams.append((team, float(amount)))
-            continue
-        values[key] = _construct(value_node, f"{path}:{line}: {key}")
+    if "teams" in keys:
+        entries = keys["teams"].mapping()
+        if not entries:
+            raise keys["teams"].error("expected a mapping of team: budget")
+        for team, amount in entries.items():
+            teams.append((team, amount.convert(_budget)))
     if not teams:
         raise BudgetFileError(f"{path}: teams: missing (give team: budget pairs)")
-    if values["unit"] not in ("cost", "gpuHours"):
-        raise BudgetFileError(f"{path}: unit: expected cost or gpuHours")
-    durations = {}
-    for key in ("window", "step", "lookback", "forecast", "for"):
-        try:
-            durations[key] = parse_duration(str(values[key]))
-        except ValueError as error:
-            raise BudgetFileError(f"{path}: {key}: {error}") from None
+    unit = keys["unit"].convert(str) if "unit" in keys else DEFAULTS["unit"]
+    if unit not in ("cost", "gpuHours"):
+        raise keys["unit"].error("expected cost or gpuHours")
+    durations = {key: keys[key].convert(lambda raw: parse_prometheus_duration(str(raw))) if key in keys
+                 else parse_prometheus_duration(DEFAULTS[key])
+                 for key in ("window", "step", "lookback", "forecast", "for")}
     if durations["step"] <= 0 or durations["window"] < durations["step"] or durations["lookback"] < durations["step"]:
         raise BudgetFileError(f"{path}: step: must be above 0 and no longer than window and lookback")
-    currency = values.get("currency")
-    return Budgets(values["unit"], durations["window"], durations["step"], durations["lookback"],
+    currency = keys["currency"].value() if "currency" in keys else None
+    return Budgets(unit, durations["window"], durations["step"], durations["lookback"],
                    durations["forecast"], durations["for"], tuple(teams), str(currency) if currency else None)
 
 
-def _construct(node: yaml.Node, where: str) -> Any:
-    try:
-        return safeyaml.construct(node)
-    except safeyaml.YamlInputError as exc:
-        raise BudgetFileError(f"{where}: {exc.message}") from None
+def _budget(raw: object) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not raw > 0:
+        raise ValueError("expected a budget above 0")
+    return float(raw)
 
 
 def _quote(text: str) -> str:

@@ -37,7 +37,8 @@ from exporter.report.promclient import (
 from exporter.report.sources import ALLOCATION_INPUTS, FRACTION, RULE_FILE
 from exporter.report.tables import TABLES
 from exporter.report.text import render_csv, render_json, render_text
-from exporter.report.timespec import format_time, parse_duration, parse_time
+from exporter.report.timespec import format_time, parse_time
+from exporter.units import parse_prometheus_duration
 
 PROG = "gpu-pod-exporter report"
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
@@ -190,14 +191,14 @@ def _window(args: argparse.Namespace, now: float) -> Window:
         if args.start or args.end or args.range:
             raise UsageError("--period with --start, --end or --range: give the month or the window, not both")
         try:
-            step = parse_duration(args.step)
+            step = parse_prometheus_duration(args.step)
         except ValueError as error:
             raise UsageError(str(error)) from None
         first, last, _ = _period(args.period, now)
         return Window(first, first + int((last - first) // step) * step, step)
     try:
-        step = parse_duration(args.step)
-        length = parse_duration(args.range) if args.range else None
+        step = parse_prometheus_duration(args.step)
+        length = parse_prometheus_duration(args.range) if args.range else None
         start = parse_time(args.start) if args.start else None
         end = parse_time(args.end) if args.end else None
     except ValueError as error:
@@ -209,7 +210,7 @@ def _window(args: argparse.Namespace, now: float) -> Window:
     if end is None:
         end = (now // step) * step
     if start is None:
-        start = end - (length if length is not None else parse_duration(DEFAULT_RANGE))
+        start = end - (length if length is not None else parse_prometheus_duration(DEFAULT_RANGE))
     if end <= start:
         raise UsageError(f"the window is empty: --end ({format_time(end)}) is not after --start ({format_time(start)})")
     points = int((end - start) // step)
@@ -258,7 +259,7 @@ def _pricing(args: argparse.Namespace) -> tuple[PriceSheet, float, GroupBy | Non
     """The prices, the query timeout and the chargeback grouping (None: no chargeback section)."""
     try:
         prices = load_pricing(args.pricing) if args.pricing else parse_prices(args.price_per_gpu_hour)
-        timeout = parse_duration(args.timeout)
+        timeout = parse_prometheus_duration(args.timeout)
         chargeback = bool(args.pricing or args.group_by or args.share_idle or args.export_dir)
         group_by = GroupBy.parse(args.group_by or args.by, args.group_fallback) if chargeback else None
     except PricingFileError as error:

@@ -38,6 +38,9 @@ from typing import Any
 
 import urllib3
 
+from exporter.backoff import Backoff, BackoffPolicy
+
+RETRY_BACKOFF = BackoffPolicy(initial_s=0.5, max_s=30.0)
 PROMETHEUS_MAX_POINTS = 11_000  # Prometheus' hard limit on points per series in one range query
 _TOO_LARGE_HINTS = ("too many samples", "maximum resolution", "exceeded the limit", "exceeds the limit",
                     "max number of", "exceeded maximum", "query time range exceeds", "limit exceeded",
@@ -102,12 +105,14 @@ def split_url(url: str) -> tuple[str, tuple[str, str] | None]:
 class PrometheusClient:
     """Range queries and label values against one Prometheus-compatible API.
 
-    ``sleep`` and ``jitter`` are injectable so that tests of the retry logic take no time.
+    ``sleep``, ``jitter`` and ``clock`` are injectable so that tests of the retry logic take no time.
+    Retries are paced by the package's one backoff (``exporter.backoff``: one attempt per window of
+    0.5 s doubling to 30 s, full jitter, a ``Retry-After`` moves the window behind it).
     """
 
     def __init__(self, connection: Connection, *, max_points: int = PROMETHEUS_MAX_POINTS,
                  max_samples: int = 5_000_000, sleep: Callable[[float], None] = time.sleep,
-                 jitter: Callable[[], float] = random.random,
+                 jitter: Callable[[], float] = random.random, clock: Callable[[], float] = time.monotonic,
                  pool: urllib3.PoolManager | None = None) -> None:
         if max_points < 1 or max_samples < 1:
             raise ValueError("max_points and max_samples must be at least 1")
@@ -119,6 +124,7 @@ class PrometheusClient:
         self.stats = QueryStats()
         self._sleep = sleep
         self._jitter = jitter
+        self._clock = clock
         self._headers = self._build_headers(connection, url_credentials)
         self._pool = pool or self._build_pool(connection)
 
@@ -181,6 +187,7 @@ class PrometheusClient:
         fields = [*fields, ("partial_response", "true" if self.connection.allow_partial else "false")]
         url = f"{self.base_url}/api/v1/{endpoint}"
         attempt = 0
+        backoff = Backoff(RETRY_BACKOFF, self._jitter)
         while True:
             self.stats.requests += 1
             try:
@@ -201,7 +208,7 @@ class PrometheusClient:
                 raise PrometheusError(f"{failure} (gave up after {attempt + 1} attempts)")
             attempt += 1
             self.stats.retries += 1
-            self._sleep(delay if delay is not None else self._backoff(attempt))
+            self._sleep(backoff.failed(self._clock(), delay))
 
     def _classify(self, response: Any, body: Mapping[str, Any], url: str, what: str) -> tuple[str, float | None]:
         """A retryable failure's message and Retry-After; raises for failures a retry cannot fix."""
@@ -226,10 +233,6 @@ class PrometheusClient:
         if status == 200:  # a 200 with status "error" is not retried either
             raise PrometheusError(f"Prometheus answered an error: {detail}\n  query: {what}")
         return f"{url}: HTTP {status} ({detail})", _retry_after(response)
-
-    def _backoff(self, attempt: int) -> float:
-        delay: float = min(30.0, 0.5 * 2.0 ** (attempt - 1)) * (0.5 + self._jitter())
-        return delay
 
     def _note_warnings(self, body: Mapping[str, Any]) -> None:
         for warning in body.get("warnings") or []:

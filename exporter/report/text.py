@@ -10,7 +10,8 @@ from typing import Any
 
 from exporter.report.model import Report
 from exporter.report.tables import TABLES, Table, all_tables, format_cell, formatted
-from exporter.report.timespec import format_duration, format_time
+from exporter.report.timespec import format_time
+from exporter.units import format_duration
 
 TEXT_CELL_LIMIT = 48
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
-import yaml
 
+from exporter.safeyaml import YamlValue
 from exporter.simulate.fakeapiserver import FakeApiServer
 from exporter.simulate.fakekubelet import FakeContainer, FakeKubelet, FakePod
 
@@ -33,19 +33,6 @@ API_SERVER_FAULTS = ("unreachable", "unavailable", "unauthorized")
 FORBIDDABLE = ("pods", "namespaces")
 STRAY_POD = ("stray", "stray-0")
 REJECTED_TOKEN = "rotated-token-the-kubeconfig-does-not-have"  # noqa: S105 - a fake server's token
-
-
-class Walker(Protocol):
-    """The validating walker of ``kube_scenario`` (file:line errors)."""
-
-    def mapping(self, node: yaml.Node, key: str, allowed: Any) -> dict[str, tuple[yaml.Node, yaml.Node]]: ...
-
-    def sequence(self, node: yaml.Node, key: str) -> list[yaml.Node]: ...
-
-    def string(self, node: yaml.Node, key: str, *, pattern: Callable[[str], bool] | None = None,
-               expected: str = "a string") -> str: ...
-
-    def choice(self, node: yaml.Node, key: str, choices: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -60,17 +47,16 @@ class KubernetesFaults:
         return self.kubelet != "missing"
 
 
-def parse_faults(walker: Walker, node: yaml.Node, key: str) -> KubernetesFaults:
-    fields = walker.mapping(node, key, ("kubelet", "stray_device_ids", "api_server", "forbidden"))
-    kubelet = walker.choice(fields["kubelet"][1], f"{key}.kubelet", KUBELET_FAULTS) if "kubelet" in fields else None
-    api = (walker.choice(fields["api_server"][1], f"{key}.api_server", API_SERVER_FAULTS)
-           if "api_server" in fields else None)
-    stray = tuple(walker.string(item, f"{key}.stray_device_ids[{index}]", expected="a device ID")
-                  for index, item in enumerate(walker.sequence(fields["stray_device_ids"][1], f"{key}.stray_device_ids")
-                                               if "stray_device_ids" in fields else []))
-    forbidden = tuple(walker.choice(item, f"{key}.forbidden[{index}]", FORBIDDABLE)
-                      for index, item in enumerate(walker.sequence(fields["forbidden"][1], f"{key}.forbidden")
-                                                   if "forbidden" in fields else []))
+def parse_faults(value: YamlValue, string: Callable[..., str],
+                 choice: Callable[[YamlValue, Any], Any]) -> KubernetesFaults:
+    """``kubernetes.faults``, read with the section's own checks (``string``, ``choice``: file:line errors)."""
+    fields = value.mapping(("kubelet", "stray_device_ids", "api_server", "forbidden"))
+    kubelet = choice(fields["kubelet"], KUBELET_FAULTS) if "kubelet" in fields else None
+    api = choice(fields["api_server"], API_SERVER_FAULTS) if "api_server" in fields else None
+    stray = tuple(string(item, expected="a device ID")
+                  for item in (fields["stray_device_ids"].sequence() if "stray_device_ids" in fields else []))
+    forbidden = tuple(choice(item, FORBIDDABLE)
+                      for item in (fields["forbidden"].sequence() if "forbidden" in fields else []))
     return KubernetesFaults(kubelet=kubelet, stray_device_ids=stray, api_server=api, forbidden=forbidden)
 
 

@@ -74,7 +74,7 @@ import yaml
 
 from exporter import safeyaml
 from exporter.config import ConfigError
-from exporter.inputfile import InputFileError, read_text
+from exporter.safeyaml import YamlValue
 from exporter.simulate.dra_devices import DRIVER, PublishedDevice, gpu_device, mig_device
 from exporter.simulate.fakeaccess import DRA_GRANTS
 from exporter.simulate.fakeapiserver import SLICE_VERSIONS, FakeApiServer, stable_uid
@@ -173,216 +173,158 @@ class KubernetesScenario:
 
 
 # ---------------------------------------------------------------------------------------------
-# Validation: a small walker over YAML nodes, which carry line numbers.
+# Validation: the shared YAML reader (exporter.safeyaml), whose nodes carry line numbers, plus the
+# few checks of this section's own.
 
 
-class _Walker:
-    def __init__(self, source: str) -> None:
-        self.source = source
+def _string(value: YamlValue, *, pattern: Callable[[str], bool] | None = None, expected: str = "a string") -> str:
+    raw = value.scalar()
+    if not isinstance(raw, str) or not raw or (pattern is not None and not pattern(raw)):
+        raise value.error(f"expected {expected}, got {raw!r}")
+    return raw
 
-    def where(self, node: yaml.Node) -> str:
-        mark = node.start_mark
-        return f"{self.source}:{mark.line + 1}" if mark is not None else self.source
 
-    def fail(self, node: yaml.Node, key: str, message: str) -> ConfigError:
-        return ConfigError(self.where(node), key, message)
+def _integer(value: YamlValue, minimum: int = 0) -> int:
+    raw = value.scalar()
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < minimum:
+        raise value.error(f"expected an integer >= {minimum}, got {raw!r}")
+    return raw
 
-    def mapping(self, node: yaml.Node, key: str,
-                allowed: Sequence[str]) -> dict[str, tuple[yaml.Node, yaml.Node]]:
-        if not isinstance(node, yaml.MappingNode):
-            raise self.fail(node, key, f"expected a mapping with keys {', '.join(allowed)}")
-        result: dict[str, tuple[yaml.Node, yaml.Node]] = {}
-        for key_node, value_node in node.value:
-            name = str(key_node.value)
-            if name not in allowed:
-                raise self.fail(key_node, f"{key}.{name}", safeyaml.unknown_key(name, allowed))
-            if name in result:
-                raise self.fail(key_node, f"{key}.{name}", "duplicate key")
-            result[name] = (key_node, value_node)
-        return result
 
-    def sequence(self, node: yaml.Node, key: str) -> list[yaml.Node]:
-        if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null"):
-            return []
-        if not isinstance(node, yaml.SequenceNode):
-            raise self.fail(node, key, "expected a list")
-        return list(node.value)
+def _choice(value: YamlValue, choices: Sequence[object]) -> Any:
+    raw = value.scalar()
+    if raw not in choices or isinstance(raw, bool):
+        raise value.error(f"expected one of {', '.join(map(str, choices))}, got {raw!r}")
+    return raw
 
-    def scalar(self, node: yaml.Node, key: str) -> Any:
-        if not isinstance(node, yaml.ScalarNode):
-            raise self.fail(node, key, "expected a single value")
-        return yaml.safe_load(yaml.serialize(node))
 
-    def string(self, node: yaml.Node, key: str, *, pattern: Callable[[str], bool] | None = None,
-               expected: str = "a string") -> str:
-        value = self.scalar(node, key)
-        if not isinstance(value, str) or not value or (pattern is not None and not pattern(value)):
-            raise self.fail(node, key, f"expected {expected}, got {value!r}")
-        return value
+def _labels(value: YamlValue) -> tuple[tuple[str, str], ...]:
+    labels: dict[str, str] = {}
+    for name, item in value.mapping().items():
+        raw = item.scalar()
+        if not name:
+            raise value.error(f"label keys must be strings, got {name!r}")
+        if not isinstance(raw, str):
+            raise item.error(f"label values must be strings (quote it: \"{raw}\"), got {raw!r}")
+        labels[name] = raw
+    return tuple(sorted(labels.items()))
 
-    def integer(self, node: yaml.Node, key: str, minimum: int = 0) -> int:
-        value = self.scalar(node, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(node, key, f"expected an integer >= {minimum}, got {value!r}")
-        return value
 
-    def boolean(self, node: yaml.Node, key: str) -> bool:
-        value = self.scalar(node, key)
-        if not isinstance(value, bool):
-            raise self.fail(node, key, f"expected true or false, got {value!r}")
-        return value
-
-    def choice(self, node: yaml.Node, key: str, choices: Sequence[object]) -> Any:
-        value = self.scalar(node, key)
-        if value not in choices or isinstance(value, bool):
-            raise self.fail(node, key, f"expected one of {', '.join(map(str, choices))}, got {value!r}")
-        return value
-
-    def labels(self, node: yaml.Node, key: str) -> tuple[tuple[str, str], ...]:
-        if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null"):
-            return ()
-        if not isinstance(node, yaml.MappingNode):
-            raise self.fail(node, key, "expected a mapping of label: value")
-        labels: dict[str, str] = {}
-        for key_node, value_node in node.value:
-            name = self.scalar(key_node, key)
-            value = self.scalar(value_node, f"{key}.{name}")
-            if not isinstance(name, str) or not name:
-                raise self.fail(key_node, key, f"label keys must be strings, got {name!r}")
-            if not isinstance(value, str):
-                raise self.fail(value_node, f"{key}.{name}",
-                                f"label values must be strings (quote it: \"{value}\"), got {value!r}")
-            labels[name] = value
-        return tuple(sorted(labels.items()))
+def _where(value: YamlValue) -> str:
+    return f"{value.source}:{value.line}"
 
 
 def _is_dns_label(text: str) -> bool:
     return len(text) <= 253 and all(part.isalnum() or part in "-." for part in text)
 
 
-def _gpu_ref(walker: _Walker, node: yaml.Node, key: str) -> GpuRef:
-    if isinstance(node, yaml.ScalarNode):
-        return GpuRef(gpu=walker.integer(node, key), where=walker.where(node), key=key)
-    fields = walker.mapping(node, key, ("gpu", "mig", "replica", "resource"))
+def _gpu_ref(value: YamlValue) -> GpuRef:
+    if not value.is_mapping():
+        return GpuRef(gpu=_integer(value), where=_where(value), key=value.path)
+    fields = value.mapping(("gpu", "mig", "replica", "resource"))
     if "gpu" not in fields:
-        raise walker.fail(node, f"{key}.gpu", "missing: which GPU (NVML index)")
+        raise value.error("missing: which GPU (NVML index)", path=f"{value.path}.gpu")
     return GpuRef(
-        gpu=walker.integer(fields["gpu"][1], f"{key}.gpu"),
-        mig=walker.integer(fields["mig"][1], f"{key}.mig") if "mig" in fields else None,
-        replica=walker.integer(fields["replica"][1], f"{key}.replica") if "replica" in fields else None,
-        resource=walker.string(fields["resource"][1], f"{key}.resource",
-                               expected="an extended-resource name such as nvidia.com/gpu")
+        gpu=_integer(fields["gpu"]),
+        mig=_integer(fields["mig"]) if "mig" in fields else None,
+        replica=_integer(fields["replica"]) if "replica" in fields else None,
+        resource=_string(fields["resource"], expected="an extended-resource name such as nvidia.com/gpu")
         if "resource" in fields else None,
-        where=walker.where(node), key=key,
+        where=_where(value), key=value.path,
     )
 
 
-def _container(walker: _Walker, node: yaml.Node, key: str, seen_pids: dict[int, str],
-               claims: Callable[[str], bool]) -> ScenarioContainer:
-    fields = walker.mapping(node, key, ("name", "sidecar", "gpus", "pids", "claims"))
+def _container(value: YamlValue, seen_pids: dict[int, str], claims: Callable[[str], bool]) -> ScenarioContainer:
+    fields = value.mapping(("name", "sidecar", "gpus", "pids", "claims"))
     if "name" not in fields:
-        raise walker.fail(node, f"{key}.name", "missing: every container needs a name")
+        raise value.error("missing: every container needs a name", path=f"{value.path}.name")
     pids: list[int] = []
-    pid_nodes = walker.sequence(fields["pids"][1], f"{key}.pids") if "pids" in fields else []
-    for index, pid_node in enumerate(pid_nodes):
-        pid_key = f"{key}.pids[{index}]"
-        pid = walker.integer(pid_node, pid_key, minimum=1)
+    for pid_value in fields["pids"].sequence() if "pids" in fields else []:
+        pid = _integer(pid_value, minimum=1)
         if pid in seen_pids:
-            raise walker.fail(pid_node, pid_key, f"PID {pid} is already used by {seen_pids[pid]}")
-        seen_pids[pid] = key
+            raise pid_value.error(f"PID {pid} is already used by {seen_pids[pid]}")
+        seen_pids[pid] = value.path
         pids.append(pid)
-    gpus = walker.sequence(fields["gpus"][1], f"{key}.gpus") if "gpus" in fields else []
     claimed: list[str] = []
-    for index, claim_node in enumerate(walker.sequence(fields["claims"][1], f"{key}.claims")
-                                       if "claims" in fields else []):
-        name = walker.string(claim_node, f"{key}.claims[{index}]", pattern=_is_dns_label, expected="a claim name")
+    for claim in fields["claims"].sequence() if "claims" in fields else []:
+        name = _string(claim, pattern=_is_dns_label, expected="a claim name")
         if not claims(name):
-            raise walker.fail(claim_node, f"{key}.claims[{index}]",
-                              f"no claim {name!r} in this pod's namespace under kubernetes.dra.claims")
+            raise claim.error(f"no claim {name!r} in this pod's namespace under kubernetes.dra.claims")
         claimed.append(name)
     return ScenarioContainer(
-        name=walker.string(fields["name"][1], f"{key}.name", pattern=_is_dns_label,
-                           expected="a container name"),
-        sidecar=walker.boolean(fields["sidecar"][1], f"{key}.sidecar") if "sidecar" in fields else False,
-        gpus=tuple(_gpu_ref(walker, gpu, f"{key}.gpus[{index}]") for index, gpu in enumerate(gpus)),
+        name=_string(fields["name"], pattern=_is_dns_label, expected="a container name"),
+        sidecar=fields["sidecar"].boolean() if "sidecar" in fields else False,
+        gpus=tuple(_gpu_ref(gpu) for gpu in (fields["gpus"].sequence() if "gpus" in fields else [])),
         pids=tuple(pids),
         claims=tuple(claimed),
     )
 
 
-def _dra(walker: _Walker, node: yaml.Node, key: str) -> ScenarioDra:
-    fields = walker.mapping(node, key, ("driver", "api_versions", "claims", "slices"))
+def _dra(value: YamlValue) -> ScenarioDra:
+    fields = value.mapping(("driver", "api_versions", "claims", "slices"))
     claims: dict[tuple[str, str], ScenarioClaim] = {}
-    for index, item in enumerate(walker.sequence(fields["claims"][1], f"{key}.claims") if "claims" in fields else []):
-        claim_key = f"{key}.claims[{index}]"
-        claim_fields = walker.mapping(item, claim_key, ("name", "namespace", "devices"))
+    for item in fields["claims"].sequence() if "claims" in fields else []:
+        claim_fields = item.mapping(("name", "namespace", "devices"))
         if "name" not in claim_fields:
-            raise walker.fail(item, f"{claim_key}.name", "missing: every claim needs a name")
-        name = walker.string(claim_fields["name"][1], f"{claim_key}.name", pattern=_is_dns_label,
-                             expected="a claim name")
-        namespace = (walker.string(claim_fields["namespace"][1], f"{claim_key}.namespace", pattern=_is_dns_label,
-                                   expected="a namespace name") if "namespace" in claim_fields else "default")
+            raise item.error("missing: every claim needs a name", path=f"{item.path}.name")
+        name = _string(claim_fields["name"], pattern=_is_dns_label, expected="a claim name")
+        namespace = (_string(claim_fields["namespace"], pattern=_is_dns_label, expected="a namespace name")
+                     if "namespace" in claim_fields else "default")
         if (namespace, name) in claims:
-            raise walker.fail(item, f"{claim_key}.name", f"duplicate claim {namespace}/{name}")
-        devices = tuple(_gpu_ref(walker, device, f"{claim_key}.devices[{number}]") for number, device in enumerate(
-            walker.sequence(claim_fields["devices"][1], f"{claim_key}.devices") if "devices" in claim_fields else []))
+            raise item.error(f"duplicate claim {namespace}/{name}", path=f"{item.path}.name")
+        devices = tuple(_gpu_ref(device) for device in
+                        (claim_fields["devices"].sequence() if "devices" in claim_fields else []))
         for device in devices:
             if device.replica is not None or device.resource is not None:
                 raise ConfigError(device.where, device.key, "a DRA device is a GPU or a MIG GPU instance: "
                                   "replica and resource do not apply")
         if not devices:
-            raise walker.fail(item, f"{claim_key}.devices", "a claim needs at least one device")
+            raise item.error("a claim needs at least one device", path=f"{item.path}.devices")
         claims[(namespace, name)] = ScenarioClaim(namespace, name, devices)
     slices: list[ScenarioSlice] = []
-    for index, item in enumerate(walker.sequence(fields["slices"][1], f"{key}.slices") if "slices" in fields else []):
-        slice_key = f"{key}.slices[{index}]"
-        slice_fields = walker.mapping(item, slice_key, ("gpus", "appears_after_s"))
-        gpus = tuple(GpuRef(gpu=walker.integer(gpu, f"{slice_key}.gpus[{number}]"), where=walker.where(gpu),
-                            key=f"{slice_key}.gpus[{number}]")
-                     for number, gpu in enumerate(walker.sequence(slice_fields["gpus"][1], f"{slice_key}.gpus")
-                                                  if "gpus" in slice_fields else []))
-        delay = walker.scalar(slice_fields["appears_after_s"][1], f"{slice_key}.appears_after_s") \
-            if "appears_after_s" in slice_fields else 0
+    for item in fields["slices"].sequence() if "slices" in fields else []:
+        slice_fields = item.mapping(("gpus", "appears_after_s"))
+        gpus = tuple(GpuRef(gpu=_integer(gpu), where=_where(gpu), key=gpu.path)
+                     for gpu in (slice_fields["gpus"].sequence() if "gpus" in slice_fields else []))
+        delay = slice_fields["appears_after_s"].scalar() if "appears_after_s" in slice_fields else 0
         if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
-            raise walker.fail(slice_fields["appears_after_s"][1], f"{slice_key}.appears_after_s",
-                              f"expected seconds >= 0, got {delay!r}")
+            raise slice_fields["appears_after_s"].error(f"expected seconds >= 0, got {delay!r}")
         slices.append(ScenarioSlice(gpus, float(delay)))
-    versions = tuple(walker.choice(item, f"{key}.api_versions[{index}]", SLICE_VERSIONS) for index, item in
-                     enumerate(walker.sequence(fields["api_versions"][1], f"{key}.api_versions"))) \
+    versions = tuple(_choice(item, SLICE_VERSIONS) for item in fields["api_versions"].sequence()) \
         if "api_versions" in fields else ("v1",)
     return ScenarioDra(
-        driver=walker.string(fields["driver"][1], f"{key}.driver", pattern=_is_dns_label,
-                             expected="a DRA driver name such as gpu.nvidia.com") if "driver" in fields else DRIVER,
+        driver=_string(fields["driver"], pattern=_is_dns_label, expected="a DRA driver name such as gpu.nvidia.com")
+        if "driver" in fields else DRIVER,
         api_versions=versions, claims=tuple(claims.values()), slices=tuple(slices) if "slices" in fields else None)
 
 
-def _pod(walker: _Walker, node: yaml.Node, key: str, seen_pids: dict[int, str],
+def _pod(value: YamlValue, seen_pids: dict[int, str],
          claims: frozenset[tuple[str, str]] = frozenset()) -> ScenarioPod:
-    fields = walker.mapping(node, key, ("name", "namespace", "uid", "labels", "qos", "containers"))
+    fields = value.mapping(("name", "namespace", "uid", "labels", "qos", "containers"))
     if "name" not in fields:
-        raise walker.fail(node, f"{key}.name", "missing: every pod needs a name")
-    name = walker.string(fields["name"][1], f"{key}.name", pattern=_is_dns_label, expected="a pod name")
-    namespace = (walker.string(fields["namespace"][1], f"{key}.namespace", pattern=_is_dns_label,
-                               expected="a namespace name") if "namespace" in fields else "default")
+        raise value.error("missing: every pod needs a name", path=f"{value.path}.name")
+    name = _string(fields["name"], pattern=_is_dns_label, expected="a pod name")
+    namespace = (_string(fields["namespace"], pattern=_is_dns_label, expected="a namespace name")
+                 if "namespace" in fields else "default")
     containers: list[ScenarioContainer] = []
-    for index, item in enumerate(walker.sequence(fields["containers"][1], f"{key}.containers")
-                                 if "containers" in fields else []):
-        container = _container(walker, item, f"{key}.containers[{index}]", seen_pids,
-                               lambda claim: (namespace, claim) in claims)
+    for item in fields["containers"].sequence() if "containers" in fields else []:
+        container = _container(item, seen_pids, lambda claim: (namespace, claim) in claims)
         if any(existing.name == container.name for existing in containers):
-            raise walker.fail(item, f"{key}.containers[{index}].name",
-                              f"duplicate container {container.name!r}")
+            raise item.error(f"duplicate container {container.name!r}", path=f"{item.path}.name")
         containers.append(container)
     if not containers:
-        raise walker.fail(node, f"{key}.containers", "a pod needs at least one container")
+        raise value.error("a pod needs at least one container", path=f"{value.path}.containers")
     return ScenarioPod(
         namespace=namespace, name=name,
-        uid=(walker.string(fields["uid"][1], f"{key}.uid") if "uid" in fields
-             else stable_uid("pod", namespace, name)),
-        labels=walker.labels(fields["labels"][1], f"{key}.labels") if "labels" in fields else (),
-        qos=walker.choice(fields["qos"][1], f"{key}.qos", QOS_CLASSES) if "qos" in fields else "burstable",
+        uid=(_string(fields["uid"]) if "uid" in fields else stable_uid("pod", namespace, name)),
+        labels=_labels(fields["labels"]) if "labels" in fields else (),
+        qos=_choice(fields["qos"], QOS_CLASSES) if "qos" in fields else "burstable",
         containers=tuple(containers),
     )
+
+
+def _section_file(source: str) -> safeyaml.YamlFile:
+    return safeyaml.YamlFile(source, ConfigError.at, shows_values=True, document_key=SECTION)
 
 
 def parse_kubernetes_section(section: object, source: str = "<scenario>") -> KubernetesScenario:
@@ -390,79 +332,67 @@ def parse_kubernetes_section(section: object, source: str = "<scenario>") -> Kub
     the plain data a loader produced with ``yaml.safe_load`` (errors name the key path)."""
     node = section if isinstance(section, yaml.Node) else (
         yaml.SafeDumper(io.StringIO()).represent_data(section))
-    walker = _Walker(source)
-    if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null"):
+    top = _section_file(source).root(node, SECTION)
+    if top.is_null():
         return KubernetesScenario(source=source)
-    fields = walker.mapping(node, SECTION, ("node", "gpu_id_type", "runtime", "cgroup_driver",
-                                            "cgroup_version", "process_attribution", "host_pids", "namespaces",
-                                            "pods", "faults", "dra"))
+    fields = top.mapping(("node", "gpu_id_type", "runtime", "cgroup_driver", "cgroup_version",
+                          "process_attribution", "host_pids", "namespaces", "pods", "faults", "dra"))
 
-    def get(name: str, parse: Callable[[yaml.Node, str], Any], default: Any) -> Any:
-        return parse(fields[name][1], f"{SECTION}.{name}") if name in fields else default
+    def get(name: str, parse: Callable[[YamlValue], Any], default: Any) -> Any:
+        return parse(fields[name]) if name in fields else default
 
     seen_pids: dict[int, str] = {}
     host_pids: list[int] = []
-    for index, pid_node in enumerate(get("host_pids", walker.sequence, [])):
-        pid_key = f"{SECTION}.host_pids[{index}]"
-        pid = walker.integer(pid_node, pid_key, minimum=1)
+    for pid_value in get("host_pids", YamlValue.sequence, []):
+        pid = _integer(pid_value, minimum=1)
         if pid in seen_pids:
-            raise walker.fail(pid_node, pid_key, f"PID {pid} is listed twice")
-        seen_pids[pid] = pid_key
+            raise pid_value.error(f"PID {pid} is listed twice")
+        seen_pids[pid] = pid_value.path
         host_pids.append(pid)
 
     namespaces: dict[str, ScenarioNamespace] = {}
-    for index, item in enumerate(get("namespaces", walker.sequence, [])):
-        key = f"{SECTION}.namespaces[{index}]"
-        ns_fields = walker.mapping(item, key, ("name", "labels"))
+    for item in get("namespaces", YamlValue.sequence, []):
+        ns_fields = item.mapping(("name", "labels"))
         if "name" not in ns_fields:
-            raise walker.fail(item, f"{key}.name", "missing: every namespace needs a name")
-        name = walker.string(ns_fields["name"][1], f"{key}.name", pattern=_is_dns_label,
-                             expected="a namespace name")
+            raise item.error("missing: every namespace needs a name", path=f"{item.path}.name")
+        name = _string(ns_fields["name"], pattern=_is_dns_label, expected="a namespace name")
         if name in namespaces:
-            raise walker.fail(item, f"{key}.name", f"duplicate namespace {name!r}")
-        labels = walker.labels(ns_fields["labels"][1], f"{key}.labels") if "labels" in ns_fields else ()
+            raise item.error(f"duplicate namespace {name!r}", path=f"{item.path}.name")
+        labels = _labels(ns_fields["labels"]) if "labels" in ns_fields else ()
         namespaces[name] = ScenarioNamespace(name, labels)
 
-    dra: ScenarioDra | None = get("dra", lambda n, k: _dra(walker, n, k), None)
+    dra: ScenarioDra | None = get("dra", _dra, None)
     claim_names = frozenset((claim.namespace, claim.name) for claim in (dra.claims if dra else ()))
     pods: dict[tuple[str, str], ScenarioPod] = {}
-    for index, item in enumerate(get("pods", walker.sequence, [])):
-        pod = _pod(walker, item, f"{SECTION}.pods[{index}]", seen_pids, claim_names)
+    for item in get("pods", YamlValue.sequence, []):
+        pod = _pod(item, seen_pids, claim_names)
         if (pod.namespace, pod.name) in pods:
-            raise walker.fail(item, f"{SECTION}.pods[{index}].name",
-                              f"duplicate pod {pod.namespace}/{pod.name}")
+            raise item.error(f"duplicate pod {pod.namespace}/{pod.name}", path=f"{item.path}.name")
         pods[(pod.namespace, pod.name)] = pod
         namespaces.setdefault(pod.namespace, ScenarioNamespace(pod.namespace))
 
     return KubernetesScenario(
-        node=get("node", lambda n, k: walker.string(n, k, pattern=_is_dns_label, expected="a node name"),
-                 DEFAULT_NODE),
-        gpu_id_type=get("gpu_id_type", lambda n, k: walker.choice(n, k, ("uid", "device-name")), "uid"),
-        runtime=get("runtime", lambda n, k: walker.choice(n, k, tuple(RUNTIMES)), "containerd"),
-        cgroup_driver=get("cgroup_driver", lambda n, k: walker.choice(n, k, ("systemd", "cgroupfs")),
-                          "systemd"),
-        cgroup_version=get("cgroup_version", lambda n, k: walker.choice(n, k, (1, 2)), 2),
-        process_attribution=get("process_attribution", walker.boolean, False),
+        node=get("node", lambda v: _string(v, pattern=_is_dns_label, expected="a node name"), DEFAULT_NODE),
+        gpu_id_type=get("gpu_id_type", lambda v: _choice(v, ("uid", "device-name")), "uid"),
+        runtime=get("runtime", lambda v: _choice(v, tuple(RUNTIMES)), "containerd"),
+        cgroup_driver=get("cgroup_driver", lambda v: _choice(v, ("systemd", "cgroupfs")), "systemd"),
+        cgroup_version=get("cgroup_version", lambda v: _choice(v, (1, 2)), 2),
+        process_attribution=get("process_attribution", YamlValue.boolean, False),
         host_pids=tuple(host_pids),
         namespaces=tuple(namespaces.values()),
         pods=tuple(pods.values()),
         source=source,
-        faults=get("faults", lambda n, k: parse_faults(walker, n, k), KubernetesFaults()),
+        faults=get("faults", lambda v: parse_faults(v, _string, _choice), KubernetesFaults()),
         dra=dra,
     )
 
 
 def load_kubernetes_section(path: str | Path) -> KubernetesScenario | None:
     """Read a scenario file and validate its top-level ``kubernetes:`` key (None when absent)."""
-    try:
-        root = safeyaml.compose(read_text(path, MAX_SCENARIO_BYTES), allow_aliases=True)
-    except InputFileError as exc:
-        raise ConfigError(str(path), "scenario", str(exc)) from None
-    except safeyaml.YamlInputError as exc:
-        raise ConfigError(f"{path}:{exc.line}" if exc.line else str(path), "yaml", exc.message) from None
-    if not isinstance(root, yaml.MappingNode):
+    root = _section_file(str(path)).load("scenario", max_bytes=MAX_SCENARIO_BYTES, allow_aliases=True)
+    if root is None or not root.is_mapping():
         return None
-    for key_node, value_node in root.value:
+    for key_node, value_node in root.node.value:
         if key_node.value == SECTION:
             return parse_kubernetes_section(value_node, str(path))
     return None

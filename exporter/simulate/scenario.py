@@ -14,7 +14,6 @@ The schema is documented in ``SCHEMA`` below and in the shipped scenarios.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
@@ -28,6 +27,7 @@ import yaml
 from exporter import safeyaml
 from exporter.config import ConfigError
 from exporter.inputfile import InputFileError, read_text
+from exporter.safeyaml import YamlValue
 from exporter.simulate import patterns
 from exporter.simulate.latency_file import load_latency_file
 from exporter.simulate.models import DEFAULT_MODEL, MIG_PROFILES, PRESETS, Features, GpuModel, check_mig_layout
@@ -46,6 +46,7 @@ from exporter.simulate.patterns import (
     Steps,
     Window,
 )
+from exporter.units import SIZE_UNITS, parse_quantity_duration, parse_size, split_quantity
 
 _T = TypeVar("_T")
 
@@ -280,38 +281,11 @@ def parse_error_code(raw: object) -> int:
 # ---------------------------------------------------------------------------------------------
 # Units. Each parser takes a YAML scalar and returns the internal unit, or raises ValueError.
 
-_NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/µ]*)\s*$")
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0,
-                   "h": 3600.0, "d": 86400.0}
-_SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-               "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 _POWER_UNITS_MW = {"mW": 1.0, "W": 1000.0, "kW": 1_000_000.0}
 
 
-def _split(raw: object, what: str) -> tuple[float, str]:
-    if isinstance(raw, bool) or raw is None or isinstance(raw, list | dict):
-        raise ValueError(f"expected {what}, got {raw!r}")
-    if isinstance(raw, int | float):
-        return float(raw), ""
-    match = _NUMBER.match(str(raw))
-    if not match:
-        raise ValueError(f"expected {what}, got {raw!r}")
-    return float(match.group(1)), match.group(2)
-
-
-def parse_duration(raw: object) -> float:
-    """Seconds from ``4.5ms``, ``137us``, ``30s``, ``2m``, ``1h`` or a plain number of seconds."""
-    value, unit = _split(raw, "a duration like 30s or 4.5ms")
-    if unit and unit not in _DURATION_UNITS:
-        raise ValueError(f"unknown duration unit {unit!r} in {raw!r} (known: {', '.join(_DURATION_UNITS)})")
-    seconds = value * _DURATION_UNITS.get(unit, 1.0)
-    if seconds < 0 or not math.isfinite(seconds):
-        raise ValueError(f"duration {raw!r} must be zero or positive")
-    return seconds
-
-
 def _parse_percent(raw: object) -> float:
-    value, unit = _split(raw, "a percentage like 45 or 45%")
+    value, unit = split_quantity(raw, "a percentage like 45 or 45%")
     if unit not in ("", "%"):
         raise ValueError(f"expected a percentage like 45 or 45%, got {raw!r}")
     return value
@@ -319,41 +293,36 @@ def _parse_percent(raw: object) -> float:
 
 def _size_parser(total: int) -> Callable[[object], float]:
     def parse(raw: object) -> float:
-        value, unit = _split(raw, "a size like 40GiB, 512MiB, a number of bytes or 60%")
-        if unit == "%":
-            return total * value / 100.0
-        if unit and unit not in _SIZE_UNITS:
-            raise ValueError(f"unknown size unit {unit!r} in {raw!r} (known: {', '.join(_SIZE_UNITS)}, %)")
-        return value * _SIZE_UNITS.get(unit, 1)
+        return parse_size(raw, total)
 
     return parse
 
 
 def _parse_rate(raw: object) -> float:
-    value, unit = _split(raw, "a rate like 40GB/s or a number of bytes per second")
+    value, unit = split_quantity(raw, "a rate like 40GB/s or a number of bytes per second")
     if unit:
-        if not unit.endswith("/s") or unit[:-2] not in _SIZE_UNITS:
+        if not unit.endswith("/s") or unit[:-2] not in SIZE_UNITS:
             raise ValueError(f"unknown rate unit {unit!r} in {raw!r} (use e.g. 40GB/s, 1.5GiB/s, 500MB/s)")
-        return value * _SIZE_UNITS[unit[:-2]]
+        return value * SIZE_UNITS[unit[:-2]]
     return value
 
 
 def _parse_power_mw(raw: object) -> float:
-    value, unit = _split(raw, "a power like 350W, 0.35kW or a number of watts")
+    value, unit = split_quantity(raw, "a power like 350W, 0.35kW or a number of watts")
     if unit and unit not in _POWER_UNITS_MW:
         raise ValueError(f"unknown power unit {unit!r} in {raw!r} (known: mW, W, kW)")
     return value * _POWER_UNITS_MW.get(unit, 1000.0)
 
 
 def _parse_celsius(raw: object) -> float:
-    value, unit = _split(raw, "a temperature in degrees C")
+    value, unit = split_quantity(raw, "a temperature in degrees C")
     if unit not in ("", "C"):
         raise ValueError(f"expected a temperature in degrees C, got {raw!r}")
     return value
 
 
 def _parse_mhz(raw: object) -> float:
-    value, unit = _split(raw, "a clock in MHz")
+    value, unit = split_quantity(raw, "a clock in MHz")
     if unit not in ("", "MHz"):
         raise ValueError(f"expected a clock in MHz, got {raw!r}")
     return value
@@ -362,14 +331,14 @@ def _parse_mhz(raw: object) -> float:
 def _parse_pstate(raw: object) -> float:
     if isinstance(raw, str) and raw.strip().upper().startswith("P"):
         raw = raw.strip()[1:]
-    value, unit = _split(raw, "a performance state 0..15 or P0..P15")
+    value, unit = split_quantity(raw, "a performance state 0..15 or P0..P15")
     if unit or value != int(value):
         raise ValueError(f"expected a performance state 0..15 or P0..P15, got {raw!r}")
     return value
 
 
 def _parse_plain(raw: object) -> float:
-    value, unit = _split(raw, "a number")
+    value, unit = split_quantity(raw, "a number")
     if unit:
         raise ValueError(f"expected a plain number, got {raw!r}")
     return value
@@ -420,170 +389,19 @@ _RATE_UNIT = _Unit(_parse_plain, 0.0, 1e9, "events per second")
 # ---------------------------------------------------------------------------------------------
 # Reading YAML nodes with their line numbers.
 
-def _construct(node: yaml.Node, source: str, path: str) -> Any:
-    """A node's Python value; anything the constructor raises becomes a ScenarioError (file, line, key)."""
-    try:
-        return safeyaml.construct(node)
-    except safeyaml.YamlInputError as exc:
-        raise ScenarioError(source, exc.line, path or "scenario", exc.message) from None
+def _duration(value: YamlValue) -> float:
+    """A scenario duration (``4.5ms``, ``30s``, a number of seconds) at ``value``."""
+    return value.convert(parse_quantity_duration)
 
 
-class YamlValue:
-    """A YAML node plus where it came from, with typed accessors that fail with file:line:key.
-
-    Public so that other parts reading the reserved ``kubernetes:`` section can validate it with
-    the same messages: ``YamlValue(section.node, "kubernetes", section.source).mapping({...})``.
-    """
-
-    def __init__(self, node: yaml.Node, path: str, source: str) -> None:
-        self.node = node
-        self.path = path
-        self.source = source
-
-    @property
-    def line(self) -> int:
-        return int(self.node.start_mark.line) + 1
-
-    def error(self, message: str, *, path: str | None = None, line: int | None = None) -> ScenarioError:
-        return ScenarioError(self.source, self.line if line is None else line, path or self.path, message)
-
-    def _child(self, key: str | int, node: yaml.Node) -> YamlValue:
-        if isinstance(key, int):
-            return YamlValue(node, f"{self.path}[{key}]", self.source)
-        return YamlValue(node, f"{self.path}.{key}" if self.path else key, self.source)
-
-    def value(self) -> Any:
-        return _construct(self.node, self.source, self.path)
-
-    def is_mapping(self) -> bool:
-        return isinstance(self.node, yaml.MappingNode)
-
-    def is_sequence(self) -> bool:
-        return isinstance(self.node, yaml.SequenceNode)
-
-    def _pairs(self) -> list[tuple[Any, int, yaml.Node]]:
-        if not isinstance(self.node, yaml.MappingNode):
-            raise self.error(f"expected a mapping, got {_describe(self.node)}")
-        pairs: list[tuple[Any, int, yaml.Node]] = []
-        merged: list[tuple[Any, int, yaml.Node]] = []
-        seen: set[Any] = set()
-        for key_node, value_node in self.node.value:
-            key_line = int(key_node.start_mark.line) + 1
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                # YAML merge keys (``<<: *anchor``): the composer leaves them to the constructor,
-                # so resolve them here; explicit keys win, earlier merge sources win over later.
-                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
-                for source in sources:
-                    merged.extend(YamlValue(source, self.path, self.source)._pairs())
-                continue
-            if not isinstance(key_node, yaml.ScalarNode):
-                raise self.error("mapping keys must be plain values", line=key_line)
-            key = _construct(key_node, self.source, self.path)
-            if key in seen:
-                raise self.error(f"duplicate key {key!r}", path=self._child(str(key), key_node).path,
-                                 line=key_line)
-            seen.add(key)
-            pairs.append((key, key_line, value_node))
-        for key, key_line, value_node in merged:
-            if key not in seen:
-                seen.add(key)
-                pairs.append((key, key_line, value_node))
-        return pairs
-
-    def mapping(self, known: Collection[str]) -> dict[str, YamlValue]:
-        """The entries of a mapping whose keys must all be in ``known``."""
-        result: dict[str, YamlValue] = {}
-        for key, key_line, value_node in self._pairs():
-            name = str(key)
-            if name not in known:
-                raise self.error(safeyaml.unknown_key(name, known),
-                                 path=self._child(name, value_node).path, line=key_line)
-            result[name] = self._child(name, value_node)
-        return result
-
-    def index_mapping(self, limit: int, what: str) -> dict[int, YamlValue]:
-        """A mapping keyed by integer indices ``0 <= i < limit`` (``gpus: {3: {...}}``)."""
-        result: dict[int, YamlValue] = {}
-        for key, key_line, value_node in self._pairs():
-            if isinstance(key, bool) or not isinstance(key, int):
-                raise self.error(f"keys must be {what} indices (integers), got {key!r}",
-                                 path=f"{self.path}[{key}]", line=key_line)
-            if not 0 <= key < limit:
-                raise self.error(f"{what} index {key} out of range (gpu_count is {limit})",
-                                 path=f"{self.path}[{key}]", line=key_line)
-            result[key] = self._child(key, value_node)
-        return result
-
-    def sequence(self) -> list[YamlValue]:
-        if not isinstance(self.node, yaml.SequenceNode):
-            raise self.error(f"expected a list, got {_describe(self.node)}")
-        return [self._child(index, item) for index, item in enumerate(self.node.value)]
-
-    def scalar(self) -> Any:
-        if not isinstance(self.node, yaml.ScalarNode):
-            raise self.error(f"expected a single value, got {_describe(self.node)}")
-        return self.value()
-
-    def convert(self, parse: Callable[[object], Any]) -> Any:
-        try:
-            return parse(self.scalar())
-        except ValueError as exc:
-            raise self.error(str(exc)) from None
-
-    def string(self) -> str:
-        raw = self.scalar()
-        if isinstance(raw, bool) or raw is None or isinstance(raw, list | dict):
-            raise self.error(f"expected a string, got {raw!r}")
-        return str(raw)
-
-    def boolean(self) -> bool:
-        raw = self.scalar()
-        if not isinstance(raw, bool):
-            raise self.error(f"expected true or false, got {raw!r}")
-        return raw
-
-    def integer(self, minimum: int | None = None, maximum: int | None = None) -> int:
-        raw = self.scalar()
-        if isinstance(raw, bool) or not isinstance(raw, int):
-            raise self.error(f"expected an integer, got {raw!r}")
-        self._check_range(raw, minimum, maximum)
-        return raw
-
-    def number(self, minimum: float | None = None, maximum: float | None = None) -> float:
-        raw = self.scalar()
-        if isinstance(raw, bool) or not isinstance(raw, int | float):
-            raise self.error(f"expected a number, got {raw!r}")
-        self._check_range(raw, minimum, maximum)
-        return float(raw)
-
-    def _check_range(self, value: float, minimum: float | None, maximum: float | None) -> None:
-        if minimum is not None and value < minimum:
-            raise self.error(f"{value} is below the minimum {minimum}")
-        if maximum is not None and value > maximum:
-            raise self.error(f"{value} is above the maximum {maximum}")
-
-    def duration(self) -> float:
-        return float(self.convert(parse_duration))
-
-    def choice(self, choices: Collection[str], what: str) -> str:
-        text = self.string()
-        if text not in choices:
-            raise self.error(f"unknown {what} {text!r} (known: {', '.join(sorted(choices))})")
-        return text
+def _scenario_file(source: str) -> safeyaml.YamlFile:
+    """How a scenario's nodes are read: its own error, values shown (a scenario holds no secrets)."""
+    return safeyaml.YamlFile(source, ScenarioError, shows_values=True, document_key="scenario")
 
 
 def _get(keys: Mapping[str, YamlValue], name: str, read: Callable[[YamlValue], _T], default: _T) -> _T:
     """``read(keys[name])`` when the key is present, else ``default``."""
     return read(keys[name]) if name in keys else default
-
-
-def _describe(node: yaml.Node) -> str:
-    if isinstance(node, yaml.MappingNode):
-        return "a mapping"
-    if isinstance(node, yaml.SequenceNode):
-        return "a list"
-    value = repr(_construct(node, "scenario", ""))
-    return value if len(value) <= 40 else value[:37] + "..."
 
 
 # ---------------------------------------------------------------------------------------------
@@ -835,7 +653,7 @@ class RawSection:
     node: yaml.Node = field(compare=False, repr=False)
 
     def reader(self, path: str) -> YamlValue:
-        return YamlValue(self.node, path, self.source)
+        return _scenario_file(self.source).root(self.node, path)
 
 
 @dataclass(frozen=True)
@@ -922,7 +740,7 @@ def _pattern(value: YamlValue, unit: _Unit) -> Pattern:
     def period(name: str, default: float) -> float:
         if name not in keys:
             return default
-        seconds = keys[name].duration()
+        seconds = _duration(keys[name])
         if seconds <= 0:
             raise keys[name].error("must be greater than zero")
         return seconds
@@ -932,16 +750,16 @@ def _pattern(value: YamlValue, unit: _Unit) -> Pattern:
         base = Constant(level(keys["value"]))
     elif kind == "sine":
         base = Sine(level(keys["low"]), level(keys["high"]), period("period", 1.0),
-                    keys["phase"].duration() if "phase" in keys else 0.0)
+                    _duration(keys["phase"]) if "phase" in keys else 0.0)
     elif kind == "square":
         duty = keys["duty"].number(0.0, 1.0) if "duty" in keys else 0.5
         base = Square(level(keys["low"]), level(keys["high"]), period("period", 1.0), duty,
-                      keys["phase"].duration() if "phase" in keys else 0.0)
+                      _duration(keys["phase"]) if "phase" in keys else 0.0)
     elif kind == "noise":
         base = Noise(level(keys["low"]), level(keys["high"]), period("period", 5.0))
     elif kind == "ramp":
         base = Ramp(level(keys["from"]), level(keys["to"]), period("duration", 1.0),
-                    keys["start"].duration() if "start" in keys else 0.0,
+                    _duration(keys["start"]) if "start" in keys else 0.0,
                     keys["repeat"].boolean() if "repeat" in keys else False)
     else:
         points: list[tuple[float, float]] = []
@@ -949,7 +767,7 @@ def _pattern(value: YamlValue, unit: _Unit) -> Pattern:
             pair = item.sequence()
             if len(pair) != 2:
                 raise item.error("each step is [AT, VALUE], e.g. [30s, 95]")
-            at = pair[0].duration()
+            at = _duration(pair[0])
             if points and at <= points[-1][0]:
                 raise pair[0].error("step times must increase")
             points.append((at, level(pair[1])))
@@ -968,19 +786,19 @@ def _pattern(value: YamlValue, unit: _Unit) -> Pattern:
 
 def _window(value: YamlValue, extra: Collection[str] = ()) -> tuple[Window, dict[str, YamlValue]]:
     keys = value.mapping(("from", "until", "for", "every", *extra))
-    start = keys["from"].duration() if "from" in keys else 0.0
+    start = _duration(keys["from"]) if "from" in keys else 0.0
     if "until" in keys and "for" in keys:
         raise keys["for"].error("give either 'until' or 'for', not both")
     end = INFINITY
     if "until" in keys:
-        end = keys["until"].duration()
+        end = _duration(keys["until"])
         if end <= start:
             raise keys["until"].error("'until' must be after 'from'")
     elif "for" in keys:
-        end = start + keys["for"].duration()
+        end = start + _duration(keys["for"])
     every = None
     if "every" in keys:
-        every = keys["every"].duration()
+        every = _duration(keys["every"])
         if every <= 0 or end == INFINITY or end - start > every:
             raise keys["every"].error("'every' needs a window ('until' or 'for') no longer than the period")
     return Window(start, end, every), keys
@@ -1004,7 +822,7 @@ def _counter(value: YamlValue) -> CounterSpec:
             pair = item.sequence()
             if len(pair) != 2:
                 raise item.error("each step is [AT, ADD], e.g. [120s, 2]")
-            steps.append((pair[0].duration(), pair[1].integer(0)))
+            steps.append((_duration(pair[0]), pair[1].integer(0)))
     return CounterSpec(
         start=keys["start"].integer(0) if "start" in keys else 0,
         steps=tuple(sorted(steps)),
@@ -1341,8 +1159,8 @@ def _faults(value: YamlValue, count: int) -> tuple[tuple[ErrorFault, ...], tuple
             keys = item.mapping(("type", "gpu", "at", "until"))
             if "gpu" not in keys:
                 raise item.error("a gpu_lost fault needs 'gpu'")
-            at = _get(keys, "at", YamlValue.duration, 0.0)
-            until = _get(keys, "until", YamlValue.duration, INFINITY)
+            at = _get(keys, "at", _duration, 0.0)
+            until = _get(keys, "until", _duration, INFINITY)
             if until <= at:
                 raise keys["until"].error("'until' must be later than 'at'")
             lost.append(GpuLostFault(_gpu_index(keys["gpu"], count), at, until))
@@ -1353,8 +1171,8 @@ def _faults(value: YamlValue, count: int) -> tuple[tuple[ErrorFault, ...], tuple
                     raise item.error(f"a hang fault needs '{needed}'")
             hangs.append(HangFault(
                 symbol=_symbol(keys["symbol"], allow_any=True),
-                at=keys["at"].duration() if "at" in keys else 0.0,
-                duration=keys["duration"].duration(),
+                at=_duration(keys["at"]) if "at" in keys else 0.0,
+                duration=_duration(keys["duration"]),
                 gpu=_gpu_index(keys["gpu"], count) if "gpu" in keys else None,
                 holds_driver_lock=_get(keys, "holds_driver_lock", YamlValue.boolean, False),
                 error=_code(keys["error"]) if "error" in keys else None,
@@ -1377,9 +1195,9 @@ def _xid_events(value: YamlValue, count: int) -> tuple[XidEventSpec, ...]:
         gpus = ([_gpu_index(entry, count) for entry in keys["gpu"].sequence()] if keys["gpu"].is_sequence()
                 else [_gpu_index(keys["gpu"], count)])
         xid = keys["xid"].integer(1, MAX_XID)
-        at = keys["at"].duration() if "at" in keys else 0.0
+        at = _duration(keys["at"]) if "at" in keys else 0.0
         burst = keys["count"].integer(1, MAX_XID_EVENTS) if "count" in keys else 1
-        over = keys["over"].duration() if "over" in keys else 0.0
+        over = _duration(keys["over"]) if "over" in keys else 0.0
         gpu_instance = keys["gpu_instance"].integer(0, 0xFFFFFFFE) if "gpu_instance" in keys else None
         compute_instance = None
         if "compute_instance" in keys:
@@ -1395,8 +1213,8 @@ def _xid_events(value: YamlValue, count: int) -> tuple[XidEventSpec, ...]:
 
 
 def _error_window(keys: Mapping[str, YamlValue]) -> Window:
-    start = keys["from"].duration() if "from" in keys else 0.0
-    end = keys["until"].duration() if "until" in keys else INFINITY
+    start = _duration(keys["from"]) if "from" in keys else 0.0
+    end = _duration(keys["until"]) if "until" in keys else INFINITY
     if end <= start:
         raise keys["until"].error("'until' must be after 'from'")
     return Window(start, end)
@@ -1416,7 +1234,7 @@ def _library(value: YamlValue) -> LibrarySpec:
         init_failure = InitFailure(
             code=_code(fails["error"]),
             calls=fails["calls"].integer(1) if "calls" in fails else None,
-            until=fails["until"].duration() if "until" in fails else None,
+            until=_duration(fails["until"]) if "until" in fails else None,
         )
     return LibrarySpec(
         missing=keys["missing"].boolean() if "missing" in keys else False,
@@ -1436,9 +1254,9 @@ def _latency(top: Mapping[str, YamlValue]) -> tuple[str, dict[str, float], float
     if "latency" in top:
         for name, item in top["latency"].mapping((*NVML_SYMBOLS, FIELD_VALUE_LATENCY_KEY)).items():
             if name == FIELD_VALUE_LATENCY_KEY:
-                per_field = item.duration()
+                per_field = _duration(item)
             else:
-                latency[name] = item.duration()
+                latency[name] = _duration(item)
     return profile, {name: seconds for name, seconds in latency.items() if seconds > 0}, per_field
 
 
@@ -1471,7 +1289,7 @@ def parse_scenario(text: str, source: str, name: str) -> Scenario:
         raise ScenarioError(source, exc.line, "yaml", exc.message) from None
     if root is None:
         raise ScenarioError(source, 1, "scenario", "the file is empty")
-    top = YamlValue(root, "", source)
+    top = _scenario_file(source).root(root)
     if not top.is_mapping():
         raise ScenarioError(source, top.line, "scenario", "expected a mapping of scenario keys")
     keys = top.mapping(_TOP_KEYS)
@@ -1484,7 +1302,7 @@ def parse_scenario(text: str, source: str, name: str) -> Scenario:
     kubernetes = None
     if "kubernetes" in keys:
         section = keys["kubernetes"]
-        kubernetes = RawSection(source, section.line, section.value(), section.node)
+        kubernetes = RawSection(source, section.line or 1, section.value(), section.node)
     return Scenario(
         name=name,
         source=source,

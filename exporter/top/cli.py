@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from exporter.report.promclient import Connection, split_url
-from exporter.report.timespec import parse_duration
 from exporter.top.model import IDLE_BELOW_PERCENT, SORTS, Filters
 from exporter.top.sources import ExporterSource, PrometheusSource, Reading, read_all
 from exporter.top.table import gpu_lines, pod_lines, status_lines, summary
+from exporter.units import parse_prometheus_duration
 
 PROG = "gpu-pod-exporter top"
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
     try:
         args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
         try:
-            interval_s, timeout_s = parse_duration(args.interval), parse_duration(args.timeout)
+            interval_s, timeout_s = parse_prometheus_duration(args.interval), parse_prometheus_duration(args.timeout)
         except ValueError as error:
             raise UsageError(str(error)) from None
         if interval_s <= 0 or not 0 <= args.idle_below <= 100:

@@ -44,6 +44,7 @@ import ssl
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from exporter import __version__
@@ -161,7 +162,7 @@ class _Connection(asyncio.Protocol):
     a TLS handshake record, or a plain-HTTP request on the TLS port (answered with a readable 400).
     """
 
-    def __init__(self, server: ExporterHTTPServer, peer: str, context: ssl.SSLContext | None) -> None:
+    def __init__(self, server: EventLoopHTTPServer, peer: str, context: ssl.SSLContext | None) -> None:
         self.server = server
         self.peer = peer
         self.state = "opening"
@@ -176,6 +177,8 @@ class _Connection(asyncio.Protocol):
         self._body = memoryview(b"")
         self._offset = 0
         self._paused = False
+        self._body_length = 0
+        self._body_done: Callable[[bytes], None] = _ignore
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
 
@@ -196,12 +199,14 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.state == "handshake":
             self._tls_data(data)
-        elif self.state == "head":
+        elif self.state in ("head", "body"):
             if self._tls is not None:
                 self._tls_data(data)
-            else:
+            elif self.state == "head":
                 self._head_data(data)
-        # anything after the head (a body, pipelined requests) is not read: we close after answering
+            else:
+                self._body_data(data)
+        # anything after the head (or the body a server asked for) is not read: we close after answering
 
     def eof_received(self) -> bool:
         # A client may shut down its sending side right after the request (HTTP/1.0 style, `nc -N`):
@@ -236,8 +241,31 @@ class _Connection(asyncio.Protocol):
                 self.server.handle(self, bytes(self._buffer[:MAX_HEAD_BYTES + 1]))
             return
         raw = bytes(self._buffer[:end + len(HEAD_END)])
-        self._buffer = bytearray()
+        del self._buffer[:end + len(HEAD_END)]  # what follows is the start of a body, if one is read
         self.server.handle(self, raw)
+
+    def read_body(self, length: int, done: Callable[[bytes], None]) -> None:
+        """Read ``length`` bytes of request body within the read deadline, then ``done(body)``."""
+        self.state = "body"
+        self._body_length = length
+        self._body_done = done
+        self.arm(self.server.read_timeout_s, "body-timeout", "a client did not send its request body in time")
+        if self.transport is not None:
+            self.transport.resume_reading()
+        if self._tls is not None:
+            self._tls_data(b"")  # what arrived with the head may wait, decrypted or not, in the TLS object
+        else:
+            self._body_data(b"")
+
+    def _body_data(self, data: bytes) -> None:
+        self._buffer += data
+        if len(self._buffer) < self._body_length:
+            return
+        body = bytes(self._buffer[:self._body_length])
+        self._buffer = bytearray()
+        self.state = "busy"
+        self._disarm()
+        self._body_done(body)
 
     def _tls_data(self, data: bytes) -> None:
         if self._tls is None:
@@ -270,14 +298,17 @@ class _Connection(asyncio.Protocol):
                     self.close_now()
                     return
                 self._reading_head()
-            while self.state == "head" and self._tls is not None:
+            while self.state in ("head", "body") and self._tls is not None:
                 try:
                     chunk = self._tls.read(16384)
                 except ssl.SSLWantReadError:
                     break
                 if not chunk:
                     break
-                self._head_data(chunk)
+                if self.state == "head":
+                    self._head_data(chunk)
+                else:
+                    self._body_data(chunk)
             self._flush_tls()
         except (ssl.SSLError, OSError) as exc:  # a failed handshake, a bad record, a close_notify
             if not isinstance(exc, ssl.SSLZeroReturnError):
@@ -293,10 +324,14 @@ class _Connection(asyncio.Protocol):
     # -- writing ------------------------------------------------------------------------------------
 
     def busy(self) -> None:
-        """The head is complete: no longer idle, no head deadline."""
+        """The head is complete: no longer idle, no head deadline. A server that reads bodies gets the
+        rest later (``read_body``): until then the socket is not read, so the kernel holds what the client
+        sends on (flow control), not our memory."""
         self.state = "busy"
         self._disarm()
         self.server.not_idle(self)
+        if self.server.max_body_bytes and self.transport is not None:
+            self.transport.pause_reading()
 
     def send(self, head: bytes, body: bytes) -> None:
         """Write the response and close; at most ``WRITE_TIMEOUT_S`` for all of it."""
@@ -368,44 +403,63 @@ class _Connection(asyncio.Protocol):
             self.close_now()
 
 
-class ExporterHTTPServer:
-    """Owns the listening socket, the event loop thread and the bcrypt pool."""
+@dataclass(frozen=True)
+class Response:
+    """What a server's ``answer`` (or a job it runs off the loop) sends back."""
 
-    def __init__(self, address: str, cache: ExpositionCache, health: Callable[[], HealthReport],
-                 security: WebSecurity | None = None, *,
+    status: int
+    body: bytes
+    content_type: str = _TEXT
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+class EventLoopHTTPServer:
+    """The serving core every listener of this package shares: the exporter's ``/metrics`` and the
+    remediator's Alertmanager webhook.
+
+    It owns the listening socket, the event-loop thread, the connection cap, the deadlines, the
+    bounded bcrypt pool and the rate-limited connection log; a subclass says which methods it takes,
+    who may ask (``decide``), whether a request carries a body worth reading, and what to answer
+    (``answer``). Work that may block (anything taking a lock another thread holds across I/O) goes
+    to a pool through ``answer_later``: the loop itself only moves bytes.
+    """
+
+    methods: tuple[str, ...] = ("GET", "HEAD")
+    max_body_bytes = 0
+    server_header = _SERVER_HEADER
+
+    def __init__(self, address: str, security: WebSecurity | None = None, *,
                  listener: socket.socket | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 read_timeout_s: float | None = None, write_timeout_s: float | None = None) -> None:
-        self.cache = cache
+                 read_timeout_s: float | None = None, write_timeout_s: float | None = None,
+                 logger: logging.Logger | None = None, thread_name: str = "http-server") -> None:
         # --web-read-timeout / --web-write-timeout (dcgm-exporter 4.8.3's flags): the handshake and
         # request head must arrive within the first, the response must be read within the second.
         # None: the module's defaults, looked up now (tests shorten them).
         self.handshake_timeout_s = HANDSHAKE_TIMEOUT_S if read_timeout_s is None else read_timeout_s
         self.read_timeout_s = HEAD_TIMEOUT_S if read_timeout_s is None else read_timeout_s
         self.write_timeout_s = WRITE_TIMEOUT_S if write_timeout_s is None else write_timeout_s
-        self.health = health
         self.security = security or WebSecurity()
+        self._log = logger or log
+        self._thread_name = thread_name
         limit = raise_file_limit(max_connections + RESERVED_FDS)
         self.max_connections = max(1, min(max_connections, limit - RESERVED_FDS))
         if self.max_connections < max_connections:
-            log.warning("the open-file limit allows fewer client connections than asked for",
-                        extra={"fields": {"max_connections": self.max_connections, "asked": max_connections,
-                                          "nofile_limit": limit}})
+            self._log.warning("the open-file limit allows fewer client connections than asked for",
+                              extra={"fields": {"max_connections": self.max_connections, "asked": max_connections,
+                                                "nofile_limit": limit}})
         # ``listener``: already bound and listening (--web-systemd-socket: exporter.web.socket_activation).
         self._listener = _listen(address) if listener is None else listener
         self._listener.setblocking(False)
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(self._loop_exception)
-        self._auth_pool = ThreadPoolExecutor(max_workers=AUTH_WORKERS, thread_name_prefix="http-auth")
-        # Builds /gpus.json (once per exposition generation) off the loop, so a page never delays a scrape.
-        self._page_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="http-page")
-        self._page = load_assets()
+        self._auth_pool = ThreadPoolExecutor(max_workers=AUTH_WORKERS, thread_name_prefix=f"{thread_name}-auth")
         self._auth_waiting = 0
         self._open: dict[_Connection, None] = {}  # insertion order: oldest first
         self._idle: dict[_Connection, None] = {}  # opening or reading the head, oldest first
         self._room: asyncio.Event | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._thread: threading.Thread | None = None
-        self._noise = RateLimitedLog(log, NOISE_INTERVAL_S)
+        self._noise = RateLimitedLog(self._log, NOISE_INTERVAL_S)
         self._date = ("", -1)
         self.evicted = 0
 
@@ -417,12 +471,37 @@ class ExporterHTTPServer:
     def open_connections(self) -> int:
         return len(self._open)
 
+    # -- what a subclass decides ----------------------------------------------------------------------
+
+    def guarded(self, head: RequestHead) -> bool:
+        """Do the rate limit and authentication apply to this request? (a probe's path may be exempt)"""
+        return True
+
+    def decide(self, head: RequestHead) -> Decision:
+        """None to allow, a realm to refuse (401), or a job to run off the loop that returns one of those."""
+        return self.security.decide(head.headers)
+
+    def challenge(self, realm: str) -> str:
+        """The ``WWW-Authenticate`` value of a 401."""
+        return f'Basic realm="{realm}", charset="UTF-8"'
+
+    def refused(self, reason: str) -> None:
+        """A request was refused before ``answer``: rate_limited, unauthorized, length_required, too_large."""
+
+    def wants_body(self, head: RequestHead) -> bool:
+        """Read this request's body (``Content-Length``, at most ``max_body_bytes``) before ``answer``?"""
+        return False
+
+    def answer(self, connection: _Connection, head: RequestHead, body: bytes) -> None:
+        """Answer an admitted request (on the loop: never block; use ``answer_later`` for work)."""
+        raise NotImplementedError
+
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def start(self) -> None:
         self.security.start()
         started = threading.Event()
-        self._thread = threading.Thread(target=self._serve, args=(started,), name="http-server", daemon=True)
+        self._thread = threading.Thread(target=self._serve, args=(started,), name=self._thread_name, daemon=True)
         self._thread.start()
         started.wait(10)
 
@@ -448,7 +527,6 @@ class ExporterHTTPServer:
             self._thread.join(5)
         self._listener.close()
         self._auth_pool.shutdown(wait=False, cancel_futures=True)
-        self._page_pool.shutdown(wait=False, cancel_futures=True)
 
     def _shutdown(self) -> None:
         if self._accepting is not None:
@@ -526,19 +604,24 @@ class ExporterHTTPServer:
 
     def _authorize(self, connection: _Connection, head: RequestHead) -> None:
         head_only = head.method == "HEAD"
-        if head.method not in ("GET", "HEAD"):
-            self._send(connection, 405, _TEXT, b"method not allowed\n", extra={"Allow": "GET, HEAD"})
+        if head.method not in self.methods:
+            self._send(connection, 405, _TEXT, b"method not allowed\n", extra={"Allow": ", ".join(self.methods)})
+            return
+        if not self.guarded(head):
+            self._admitted(connection, head, None)
             return
         if not self.security.allow_request():
+            self.refused("rate_limited")
             self._send(connection, 429, _TEXT, b"Too Many Requests\n", head_only=head_only)
             return
-        decision = self.security.decide(head.headers)
+        decision = self.decide(head)
         if not callable(decision):
-            self._answer(connection, head, decision)
+            self._admitted(connection, head, decision)
             return
         if self._auth_waiting >= AUTH_QUEUE:
             self.noise("auth-queue-full", "too many password checks waiting; answered 429 without checking",
                        client=connection.peer)
+            self.refused("rate_limited")
             self._send(connection, 429, _TEXT, b"Too Many Requests\n", head_only=head_only,
                        extra={"Retry-After": "1"})
             return
@@ -562,68 +645,60 @@ class ExporterHTTPServer:
             self.noise("internal-error", "password check failed", error=_short(error))
             self._send(connection, 500, _TEXT, b"Internal Server Error\n")
             return
-        self._answer(connection, head, done.result())
+        self._admitted(connection, head, done.result())
 
-    def _answer(self, connection: _Connection, head: RequestHead, realm: str | None) -> None:
-        head_only = head.method == "HEAD"
+    def _admitted(self, connection: _Connection, head: RequestHead, realm: str | None) -> None:
+        """Authorized (or refused with ``realm``); read the body when one is wanted, then ``answer``."""
         if realm is not None:
-            self._send(connection, 401, _TEXT, b"Unauthorized\n", head_only=head_only,
-                       extra={"WWW-Authenticate": f'Basic realm="{realm}", charset="UTF-8"'})
+            self.refused("unauthorized")
+            self._send(connection, 401, _TEXT, b"Unauthorized\n", head_only=head.method == "HEAD",
+                       extra={"WWW-Authenticate": self.challenge(realm)})
             return
-        path = head.path
-        if path == "/metrics":
-            exposition = self.cache.current
-            openmetrics = wants_openmetrics(head.headers.get("Accept", ""),
-                                            counters_need_text=exposition.counters_need_text)
-            compressed = accepts_gzip(head.headers.get("Accept-Encoding", ""))
-            body = exposition.body(openmetrics, compressed)
-            extra = {"Vary": "Accept, Accept-Encoding"}
-            if compressed:
-                extra["Content-Encoding"] = "gzip"
-            self._send(connection, 200, exposition.content_type(openmetrics), body, head_only=head_only, extra=extra)
-        elif path in {"/health", "/healthz"}:
-            report = self.health()
-            self._send(connection, 200 if report.healthy else 503, _TEXT, (report.reason + "\n").encode("utf-8"),
-                       head_only=head_only)
-        elif path == "/":
-            page = self._page.page(__version__, self.health().reason)
-            self._send(connection, 200, "text/html; charset=utf-8", page, head_only=head_only, extra=PAGE_HEADERS)
-        elif path in self._page.static:
-            content_type, body = self._page.static[path]
-            self._send(connection, 200, content_type, body, head_only=head_only, extra=PAGE_HEADERS)
-        elif path == "/gpus.json":
-            self._node_view(connection, head_only)
-        else:
-            self._send(connection, 404, _TEXT, b"not found; try /, /metrics, /gpus.json or /health\n",
-                       head_only=head_only)
+        if not self.wants_body(head):
+            self.answer(connection, head, b"")
+            return
+        length = head.headers.get("Content-Length", "")
+        if not length.isdigit():
+            self.refused("length_required")
+            self._send(connection, 411, _TEXT, b"Content-Length required\n")
+            return
+        if int(length) > self.max_body_bytes:
+            self.refused("too_large")
+            self._send(connection, 413, _TEXT, f"body larger than {self.max_body_bytes} bytes\n".encode())
+            return
 
-    def _node_view(self, connection: _Connection, head_only: bool) -> None:
-        """Answer /gpus.json: from memory when this generation's view exists, else built in the page pool."""
-        exposition = self.cache.current
+        def read(body: bytes) -> None:
+            try:
+                self.answer(connection, head, body)
+            except Exception:  # noqa: BLE001 - as in handle(): a bug answers 500
+                self.noise("internal-error", "answering a request failed", exc_info=True)
+                self._send(connection, 500, _TEXT, b"Internal Server Error\n")
 
-        def answer(body: bytes) -> None:
-            self._send(connection, 200, "application/json", body, head_only=head_only, extra=PAGE_HEADERS)
+        connection.read_body(int(length), read)
 
-        def built(done: asyncio.Future[bytes]) -> None:
-            if connection.state == "closed" or done.cancelled():
+    def answer_later(self, pool: ThreadPoolExecutor, connection: _Connection, head: RequestHead,
+                     job: Callable[[], Response]) -> None:
+        """Run ``job`` in ``pool`` (off the loop) and send the ``Response`` it returns."""
+
+        def done(future: asyncio.Future[Response]) -> None:
+            if connection.state == "closed" or future.cancelled():
                 return
-            error = done.exception()
+            error = future.exception()
             if error is not None:
-                self.noise("internal-error", "building /gpus.json failed", error=_short(error))
+                self.noise("internal-error", "answering a request failed", error=_short(error))
                 self._send(connection, 500, _TEXT, b"Internal Server Error\n")
                 return
-            answer(done.result())
+            self.respond(connection, head, future.result())
 
-        ready = exposition.node_view_ready
-        if ready is not None:
-            answer(ready)
-            return
-        future = self._loop.run_in_executor(self._page_pool, exposition.node_view_json, __version__)
-        future.add_done_callback(built)
+        self._loop.run_in_executor(pool, job).add_done_callback(done)
+
+    def respond(self, connection: _Connection, head: RequestHead, response: Response) -> None:
+        self._send(connection, response.status, response.content_type, response.body,
+                   head_only=head.method == "HEAD", extra=response.extra)
 
     def _send(self, connection: _Connection, status: int, content_type: str, body: bytes, *,
               head_only: bool = False, extra: Mapping[str, str] | None = None) -> None:
-        lines = [f"HTTP/1.0 {status} {http.HTTPStatus(status).phrase}", f"Server: {_SERVER_HEADER}",
+        lines = [f"HTTP/1.0 {status} {http.HTTPStatus(status).phrase}", f"Server: {self.server_header}",
                  f"Date: {self._http_date()}", f"Content-Type: {content_type}", f"Content-Length: {len(body)}"]
         for name, value in {**self.security.headers(), **(extra or {})}.items():
             lines.append(f"{name}: {value}")
@@ -648,7 +723,7 @@ class ExporterHTTPServer:
         """Connection-level trouble: one line per kind per minute, with the count."""
         if exc_info:
             if self._noise.event(kind, logging.ERROR, message, **fields):
-                log.debug("details of the last %s", kind, exc_info=True)
+                self._log.debug("details of the last %s", kind, exc_info=True)
             return
         self._noise.event(kind, logging.WARNING, message, **fields)
 
@@ -656,6 +731,71 @@ class ExporterHTTPServer:
         error = context.get("exception")
         self.noise("loop-error", str(context.get("message", "event loop error")),
                    error=_short(error) if error is not None else "")
+
+
+class ExporterHTTPServer(EventLoopHTTPServer):
+    """The exporter's listener: /metrics from the exposition cache, /health, the node page."""
+
+    def __init__(self, address: str, cache: ExpositionCache, health: Callable[[], HealthReport],
+                 security: WebSecurity | None = None, *,
+                 listener: socket.socket | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 read_timeout_s: float | None = None, write_timeout_s: float | None = None) -> None:
+        super().__init__(address, security, listener=listener, max_connections=max_connections,
+                         read_timeout_s=read_timeout_s, write_timeout_s=write_timeout_s)
+        self.cache = cache
+        self.health = health
+        # Builds /gpus.json (once per exposition generation) off the loop, so a page never delays a scrape.
+        self._page_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="http-page")
+        self._page = load_assets()
+
+    def stop(self) -> None:
+        super().stop()
+        self._page_pool.shutdown(wait=False, cancel_futures=True)
+
+    def answer(self, connection: _Connection, head: RequestHead, body: bytes) -> None:
+        head_only = head.method == "HEAD"
+        path = head.path
+        if path == "/metrics":
+            exposition = self.cache.current
+            openmetrics = wants_openmetrics(head.headers.get("Accept", ""),
+                                            counters_need_text=exposition.counters_need_text)
+            compressed = accepts_gzip(head.headers.get("Accept-Encoding", ""))
+            payload = exposition.body(openmetrics, compressed)
+            extra = {"Vary": "Accept, Accept-Encoding"}
+            if compressed:
+                extra["Content-Encoding"] = "gzip"
+            self._send(connection, 200, exposition.content_type(openmetrics), payload, head_only=head_only,
+                       extra=extra)
+        elif path in {"/health", "/healthz"}:
+            report = self.health()
+            self._send(connection, 200 if report.healthy else 503, _TEXT, (report.reason + "\n").encode("utf-8"),
+                       head_only=head_only)
+        elif path == "/":
+            page = self._page.page(__version__, self.health().reason)
+            self._send(connection, 200, "text/html; charset=utf-8", page, head_only=head_only, extra=PAGE_HEADERS)
+        elif path in self._page.static:
+            content_type, static = self._page.static[path]
+            self._send(connection, 200, content_type, static, head_only=head_only, extra=PAGE_HEADERS)
+        elif path == "/gpus.json":
+            self._node_view(connection, head)
+        else:
+            self._send(connection, 404, _TEXT, b"not found; try /, /metrics, /gpus.json or /health\n",
+                       head_only=head_only)
+
+    def _node_view(self, connection: _Connection, head: RequestHead) -> None:
+        """Answer /gpus.json: from memory when this generation's view exists, else built in the page pool."""
+        exposition = self.cache.current
+        ready = exposition.node_view_ready
+        if ready is not None:
+            self.respond(connection, head, Response(200, ready, "application/json", PAGE_HEADERS))
+            return
+        self.answer_later(self._page_pool, connection, head, lambda: Response(
+            200, exposition.node_view_json(__version__), "application/json", PAGE_HEADERS))
+
+
+def _ignore(body: bytes) -> None:
+    """The body callback of a connection that has not asked for a body."""
+
 
 
 def _short(error: BaseException) -> str:

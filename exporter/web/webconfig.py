@@ -41,11 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-import yaml
-
 from exporter import safeyaml
 from exporter.config import ConfigError
-from exporter.inputfile import InputFileError, read_text
+from exporter.safeyaml import YamlValue
+from exporter.units import parse_go_duration
 from exporter.web.tlsnames import check_cipher_suite, check_curve
 
 CLIENT_AUTH_TYPES = (
@@ -75,8 +74,6 @@ ALLOWED_HEADERS: Mapping[str, tuple[str, ...] | None] = MappingProxyType({
 # $2a$/$2b$/$2x$/$2y$ (htpasswd -B writes $2y$), two-digit cost, 22 salt + 31 hash characters.
 _BCRYPT_HASH = re.compile(r"^\$2[abxy]\$(?P<cost>\d\d)\$[./A-Za-z0-9]{53}$")
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_DURATION_UNITS_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class WebConfigError(ConfigError):
@@ -145,101 +142,37 @@ def bcrypt_cost(hashed: str) -> int:
     return int(match.group("cost"))
 
 
-def parse_go_duration(text: str) -> float:
-    """Go's ``time.ParseDuration`` syntax (``1s``, ``1m30s``, ``250ms``, ``0``) in seconds."""
-    text = text.strip()
-    if text in {"0", "-0", "+0"}:
-        return 0.0
-    if not text or _DURATION_PART.sub("", text) != "":
-        raise ValueError(f"invalid duration {text!r}: expected e.g. 1s, 250ms or 1m30s")
-    return sum(float(number) * _DURATION_UNITS_S[unit] for number, unit in _DURATION_PART.findall(text))
-
-
 # ---------------------------------------------------------------------------------------------
 # A YAML node with its key path, so that every check can say where it failed.
 
 
-class _Node:
-    def __init__(self, node: yaml.Node, key: str, path: str, lines: dict[str, int]) -> None:
-        self.node = node
-        self.key = key
-        self.path = path
-        self.lines = lines
-        if key:
-            lines.setdefault(key, node.start_mark.line + 1)
+class _Node(YamlValue):
+    """The shared reader (``exporter.safeyaml``) with the web config's two conveniences: an empty value
+    is an empty string, and lists of strings. Errors name the key's line and never quote a value."""
 
     @property
-    def where(self) -> str:
-        return f"{self.path}:{self.lines.get(self.key, self.node.start_mark.line + 1)}"
+    def key(self) -> str:
+        return self.path
 
-    def error(self, message: str) -> WebConfigError:
-        return WebConfigError(self.where, self.key or "web config", message)
-
-    def _child_key(self, name: str) -> str:
-        return f"{self.key}.{name}" if self.key else name
-
-    def is_null(self) -> bool:
-        return isinstance(self.node, yaml.ScalarNode) and self.node.tag == "tag:yaml.org,2002:null"
-
-    def mapping(self, known: tuple[str, ...] | None = None) -> dict[str, _Node]:
-        """The entries of a mapping; ``known`` (when given) is the complete list of allowed keys."""
-        if self.is_null():
-            return {}
-        if not isinstance(self.node, yaml.MappingNode):
-            raise self.error("expected a mapping")
-        entries: dict[str, _Node] = {}
-        for key_node, value_node in self.node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                raise WebConfigError(f"{self.path}:{key_node.start_mark.line + 1}", self.key or "web config",
-                                     "keys must be plain strings")
-            name = str(key_node.value)
-            child_key = self._child_key(name)
-            where = f"{self.path}:{key_node.start_mark.line + 1}"
-            if known is not None and name not in known:
-                raise WebConfigError(where, child_key, safeyaml.unknown_key(name, known))
-            if name in entries:
-                raise WebConfigError(where, child_key, "duplicate key")
-            self.lines[child_key] = key_node.start_mark.line + 1
-            entries[name] = _Node(value_node, child_key, self.path, self.lines)
-        return entries
-
-    def scalar(self) -> object:
-        if not isinstance(self.node, yaml.ScalarNode):
-            raise self.error("expected a single value")
-        try:
-            return safeyaml.construct(self.node)
-        except safeyaml.YamlInputError as exc:
-            raise self.error(exc.message) from None
+    @property
+    def lines(self) -> dict[str, int]:
+        return self.file.lines
 
     def string(self) -> str:
         value = self.scalar()
         if value is None:
             return ""
         if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise self.error(f"expected a string, got {type(value).__name__}")
+            raise self.error(f"expected a string, got {self.describe()}")
         return str(value)
 
-    def boolean(self) -> bool:
-        value = self.scalar()
-        if not isinstance(value, bool):
-            raise self.error("expected true or false")
-        return value
-
-    def integer(self) -> int:
-        value = self.scalar()
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error("expected an integer")
-        return value
-
     def string_list(self) -> tuple[str, ...]:
-        if self.is_null():
-            return ()
-        if not isinstance(self.node, yaml.SequenceNode):
-            raise self.error("expected a list")
         items = []
-        for index, item in enumerate(self.node.value):
-            child = _Node(item, f"{self.key}[{index}]", self.path, self.lines)
-            items.append(child.string())
+        for item in self.sequence():
+            line = item.line
+            if line is not None:
+                self.lines.setdefault(item.path, line)
+            items.append(item.string())
         return tuple(items)
 
 
@@ -248,22 +181,25 @@ class _Node:
 
 def load_web_config(path: str) -> WebConfig:
     """Read and validate the file; raises ``WebConfigError`` (one line: file, line, key)."""
-    try:
-        text = read_text(path)
-    except InputFileError as exc:
-        raise WebConfigError(path, "web-config-file", str(exc)) from None
-    return parse_web_config(text, path)
+    file = _web_config_file(path)
+    return _build(file, file.load("web-config-file"))
 
 
 def parse_web_config(text: str, path: str) -> WebConfig:
-    try:
-        root = safeyaml.compose(text)  # no aliases, bounded nesting, standard tags; errors quote nothing
-    except safeyaml.YamlInputError as exc:
-        raise WebConfigError(f"{path}:{exc.line}" if exc.line else path, "yaml", exc.message) from None
-    lines: dict[str, int] = {}
+    file = _web_config_file(path)
+    return _build(file, file.read(text))
+
+
+def _web_config_file(path: str) -> safeyaml.YamlFile:
+    """No aliases, bounded nesting, standard tags; errors name the key's line and quote no value."""
+    return safeyaml.YamlFile(path, WebConfigError.at, key_lines=True, document_key="web config")
+
+
+def _build(file: safeyaml.YamlFile, root: YamlValue | None) -> WebConfig:
+    path = file.source
     if root is None:
         return WebConfig(path=path)  # an empty file: plain HTTP, no authentication (as the toolkit)
-    top = _Node(root, "", path, lines).mapping(("tls_server_config", "http_server_config", "basic_auth_users",
+    top = _Node(root.node, "", file).mapping(("tls_server_config", "http_server_config", "basic_auth_users",
                                                 "rate_limit"))
     base = Path(path).resolve().parent
     tls = _tls(top["tls_server_config"], base) if "tls_server_config" in top else None
@@ -272,7 +208,7 @@ def parse_web_config(text: str, path: str) -> WebConfig:
     rate_limit = _rate_limit(top["rate_limit"]) if "rate_limit" in top else None
     return WebConfig(path=path, tls=tls, basic_auth_users=MappingProxyType(users),
                      headers=MappingProxyType(headers), http2=http2, rate_limit=rate_limit,
-                     lines=MappingProxyType(lines))
+                     lines=MappingProxyType(file.lines))
 
 
 def _file(node: _Node, base: Path) -> str:
@@ -377,7 +313,7 @@ def _tls_name_lists(node: _Node, keys: dict[str, _Node]) -> dict[str, tuple[str,
                     check(item)
                 except ValueError as exc:
                     item_key = f"{keys[name].key}[{index}]"
-                    raise WebConfigError(f"{node.path}:{node.lines.get(item_key, 0)}", item_key, str(exc)) from None
+                    raise WebConfigError(f"{node.source}:{node.lines.get(item_key, 0)}", item_key, str(exc)) from None
             values[name] = items
     return values
 

@@ -1,4 +1,4 @@
-"""The whole siege at once: no client can starve a scrape.
+"""The whole siege at once: no client can starve a scrape, nor an Alertmanager delivery.
 
 The real exporter (``--simulate``, 128 GPUs: a ~0.75 MB text exposition, so a slow reader cannot
 take it all into its socket buffers) is attacked by another process (``tests/faults/siege.py``)
@@ -12,11 +12,17 @@ Two variants: the default install (plain HTTP, no web config; the wrong-password
 just 200 clients scraping back to back, their header ignored), and TLS + basic auth (bcrypt cost
 10, as ``htpasswd -nBC 10`` writes), where the scraper's credentials were verified once before
 the siege, as Prometheus' were by its first scrape.
+
+Both run against both listeners that share the serving core (``exporter.web.server``): the
+exporter's ``/metrics``, and the remediator's webhook, where the timed request is Alertmanager's
+``POST /alerts`` (bearer token; with basic auth, the web config's user) and the attackers aim at
+its ``/metrics``.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import http.client
 import json
@@ -26,13 +32,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import bcrypt
 import pytest
 
-from tests.e2e.exporter_process import REPO_ROOT, ExporterProcess, running_exporter, wait_for
+from exporter.simulate.fakenodeapi import FakeNodeApiServer
+from tests.e2e.exporter_process import REPO_ROOT, running_exporter, wait_for
+from tests.remediate.support import RemediatorProcess
 from tests.web.certs import CertificateAuthority
 
 pytestmark = pytest.mark.e2e
@@ -43,6 +54,23 @@ PACE_S = 0.12
 PASSWORD = "scrape-pass-4b1d"
 RSS_GROWTH_LIMIT_MIB = 64.0
 SCENARIO = "description: siege\ngpu_count: 128\n"
+TOKEN = "siege-webhook-token"
+ALERTS = json.dumps({"version": "4", "status": "firing", "receiver": "r", "groupKey": "g", "truncatedAlerts": 0,
+                     "alerts": [{"status": "firing", "labels": {"alertname": "GpuXidFatal", "Hostname": "node-1"},
+                                 "startsAt": "2024-05-01T10:00:00Z", "fingerprint": "f"}]}).encode()
+
+
+class Served(Protocol):
+    """A listener's process under siege: the exporter or the remediator."""
+
+    port: int
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]: ...
+
+    def assert_running(self) -> None: ...
+
+    def log(self) -> str: ...
 
 
 @dataclass
@@ -77,6 +105,10 @@ class Client:
         self.headers = {"Authorization": authorization} if authorization else {}
 
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[float, int, bytes]:
+        return self.request("GET", path, None, headers)
+
+    def request(self, method: str, path: str, body: bytes | None,
+                headers: Mapping[str, str] | None = None) -> tuple[float, int, bytes]:
         started = time.monotonic()
         if self.context is not None:
             conn: http.client.HTTPConnection = http.client.HTTPSConnection("127.0.0.1", self.port,
@@ -84,7 +116,7 @@ class Client:
         else:
             conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
         try:
-            conn.request("GET", path, headers={**self.headers, **(headers or {})})
+            conn.request(method, path, body=body, headers={**self.headers, **(headers or {})})
             response = conn.getresponse()
             body = response.read()
             if response.getheader("Content-Encoding") == "gzip":
@@ -94,7 +126,46 @@ class Client:
             conn.close()
 
 
-def siege(exporter: ExporterProcess, client: Client, attacker_args: list[str]) -> tuple[Timings, dict[str, int]]:
+@dataclass(frozen=True)
+class Target:
+    """What is besieged and what its user's timed request is."""
+
+    name: str
+    # (scenario, workdir, web config or None) -> the running process, its client's Authorization
+    start: Callable[[str, Path, Path | None], contextlib.AbstractContextManager[tuple[Served, str | None]]]
+    timed: Callable[[Client], tuple[float, int, bytes]]
+    served: Callable[[int, bytes], bool]
+
+
+@contextmanager
+def _exporter(scenario: str, workdir: Path, web: Path | None) -> Iterator[tuple[Served, str | None]]:
+    with running_exporter(["--simulate", scenario, *(["--web-config-file", str(web)] if web else [])]) as exporter:
+        yield exporter, None
+
+
+@contextmanager
+def _remediator(scenario: str, workdir: Path, web: Path | None) -> Iterator[tuple[Served, str | None]]:
+    with ExitStack() as stack:
+        api = stack.enter_context(FakeNodeApiServer())
+        api.add_node("node-1", gpus=1)
+        remediator = RemediatorProcess(workdir / "remediate", api, token=None if web else TOKEN,
+                                       extra=["--web-config-file", str(web)] if web else [])
+        stack.callback(remediator.stop)
+        yield remediator, None if web else f"Bearer {TOKEN}"
+
+
+TARGETS = [
+    Target("exporter /metrics", _exporter,
+           lambda client: client.get("/metrics", {"Accept-Encoding": "gzip"}),
+           lambda status, body: status == 200 and b"DCGM_FI_DEV_GPU_TEMP{" in body),
+    Target("remediator webhook", _remediator,
+           lambda client: client.request("POST", "/alerts", ALERTS, {"Content-Type": "application/json"}),
+           lambda status, body: status == 200 and b'"status": "accepted"' in body),
+]
+
+
+def siege(exporter: Served, client: Client, attacker_args: list[str],
+          target: Target) -> tuple[Timings, dict[str, int]]:
     baseline = max(rss_kib(exporter.process.pid) for _ in range(3))
     timings = Timings(rss_kib=[baseline])
     attackers = subprocess.Popen([sys.executable, "-m", "tests.faults.siege", "--port", str(exporter.port),
@@ -119,8 +190,8 @@ def siege(exporter: ExporterProcess, client: Client, attacker_args: list[str]) -
             # exporter: slowloris clients get cut and come back, idle sockets get closed and come back.
             time.sleep(max(0.0, started + number * PACE_S - time.monotonic()))
             exporter.assert_running()
-            elapsed, status, body = client.get("/metrics", {"Accept-Encoding": "gzip"})
-            assert status == 200 and b"DCGM_FI_DEV_GPU_TEMP{" in body, (status, body[:200])
+            elapsed, status, body = target.timed(client)
+            assert target.served(status, body), (status, body[:200])
             timings.scrapes.append(elapsed)
             elapsed, status, body = client.get("/health")
             assert status == 200, body
@@ -166,14 +237,24 @@ def scenario(tmp_path: Path) -> str:
     return str(path)
 
 
-def test_siege_on_plain_http_default_install(scenario: str) -> None:
-    with running_exporter(["--simulate", scenario]) as exporter:
-        exporter.wait_healthy(60)
-        timings, counts = siege(exporter, Client(exporter.port, None, None), [])
-        report("plain HTTP", timings, counts)
+@pytest.mark.parametrize("target", TARGETS, ids=lambda target: target.name)
+def test_siege_on_plain_http_default_install(scenario: str, tmp_path: Path, target: Target) -> None:
+    with target.start(scenario, tmp_path, None) as (served, authorization):
+        client = Client(served.port, None, authorization)
+        wait_for(lambda: _healthy(served, client), 60, "/health")
+        timings, counts = siege(served, client, [], target)
+        report(f"{target.name}, plain HTTP", timings, counts)
         assert_unstarved(timings, counts)
         assert counts.get("wrong_password_200", 0) > 0  # no auth configured: they were served, not refused
-        assert "Traceback" not in exporter.log()
+        assert "Traceback" not in served.log()
+
+
+def _healthy(served: Served, client: Client) -> bool:
+    served.assert_running()
+    try:
+        return client.get("/health")[1] == 200
+    except (OSError, ssl.SSLError):
+        return False
 
 
 @pytest.fixture
@@ -187,24 +268,19 @@ def tls_files(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_siege_on_tls_with_basic_auth(scenario: str, tls_files: Path) -> None:
+@pytest.mark.parametrize("target", TARGETS, ids=lambda target: target.name)
+def test_siege_on_tls_with_basic_auth(scenario: str, tls_files: Path, target: Target) -> None:
     context = ssl.create_default_context(cafile=str(tls_files / "ca.crt"))
     context.check_hostname = False
     authorization = "Basic " + base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()
-    with running_exporter(["--simulate", scenario, "--web-config-file", str(tls_files / "web.yml")]) as exporter:
-        client = Client(exporter.port, context, authorization)
-
-        def healthy() -> bool:
-            exporter.assert_running()
-            try:
-                return client.get("/health")[1] == 200
-            except (OSError, ssl.SSLError):
-                return False
-
-        wait_for(healthy, 60, "/health over HTTPS")  # also verifies (and caches) the scraper's credentials
-        timings, counts = siege(exporter, client, ["--tls", str(tls_files / "ca.crt")])
-        report("TLS + basic auth", timings, counts)
+    with target.start(scenario, tls_files, tls_files / "web.yml") as (served, _):
+        client = Client(served.port, context, authorization)
+        # The first authenticated request verifies (and caches) the client's credentials, as Prometheus'
+        # first scrape (or Alertmanager's first delivery) does.
+        wait_for(lambda: _healthy(served, client) and client.get("/metrics")[1] == 200, 60, "/metrics over HTTPS")
+        timings, counts = siege(served, client, ["--tls", str(tls_files / "ca.crt")], target)
+        report(f"{target.name}, TLS + basic auth", timings, counts)
         assert_unstarved(timings, counts)
         refused = counts.get("wrong_password_401", 0) + counts.get("wrong_password_429", 0)
         assert refused > 0 and counts.get("wrong_password_200", 0) == 0
-        assert "Traceback" not in exporter.log()
+        assert "Traceback" not in served.log()

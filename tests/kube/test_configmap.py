@@ -81,11 +81,15 @@ def test_refresh_applies_a_change_once_and_keeps_the_counters_on_a_broken_one(
 
 
 def test_failures_back_off_exponentially_with_jitter(tmp_path: Path) -> None:
+    waits: list[float] = []
     with ConfigMapServer(TEMP_ONLY) as server:
         source = ConfigMapCounters(f"{NAMESPACE}:{NAME}", str(server.write_kubeconfig(tmp_path / "k")), 30.0,
-                                   jitter=lambda: 0.5)
+                                   jitter=lambda: 0.5, clock=lambda: sum(waits))
         server.status = 500
-        waits = [source.next_delay() for _ in range(8)]
+        for _ in range(8):
+            waits.append(source.next_delay())
         server.status = 200
         waits.append(source.next_delay())
-    assert waits == [5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0, 30.0]
+    # The shared backoff's windows (5 s doubling to 300 s, back to back: [0, 5), [5, 15), [15, 35), ...), one
+    # attempt in the middle of each (jitter 0.5); after a success, the interval again.
+    assert waits == [2.5, 7.5, 15.0, 30.0, 60.0, 120.0, 230.0, 300.0, 30.0]

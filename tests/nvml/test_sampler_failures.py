@@ -16,11 +16,12 @@ from typing import Any
 import pynvml
 import pytest
 
+from exporter.backoff import Backoff
 from exporter.metrics.counters import CounterSet, default_counters_text, load_counters, parse_counters
 from exporter.nvml import sampler as sampler_module
 from exporter.nvml.events import handle_value
 from exporter.nvml.inventory import Inventory
-from exporter.nvml.sampler import LOST_REPROBE_S, Sampler
+from exporter.nvml.sampler import INIT_BACKOFF, LOST_REPROBE_S, Sampler
 from exporter.simulate.fakenvml import FakeNvmlLibrary, installed
 from exporter.simulate.scenario import parse_scenario
 from exporter.snapshot import Snapshot
@@ -286,26 +287,36 @@ def _run_loop(sampler: Sampler, pauses: int) -> list[float | None]:
     return waits.waits
 
 
+def _run_on_its_clock(sampler: Sampler, clock: Any, pauses: int) -> list[float | None]:
+    """Run the loop for ``pauses`` pauses, each moving the rig's clock; the start-up backoff's random
+    fraction pinned to the middle of each window."""
+    sampler.init_backoff = Backoff(INIT_BACKOFF, lambda: 0.5)
+    waits = RecordedWaits(pauses)
+
+    def pause(timeout: float | None = None) -> bool:
+        clock.t += timeout or 0.0
+        return RecordedWaits.wait(waits, timeout)
+
+    waits.wait = pause  # type: ignore[method-assign]
+    sampler._stop = waits
+    sampler._run()
+    return waits.waits
+
+
 def test_initialisation_is_retried_with_doubling_pauses_up_to_thirty_seconds() -> None:
-    with rig("no-driver") as (sampler, fake, _clock, logs):
-        assert _run_loop(sampler, 8) == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    with rig("no-driver") as (sampler, fake, clock, logs):
+        # The shared backoff's windows, 1 s doubling to 30 s back to back ([0, 1), [1, 3), [3, 7), ...),
+        # one attempt in the middle of each: a fleet whose driver is missing does not retry in step.
+        assert _run_on_its_clock(sampler, clock, 8) == [0.5, 1.5, 3.0, 6.0, 12.0, 23.0, 30.0, 30.0]
         assert fake.calls["nvmlInitWithFlags"] == 8
     assert len(events(logs)) == 1  # one line for eight failed attempts
 
 
 def test_once_nvml_works_sampling_runs_at_the_collect_interval() -> None:
     with rig("init-recovers", TEMPERATURE, start=0.0) as (sampler, _fake, clock, _logs):
-        # The scenario's driver loads at t=3 s; the loop keeps to the clock the test moves.
-        waits = RecordedWaits(4)
-
-        def pause(timeout: float | None = None) -> bool:
-            clock.t += timeout or 0.0
-            return RecordedWaits.wait(waits, timeout)
-
-        waits.wait = pause  # type: ignore[method-assign]
-        sampler._stop = waits
-        sampler._run()
-    assert waits.waits == [1.0, 2.0, 1.0, 1.0]  # t=0 and t=1 fail, t=3 works: then every second
+        # The scenario's driver loads at t=3 s. t=0, t=0.5 and t=2 fail (attempts in the middle of the windows
+        # [0, 1), [1, 3)), t=5 works: then every second.
+        assert _run_on_its_clock(sampler, clock, 4) == [0.5, 1.5, 3.0, 1.0]
 
 
 def test_a_machine_without_gpus_is_looked_at_again_every_thirty_seconds(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,9 +29,10 @@ import yaml
 from devcluster.api import Api, ApiError
 from devcluster.control_plane import Cluster
 from devcluster.nodes import KWOK_ANNOTATION
+from exporter.backoff import BackoffPolicy
 from exporter.remediate.alerts import parse_notification
 from exporter.remediate.controller import Remediator
-from exporter.remediate.kubeapi import ApiConflictError, Backoff, KubeApi, load_core_api
+from exporter.remediate.kubeapi import ApiConflictError, KubeApi, load_core_api
 from exporter.remediate.nodestate import PHASE_ANNOTATION, TAINT_KEY
 from exporter.remediate.policy import load_policy
 from exporter.remediate.selfmetrics import RemediationMetrics
@@ -59,7 +60,7 @@ class Recording(KubeApi):
     """Counts the remediator's node patches."""
 
     def __init__(self, core: Any) -> None:
-        super().__init__(core, Backoff(base_s=0.05, cap_s=0.2, attempts=3))
+        super().__init__(core, BackoffPolicy(initial_s=0.05, max_s=0.2), attempts=3)
         self.patches: list[str] = []
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
@@ -72,7 +73,7 @@ class ConcurrentWriter(KubeApi):
     times: the API server itself answers the next node patch with 409."""
 
     def __init__(self, core: Any, admin: Api, conflicts: int) -> None:
-        super().__init__(core, Backoff(base_s=0.05, cap_s=0.2, attempts=3))
+        super().__init__(core, BackoffPolicy(initial_s=0.05, max_s=0.2), attempts=3)
         self.admin, self.pending, self.conflicts = admin, conflicts, 0
 
     def get_node(self, name: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter.backoff import BackoffPolicy
 from exporter.remediate.alerts import parse_notification
 from exporter.remediate.controller import Remediator
 from exporter.remediate.events import (
@@ -34,7 +35,7 @@ from exporter.remediate.events import (
     REASON_VALIDATION_FAILED,
     alert_context,
 )
-from exporter.remediate.kubeapi import Backoff, KubeApi, load_core_api
+from exporter.remediate.kubeapi import KubeApi, load_core_api
 from exporter.remediate.nodestate import GPUS_ANNOTATION, PHASE_ANNOTATION, TAINT_KEY
 from exporter.remediate.policy import load_policy
 from exporter.remediate.selfmetrics import RemediationMetrics
@@ -77,7 +78,7 @@ def make(api: FakeNodeApiServer, tmp_path: Path, clock: Clock, policy: dict[str,
         path.write_text(yaml.safe_dump(policy), encoding="utf-8")
     loaded = load_policy(str(path) if path else None)
     core = load_core_api(str(api.write_kubeconfig(tmp_path / "kubeconfig")))
-    return Remediator(loaded, KubeApi(core, Backoff(base_s=0.01, cap_s=0.02, attempts=3)),
+    return Remediator(loaded, KubeApi(core, BackoffPolicy(initial_s=0.01, max_s=0.02), attempts=3),
                       RemediationMetrics(loaded.mode), clock=clock, recheck_s=5)
 
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from exporter.remediate.kubeapi import ApiConflictError, ApiError, Backoff, KubeApi, classify
+from exporter.backoff import BackoffPolicy
+from exporter.remediate.kubeapi import ApiConflictError, ApiError, KubeApi, classify
 
 
 class Response:
@@ -40,7 +41,8 @@ def api_exception(status: int, message: str = "") -> ApiException:
 
 
 def kube(core: ScriptedCore, attempts: int = 4) -> KubeApi:
-    return KubeApi(core, Backoff(base_s=0.001, cap_s=0.002, attempts=attempts), rng=random.Random(1))
+    return KubeApi(core, BackoffPolicy(initial_s=0.001, max_s=0.002), attempts=attempts,
+                   random_fraction=random.Random(1).random)
 
 
 def test_transient_failures_are_retried_until_an_answer() -> None:
@@ -71,15 +73,38 @@ def test_a_stop_request_ends_the_waiting() -> None:
     stop.set()
     core = ScriptedCore(api_exception(503), b"{}")
     with pytest.raises(ApiError, match="stopped while retrying"):
-        KubeApi(core, Backoff(base_s=10, cap_s=10, attempts=5), stop=stop).get_node("n")
+        KubeApi(core, BackoffPolicy(initial_s=10, max_s=10), stop=stop).get_node("n")
 
 
-def test_backoff_grows_exponentially_with_jitter_up_to_the_cap() -> None:
-    backoff, rng = Backoff(base_s=1, cap_s=8, attempts=10), random.Random(7)
-    delays = [backoff.delay(attempt, rng) for attempt in range(6)]
-    for attempt, delay in enumerate(delays):
-        ceiling = min(8, 2 ** attempt)
-        assert ceiling / 2 <= delay <= ceiling
+class RecordedWaits(threading.Event):
+    """A stop event that is never set and records how long each retry would wait."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(float(timeout or 0.0))
+        return False
+
+
+def test_waits_follow_the_shared_backoff_windows_and_honour_retry_after() -> None:
+    """One attempt per window (1, 2, 4, 8, 8 s: the shared policy's full jitter, here at its middle), and a
+    429's Retry-After pushes the window behind it, as for every retrying client of the package."""
+    throttled = api_exception(429, "too many requests")
+    throttled.headers = {"Retry-After": "30"}
+    core = ScriptedCore(api_exception(503), api_exception(503), throttled, api_exception(503), b"{}")
+    waits = RecordedWaits()
+    now = [100.0]
+
+    def clock() -> float:
+        return now[0]
+
+    api = KubeApi(core, BackoffPolicy(initial_s=1, max_s=8), waits, attempts=6, random_fraction=lambda: 0.5,
+                  clock=clock)
+    assert api.get_node("n") == {}
+    # window 1 [100, 101), window 2 [101, 103), window 3 starts at the Retry-After: [130, 134), window 4 [134, 142)
+    assert waits.waits == [0.5, 2.0, 32.0, 38.0]
 
 
 def test_anything_unexpected_becomes_an_error_without_a_status() -> None:

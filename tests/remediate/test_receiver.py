@@ -5,9 +5,12 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import socket
 import ssl
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import bcrypt
@@ -16,8 +19,12 @@ import pytest
 from exporter.remediate.alerts import Notification
 from exporter.remediate.receiver import MAX_BODY_BYTES, WebhookReceiver, parse_listen_address
 from exporter.remediate.selfmetrics import RemediationMetrics
+from exporter.web import server as server_module
 from exporter.web.security import load_web_security
+from exporter.web.server import Decision, WebSecurity
+from tests.e2e.exporter_process import wait_for
 from tests.web.certs import CertificateAuthority
+from tests.web.test_server_deadlines import closed_by_server
 
 PAYLOAD = {"version": "4", "status": "firing", "receiver": "r", "groupKey": "g", "truncatedAlerts": 0,
            "alerts": [{"status": "firing", "labels": {"alertname": "GpuXidFatal", "Hostname": "n", "UUID": "GPU-1"},
@@ -134,8 +141,10 @@ def test_tls_comes_from_the_same_web_config(listeners: list[Listener], tmp_path:
     assert listener.post({"Authorization": "Bearer s3cret"})[0] == 200
     plain = Listener.__new__(Listener)
     plain.receiver, plain.context = listener.receiver, None
-    with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
-        plain.post({"Authorization": "Bearer s3cret"})
+    # Plain HTTP on the TLS port: refused with a readable answer, as on the exporter's port, and never handled.
+    status, _, body = plain.post({"Authorization": "Bearer s3cret"})
+    assert (status, b"use https://" in body) == (400, True)
+    assert len(listener.remediator.received) == 1
 
 
 def test_without_credentials_the_webhook_is_open(listeners: list[Listener]) -> None:
@@ -193,3 +202,71 @@ def test_closing_the_breaker_needs_the_webhook_credentials(listeners: list[Liste
     auth = {"Authorization": "Bearer s3cret", "Content-Length": "0"}
     assert listener.request("POST", "/breaker/close", b"", auth)[::2] == (200, b"circuit breaker closed\n")
     assert listener.request("POST", "/breaker/close", b"", auth)[::2] == (200, b"circuit breaker was not open\n")
+
+
+def test_idle_sockets_do_not_hold_the_webhook(listeners: list[Listener]) -> None:
+    """64 connections that send nothing (the thread-per-connection server this replaced had 16 slots, so
+    its /health then timed out): the probe and a delivery are still answered."""
+    listener = start(listeners, token="s3cret")
+    idle = [socket.create_connection(("127.0.0.1", listener.receiver.port)) for _ in range(64)]
+    try:
+        assert listener.request("GET", "/health")[0] == 200
+        assert listener.post({"Authorization": "Bearer s3cret"})[0] == 200
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_a_body_that_stops_arriving_is_cut_at_the_read_deadline(listeners: list[Listener],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_module, "HEAD_TIMEOUT_S", 0.5)
+    listener = start(listeners, token="s3cret")
+    with socket.create_connection(("127.0.0.1", listener.receiver.port)) as slow:
+        slow.sendall(b"POST /alerts HTTP/1.1\r\nAuthorization: Bearer s3cret\r\nContent-Length: 1000\r\n\r\n{")
+        assert listener.request("GET", "/health")[0] == 200  # answered while the body is awaited
+        wait_for(lambda: closed_by_server(slow), 10, "the connection with the unfinished body to be cut")
+    assert listener.remediator.received == []
+    assert listener.post({"Authorization": "Bearer s3cret"})[0] == 200
+
+
+def test_a_body_in_several_pieces_is_read_whole(listeners: list[Listener]) -> None:
+    listener = start(listeners, token="s3cret")
+    body = json.dumps(PAYLOAD).encode()
+    with socket.create_connection(("127.0.0.1", listener.receiver.port)) as client:
+        client.sendall(b"POST /alerts HTTP/1.1\r\nAuthorization: Bearer s3cret\r\n"
+                       + f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:10])
+        wait_for(lambda: listener.receiver.open_connections == 1, 10, "the request head to be read")
+        client.sendall(body[10:])
+        answer = b""
+        while chunk := client.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.0 200 OK") and b'"status": "accepted"' in answer
+    assert [alert.name for alert in listener.remediator.received[0].alerts] == ["GpuXidFatal"]
+
+
+class SlowPasswordCheck(WebSecurity):
+    """Basic-auth users whose password check (bcrypt, off the event loop) finishes when the test says so."""
+
+    def __init__(self) -> None:
+        self.config = SimpleNamespace(basic_auth_users={"alertmanager": "hash"})
+        self.release = threading.Event()
+
+    def decide(self, headers: Any) -> Decision:
+        return lambda: None if self.release.wait(10) else "realm"
+
+
+def test_a_body_sent_while_the_password_is_checked_is_read_after_the_check(listeners: list[Listener]) -> None:
+    security = SlowPasswordCheck()
+    listener = start(listeners, security=security)
+    body = json.dumps(PAYLOAD).encode()
+    with socket.create_connection(("127.0.0.1", listener.receiver.port)) as client:
+        authorization = basic("alertmanager", "pw")["Authorization"]
+        client.sendall(f"POST /alerts HTTP/1.1\r\nAuthorization: {authorization}\r\n"
+                       f"Content-Length: {len(body)}\r\n\r\n".encode())
+        client.sendall(body)  # arrives while the check runs: held by the kernel, read once it passes
+        security.release.set()
+        answer = b""
+        while chunk := client.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.0 200 OK"), answer
+    assert len(listener.remediator.received) == 1

@@ -42,7 +42,7 @@ def test_the_example_file_loads_and_prices_in_the_documented_order() -> None:
     ("nodePools:\n  label: pool\n  pools:\n    spot: {}\n", ":4: nodePools.pools.spot: a pool needs a default"),
     ("energy:\n  perKWh: 0.2\n", ":2: energy.perKWh: unknown key (known keys: pricePerKWh)"),
     ("currency: [EUR]\n", ":1: currency: expected a non-empty string"),
-    ("default: &a 1\nmodels: *a\n", ":2: YAML aliases"),
+    ("default: &a 1\nmodels: *a\n", ":2: yaml: YAML aliases"),
     ("currency: EUR\n", ": no price in the file"),
     ("", ": the file is empty"),
 ])

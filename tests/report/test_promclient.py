@@ -96,7 +96,7 @@ def client(url: str, **kwargs: Any) -> tuple[PrometheusClient, list[float]]:
     sleeps: list[float] = []
     connection_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in Connection.__dataclass_fields__}
     return PrometheusClient(Connection(url, **connection_kwargs), sleep=sleeps.append, jitter=lambda: 0.5,
-                            **kwargs), sleeps
+                            clock=lambda: sum(sleeps), **kwargs), sleeps
 
 
 def test_a_month_at_one_minute_is_cut_under_11000_points_and_merged_without_gaps_or_overlap() -> None:
@@ -174,7 +174,10 @@ def test_unavailable_is_retried_with_jittered_backoff_and_retry_after() -> None:
         prometheus, sleeps = client(url)
         prometheus.query_range("x", 0.0, 1.0, 1.0)
     assert len(requests) == 4
-    assert sleeps == [0.5, 7.0, 2.0]  # 0.5 s x 2^(n-1) x (0.5 + jitter 0.5); Retry-After wins
+    # The shared backoff, its clock the sum of the sleeps, jitter at the middle of each window: window 1 is
+    # [0, 0.5); the 429 at 0.25 s puts window 2 (1 s long) behind its Retry-After, [7.25, 8.25); window 3
+    # (2 s) follows it: [8.25, 10.25).
+    assert sleeps == [0.25, 7.5, 1.5]
     assert prometheus.stats.retries == 3
 
 

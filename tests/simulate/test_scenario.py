@@ -15,9 +15,9 @@ from exporter.simulate.scenario import (
     ScenarioError,
     builtin_scenarios,
     load_scenario,
-    parse_duration,
     parse_pci_bus_id,
 )
+from exporter.units import parse_quantity_duration
 
 REQUIRED = {"default", "consumer-gpu", "gpu-lost", "hang", "no-driver", "init-recovers", "realistic-latency"}
 
@@ -116,7 +116,7 @@ gpu_defaults:
 
 @pytest.mark.parametrize("text", ["1.5", "1500ms", "1500000us", "0.025m"])
 def test_durations(text: str) -> None:
-    assert parse_duration(text) == pytest.approx(1.5)
+    assert parse_quantity_duration(text) == pytest.approx(1.5)
 
 
 def test_pci_bus_id_forms() -> None:

@@ -13,7 +13,7 @@ import yaml
 
 from exporter.cli import main
 from exporter.config import EXIT_CONFIG_ERROR
-from exporter.web.webconfig import WebConfigError, load_web_config, parse_go_duration, parse_web_config
+from exporter.web.webconfig import WebConfigError, load_web_config, parse_web_config
 from tests.e2e.exporter_process import free_port
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
@@ -177,14 +177,6 @@ def test_headers_are_matched_case_insensitively_and_blank_means_unset() -> None:
 
 def test_rate_limit_interval_zero_disables_it() -> None:
     assert parse_web_config("rate_limit: {interval: 0, burst: 0}\n", "web.yml").rate_limit is None
-
-
-def test_go_durations() -> None:
-    assert parse_go_duration("1m30s") == 90
-    assert parse_go_duration("250ms") == pytest.approx(0.25)
-    assert parse_go_duration("1.5h") == 5400
-    with pytest.raises(ValueError, match="invalid duration"):
-        parse_go_duration("10")
 
 
 def test_an_unreadable_file_is_named(tmp_path: Path) -> None:

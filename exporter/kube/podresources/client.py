@@ -10,7 +10,7 @@ This client instead:
   kubelet's own e2e client and multus use) and calls ``List`` on its own thread every
   ``interval_s``, never on the scrape path, with a per-call deadline;
 * never calls more often than once per interval, failing or not: after a failure the next attempt
-  waits for the API watches' backoff schedule (``exporter.kube.backoff``), here with windows that
+  waits for the API watches' backoff schedule (``exporter.backoff``), here with windows that
   start at one interval and double up to ``backoff_max_s`` (60 s), one attempt at a random moment
   in each. The kubelet's rate limit (100 QPS, burst 10) is shared by every agent on the node, and
   a rate-limited or restarting kubelet is not helped by being asked faster;
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import grpc
 
-from exporter.kube.backoff import Backoff, BackoffPolicy
+from exporter.backoff import Backoff, BackoffPolicy
 from exporter.kube.podresources import api_pb2, api_pb2_grpc
 from exporter.kube.podresources.listing import PodResourcesListing, listing_from_response
 from exporter.logs import get_logger

@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from exporter.kube.backoff import BackoffPolicy
+from exporter.backoff import BackoffPolicy
 from exporter.kube.podresources.client import KubeletState, PodResourcesClient, kubelet_backoff_policy
 from exporter.kube.podresources.listing import gpu_resource_filter
 from exporter.simulate.fakekubelet import FakeContainer, FakeKubelet, FakePod

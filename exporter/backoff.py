@@ -1,4 +1,9 @@
-"""Retry pacing shared by the API watches and the kubelet client: one attempt per growing window.
+"""Retry pacing for every retrying client: one attempt per growing window.
+
+The one backoff of the package: the API watches, the kubelet client, the counters ConfigMap, the
+NVML start-up retry, the thread supervisor, the remediator's API writes and drain, and the report's
+Prometheus client all pace their retries here, so every one of them is jittered, bounded and
+honours ``Retry-After`` where the server sends it.
 
 A DaemonSet multiplies every retry by the number of nodes. An API server answering ``410 Gone`` or
 ``500`` to one exporter answers it to all of them, so a retry loop without backoff on 5,000 nodes is
@@ -25,7 +30,8 @@ Consequences, each checked by tests:
   exporter for a day).
 
 Callers decide when an episode is over (``reset``): the watch loop after a watch stayed healthy for a
-while, the kubelet client after any good answer.
+while, the kubelet client after any good answer. ``random_fraction`` is injectable, and every caller
+passes ``now`` from its own clock, so tests of retry loops are deterministic and never wait.
 """
 
 from __future__ import annotations

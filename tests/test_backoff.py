@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from exporter.kube.backoff import Backoff, BackoffPolicy
+from exporter.backoff import Backoff, BackoffPolicy
 from exporter.kube.reflector import WatchTimeouts
 
 DEFAULT = WatchTimeouts().backoff_policy()
