@@ -55,9 +55,13 @@ def test_the_fleet_is_fifty_nodes_with_two_watches_each(phases: dict[str, PhaseR
 
 
 def test_the_steady_state_sends_nothing(phases: dict[str, PhaseReport]) -> None:
-    """A minute of normal operation: the watches stay open (their timeouts are 5 to 10 minutes)."""
+    """A minute of normal operation: the watches stay open (their timeouts are 5 to 10 minutes). The
+    only request a node may send is a watch renewal at such a timeout, which a busy machine that took
+    long to start the fleet can bring into this minute: never a list, a relist or a log line."""
     normal = phases["normal"]
-    assert (normal.requests_max, normal.log_lines_total, normal.relists_mean) == (0, 0, 0.0)
+    assert (normal.log_lines_total, normal.relists_mean) == (0, 0.0)
+    assert set(normal.requests_by_verb) <= {"watch"}, normal.requests_by_verb
+    assert normal.requests_max <= 2  # at most one renewal per watched resource
 
 
 @pytest.mark.parametrize("name", FAILURES)
