@@ -12,8 +12,9 @@
 #   scripts/build-image            # the same build without Docker (buildah), see docs/install.md
 #
 # PYTHON_IMAGE may be any Debian-based image with Python 3.11 and its venv module (python3 -m venv
-# must work): the official python:3.11-slim-bookworm (default), or debian:bookworm with python3-venv.
-# Nothing here relies on the official image's layout (pip on PATH, /usr/local).
+# must work): the official python:3.11-slim-bookworm (default), or debian:bookworm with python3-venv
+# (and python3-pip or not). Nothing here relies on the official image's layout (pip on PATH, /usr/local),
+# and nothing asks pip to change the files of a Debian-managed Python (PEP 668).
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -72,11 +73,29 @@ ENV PATH=/opt/gpu-pod-exporter/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=utility
 
-# The base's own installers go (the official image ships pip, setuptools and wheel in its system
-# Python; a plain Debian base has none), then the unprivileged user the image runs as.
-RUN if python3 -m pip --version >/dev/null 2>&1; then \
-        python3 -m pip uninstall --yes --root-user-action=ignore pip setuptools wheel; \
+# The base's own installers go, each removed by the tool that installed it, then the unprivileged user
+# the image runs as. Three kinds of base:
+# * Debian's own python3 (debian:bookworm + python3-venv, with or without python3-pip) is "externally
+#   managed" (PEP 668: an EXTERNALLY-MANAGED file beside its standard library): its pip, setuptools and
+#   wheel are Debian packages, which pip refuses to uninstall. Forcing it (--break-system-packages)
+#   would delete files dpkg still lists as installed; apt-get purges the packages instead, keeping
+#   dpkg's records true (no download: a purge reads only the local package database);
+# * the official python image's interpreter (/usr/local) is not externally managed: its pip, setuptools
+#   and wheel were installed by pip, and pip uninstalls them;
+# * a base without pip has nothing to remove.
+# Whatever the base, the image then has no working `python3 -m pip`, checked here so a new kind of
+# base fails the build instead of shipping an installer.
+RUN if python3 -c 'import sys, sysconfig, pathlib; \
+sys.exit(not (pathlib.Path(sysconfig.get_path("stdlib")) / "EXTERNALLY-MANAGED").exists())'; then \
+        installers="$(dpkg-query --show --showformat='${db:Status-Abbrev}${Package}\n' \
+            python3-pip python3-setuptools python3-wheel 2>/dev/null | sed -n 's/^ii *//p')"; \
+        if [ -n "$installers" ]; then \
+            DEBIAN_FRONTEND=noninteractive apt-get purge --yes --quiet $installers >/dev/null || exit 1; \
+        fi; \
+    elif python3 -m pip --version >/dev/null 2>&1; then \
+        python3 -m pip uninstall --yes --root-user-action=ignore pip setuptools wheel || exit 1; \
     fi \
+ && if python3 -m pip --version >/dev/null 2>&1; then echo "the base's pip is still there" >&2; exit 1; fi \
  && groupadd --system --gid 10001 gpu-pod-exporter \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin gpu-pod-exporter

@@ -22,6 +22,13 @@ seconds exercises minutes of real behaviour. The backoff is scale-free (windows,
 window), so per-node figures convert back to real time exactly: a count per virtual second is a
 count per real second on a cluster. ``report`` turns a run into the per-phase figures that
 docs/fleet.md quotes; tests/kube/test_fleet.py asserts on the same figures.
+
+What depends on the machine and what does not: arrival times at the server are wall-clock figures (a
+busy machine delays threads, and at ``scale`` 1/40 a 100 ms stall is 4 virtual seconds), so they are
+reported, never judged by a statistic. The jitter is judged on what the exporter *decided*: each node
+draws from its own seeded random source (``FleetSettings.seed``), and every backoff decision (window,
+draw, planned moment) is recorded (``BackoffPlan``), so the spread of the fleet's reconnects is a
+property of those decisions, the same on a quiet and on a loaded machine.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import argparse
 import itertools
 import json
 import logging
+import random
 import re
 import sys
 import tempfile
@@ -41,8 +49,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exporter.kube.backoff import Backoff, BackoffPolicy
 from exporter.kube.metadata import KubernetesMetadata
-from exporter.kube.reflector import WatchTimeouts
+from exporter.kube.reflector import Reflector, WatchTimeouts
 from exporter.simulate.fakeapiserver import FakeApiServer, RequestRecord
 
 RESOURCES = ("pods", "namespaces")
@@ -67,6 +76,7 @@ class FleetSettings:
     recovery_deadline_s: float = 600.0  # virtual seconds to wait for every node to be back after a phase
     pods_per_node: int = 3
     namespaces: int = 20
+    seed: int = 31  # node i draws its jitter from random.Random(seed * 100_003 + i): a run's draws repeat
 
     def test_s(self, virtual_s: float) -> float:
         return virtual_s * self.scale
@@ -85,15 +95,54 @@ def scaled_timeouts(scale: float) -> WatchTimeouts:
         stale_after_s=REAL.stale_after_s * scale)
 
 
+@dataclass(frozen=True)
+class BackoffPlan:
+    """One backoff decision of one watch (``Backoff.failed``), in test seconds (``time.monotonic()``)."""
+
+    node: str
+    resource: str
+    window: int  # the window number (consecutive failures)
+    decided_at: float  # when the failed attempt ended
+    window_start: float
+    window_length: float
+    attempt_at: float  # the moment the next attempt was planned for: window_start + draw * window_length
+
+    @property
+    def position(self) -> float:
+        """Where in its window the attempt was planned, 0 (start) to 1 (end)."""
+        return (self.attempt_at - self.window_start) / self.window_length
+
+
+class _PlannedBackoff(Backoff):
+    """The exporter's ``Backoff``, unchanged, with every decision appended to ``plans``."""
+
+    def __init__(self, policy: BackoffPolicy, random_fraction: Callable[[], float], node: str, resource: str,
+                 plans: list[BackoffPlan]) -> None:
+        super().__init__(policy, random_fraction)
+        self._node, self._resource, self._plans = node, resource, plans
+
+    def failed(self, now: float, retry_after_s: float | None = None) -> float:
+        delay = super().failed(now, retry_after_s)
+        self._plans.append(BackoffPlan(self._node, self._resource, self.failures, now, self.window_start,
+                                       self.window_length, now + delay))
+        return delay
+
+
 @dataclass
 class Histogram:
-    """When each node's watches first reached the restarted API server, after it came back."""
+    """When each node's watches first reached the restarted API server, after it came back, and
+    where in its backoff window each of those requests had been planned."""
 
     origin: str
     bin_s: float  # virtual seconds per bin
-    counts: list[int]
+    counts: list[int]  # arrivals at the server (wall clock: reported, not judged)
     first_s: float  # virtual seconds after the server came back
     last_s: float
+    # Of the same first requests: the position of their planned moment in their backoff window, in
+    # tenths (the exporter's decisions: the same on any machine), and how many arrived before it.
+    planned_tenths: list[int] = field(default_factory=lambda: [0] * 10)
+    planned_windows: dict[int, int] = field(default_factory=dict)  # window number -> watches
+    before_plan: int = 0
 
     @property
     def max_share(self) -> float:
@@ -103,6 +152,11 @@ class Histogram:
     @property
     def spread_s(self) -> float:
         return self.last_s - self.first_s
+
+    @property
+    def planned_max_share(self) -> float:
+        total = sum(self.planned_tenths)
+        return max(self.planned_tenths) / total if total else 0.0
 
 
 @dataclass
@@ -188,6 +242,8 @@ class Fleet:
         self.workdir = workdir
         self.nodes: list[KubernetesMetadata] = []
         self.reports: list[PhaseReport] = []
+        self.plans: list[BackoffPlan] = []  # every backoff decision of every watch (list.append is atomic)
+        self._randoms: dict[str, Callable[[], float]] = {}
 
     def node_name(self, index: int) -> str:
         return f"node-{index:03d}"
@@ -202,16 +258,26 @@ class Fleet:
                                  node_name=self.node_name(index), labels={"app": "train"},
                                  containers=[("main", f"containerd://{index:032x}{pod:032x}")])
         kubeconfig = str(self.api.write_kubeconfig(self.workdir / "kubeconfig"))
-        self.nodes = [KubernetesMetadata(self.node_name(index), kubeconfig=kubeconfig, timeouts=self.timeouts)
-                      for index in range(self.settings.nodes)]
+        self._randoms = {self.node_name(index): random.Random(self.settings.seed * 100_003 + index).random
+                         for index in range(self.settings.nodes)}
+        self.nodes = [KubernetesMetadata(name, kubeconfig=kubeconfig, timeouts=self.timeouts,
+                                         random_fraction=draw) for name, draw in self._randoms.items()]
         for node in self.nodes:
             node.start()
+            for reflector in node.reflectors:
+                self._record_plans(node.node_name, reflector)
         self._wait(self._all_healthy, 60.0, "every node to list and watch")
 
     def stop(self) -> None:
         for node in self.nodes:
             node.stop(timeout_s=2.0)
         self.api.stop()
+
+    def _record_plans(self, node: str, reflector: Reflector) -> None:
+        """Give the reflector an identical backoff (same policy, same random source) that records its
+        decisions. Swapped right after start, before any failure: only the first list and watch have run."""
+        reflector.backoff = _PlannedBackoff(self.timeouts.backoff_policy(), self._randoms[node], node,
+                                            reflector.resource.name, self.plans)
 
     # -- conditions ---------------------------------------------------------------------------------
 
@@ -265,7 +331,10 @@ class Fleet:
         began = time.monotonic()
         start()
         up_at = began + settings.test_s(settings.restart_down_s) if name == "restart" else None
-        halfway = began + settings.test_s(virtual_s) / 2
+        # Every node must see the failure: waited for as a state until the phase's end (a busy machine is
+        # slower to notice), then read at halfway or later, so that a node flapping back up is caught.
+        halfway, end = began + settings.test_s(virtual_s) / 2, began + settings.test_s(virtual_s)
+        self._poll_until(lambda: all(not node.state.up for node in self.nodes), end)
         self._sleep_until(halfway)
         down_mid = sum(1 for node in self.nodes if not node.state.up)
         watches_mid = self.api.open_watches()
@@ -283,6 +352,11 @@ class Fleet:
             name, sent, records, lines, duration=healed - began, recovery=recovered - healed,
             relists=self._relists() - relists_before, consistent=self.api.list_reads["consistent"] - consistent_before,
             retries=retries, down_mid=down_mid, watches_mid=watches_mid, up_at=up_at))
+
+    def _poll_until(self, condition: Callable[[], bool], moment: float) -> None:
+        """Until ``condition`` holds or ``moment`` (``time.monotonic()``) passes, whichever comes first."""
+        while not condition() and time.monotonic() < moment:
+            time.sleep(0.01)
 
     def _sleep_until(self, moment: float) -> None:
         """The phase runs for a set time: that is what is measured (requests per second), not awaited."""
@@ -348,20 +422,35 @@ class Fleet:
     def _reconnects(self, records: Sequence[RequestRecord], up_at: float) -> Histogram:
         """The first request of each (node, resource) that reached the server after it came back."""
         scale = self.settings.scale
-        first: dict[tuple[str, str], float] = {}
+        first: dict[tuple[str, str], float] = {}  # test seconds (time.monotonic())
         for record in sorted(records, key=lambda r: r.at):
             match = NODE_AGENT.search(record.user_agent)
             if match is None or record.at < up_at:
                 continue
-            first.setdefault((match.group(1), record.resource), (record.at - up_at) / scale)
-        times = sorted(first.values())
+            first.setdefault((match.group(1), record.resource), record.at)
+        times = sorted((at - up_at) / scale for at in first.values())
         window = reconnect_window(self.settings.restart_down_s)
         width = window / 10  # 20 bins: the window the fleet comes back in, and as long again for stragglers
         counts = [0] * 20
         for value in times:
             counts[min(len(counts) - 1, int(value / width))] += 1
+        # The decision behind each of those requests: the stream's last backoff plan made before it arrived.
+        plans: dict[tuple[str, str], list[BackoffPlan]] = {}
+        for plan in sorted(self.plans, key=lambda p: p.decided_at):
+            plans.setdefault((plan.node, plan.resource), []).append(plan)
+        tenths, windows, before_plan = [0] * 10, Counter[int](), 0
+        for stream, arrived in first.items():
+            made = [plan for plan in plans.get(stream, []) if plan.decided_at <= arrived]
+            if not made:
+                continue
+            plan = made[-1]
+            tenths[min(9, int(plan.position * 10))] += 1
+            windows[plan.window] += 1
+            before_plan += arrived < plan.attempt_at - 0.001  # 1 ms: the clocks' float rounding, no more
         return Histogram(origin="the API server back up", bin_s=width, counts=counts,
-                         first_s=times[0] if times else 0.0, last_s=times[-1] if times else 0.0)
+                         first_s=times[0] if times else 0.0, last_s=times[-1] if times else 0.0,
+                         planned_tenths=tenths, planned_windows=dict(sorted(windows.items())),
+                         before_plan=before_plan)
 
 
 def run(settings: FleetSettings) -> dict[str, Any]:

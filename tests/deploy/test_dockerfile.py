@@ -111,6 +111,22 @@ def test_final_stage_takes_only_the_builders_results_and_installs_nothing(stages
     assert "PATH=/opt/gpu-pod-exporter/bin:" in env
 
 
+def test_final_stage_removes_a_debian_pythons_installers_with_apt_never_by_forcing_pip(stages: list[Stage]) -> None:
+    """On Debian's own python3 (PEP 668, externally managed) pip refuses to uninstall python3-pip's files;
+    forcing it would leave dpkg listing files that are gone. The runtime stage tells the two kinds of
+    base apart by the PEP 668 marker and removes each base's installers with the tool that owns them;
+    the image test builds on a Debian base with python3-pip (scripts/build-image --base local)."""
+    runs = " ".join(stages[-1].all("RUN"))
+    assert "--break-system-packages" not in runs
+    assert "EXTERNALLY-MANAGED" in runs and 'sysconfig.get_path("stdlib")' in runs
+    marker, purge, uninstall = (runs.index(text) for text in (
+        "EXTERNALLY-MANAGED", "apt-get purge --yes", "python3 -m pip uninstall --yes"))
+    assert marker < purge < uninstall  # the managed case first; pip only for a Python pip installed itself
+    for package in ("python3-pip", "python3-setuptools", "python3-wheel"):
+        assert package in runs
+    assert "echo \"the base's pip is still there\"" in runs  # any other kind of base fails the build
+
+
 def test_runs_as_numeric_non_root_user_and_exposes_the_metrics_port(stages: list[Stage]) -> None:
     final = stages[-1]
     user, = final.all("USER")

@@ -144,4 +144,6 @@ def test_hostile_pod_and_namespace_names_and_label_values(node: tuple[NodeCluste
     assert exporter.get("/health").status == 200
     log = exporter.log()
     assert "Traceback" not in log and "rendering failed" not in log, log
-    assert not [line for line in log.split("\n") if " warning " in line or " error " in line]
+    # The sampler's overrun line says the machine is busy (a loaded test machine), not that a name broke anything.
+    overrun = "a sampling cycle took longer than the collect interval"
+    assert not [line for line in log.split("\n") if (" warning " in line or " error " in line) and overrun not in line]

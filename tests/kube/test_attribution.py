@@ -195,16 +195,19 @@ def test_sources_down_keep_last_labels_then_drop_them(cluster: Cluster) -> None:
         poll(lambda: _ready(attribution), what="initial data")
         cluster.kubelet.stop()
         cluster.api.set_outage("refuse")
+        # Waited for as a state: a List in flight while the kubelet stops is answered UNAVAILABLE before its
+        # socket file is removed; the state the sources settle in is the missing socket and the refused API.
         snapshot = poll(
             lambda: (
                 (s := attribution.snapshot(DEVICES, MIGS))
                 and not s.status.kubelet_up
                 and not s.status.api_up
+                and "kubelet socket not found" in s.status.kubelet_error
                 and s
             ),
-            what="both sources seen down",
+            what="both sources seen down, the kubelet's socket gone",
         )
-        assert "kubelet socket not found" in snapshot.status.kubelet_error
+        assert not snapshot.status.kubelet_up
         poll(
             lambda: not attribution.snapshot(DEVICES, MIGS).allocation_known, what="stale allocation dropped"
         )

@@ -151,10 +151,11 @@ def test_injected_failure_and_delay(kubelet: FakeKubelet) -> None:
             stub.List(api_pb2.ListPodResourcesRequest(), timeout=5)
         assert failure.value.code() is grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
         kubelet.set_failure(None)
-        kubelet.set_delay(1.0)
+        kubelet.set_delay(30.0)  # cut short when the fixture stops the kubelet
         started = time.monotonic()
         with pytest.raises(grpc.RpcError) as slow:
             stub.List(api_pb2.ListPodResourcesRequest(), timeout=0.1)
         assert slow.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
-        assert time.monotonic() - started < 1.0  # the client gave up at its deadline
+        # the client gave up at its deadline, long before the answer (a margin no loaded machine uses up)
+        assert time.monotonic() - started < 10.0
         kubelet.set_delay(0.0)

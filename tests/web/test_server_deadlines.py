@@ -105,6 +105,7 @@ def test_at_the_connection_cap_the_oldest_idle_connection_makes_room(
 def test_a_client_that_does_not_read_is_cut_at_the_write_deadline_without_a_copy_of_the_body(
         monkeypatch: pytest.MonkeyPatch, stop_later: list[ExporterHTTPServer]) -> None:
     server = start(monkeypatch, stop_later, series=40_000)  # ~3.6 MB of text, far more than the socket buffers hold
+    server.write_timeout_s = 3.0  # read per response: long enough for a loaded machine to answer /health first
     readers = []
     for _ in range(4):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -113,9 +114,11 @@ def test_a_client_that_does_not_read_is_cut_at_the_write_deadline_without_a_copy
         sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         readers.append(sock)
     try:
-        started = time.monotonic()
-        assert scrape(server.port, "/health")[0] == 200  # not waiting behind them
-        assert time.monotonic() - started < 1.0
+        wait_for(lambda: server.open_connections >= 4 or None, 10, "the four slow readers to be served")
+        assert scrape(server.port, "/health")[0] == 200
+        # not waiting behind them: answered while all four still hold their connections (a state, not a
+        # stopwatch: had /health queued behind the writers, they would have been cut at the deadline first)
+        assert server.open_connections >= 4
         wait_for(lambda: server.open_connections == 0 or None, 10, "the slow readers to be cut")
     finally:
         for sock in readers:

@@ -178,6 +178,10 @@ class PodResourcesClient:
                 with self._lock:
                     if self._stub is stub:
                         self._close_channel()  # dial afresh next time instead of waiting on grpc's backoff
+                if code is grpc.StatusCode.UNAVAILABLE and not Path(self.socket_path).exists():
+                    # The socket went away between the stat and the dial (a kubelet stopping removes it):
+                    # the same state, and the same one message, as a socket found missing before dialling.
+                    raise self._socket_missing() from None
             kind = code.name
             if code is grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
                 kind = "TOO_LARGE"
@@ -191,8 +195,7 @@ class PodResourcesClient:
                 info = Path(self.socket_path).stat()
             except FileNotFoundError:
                 self._close_channel()
-                raise _ListError("socket-missing", f"kubelet socket not found at {self.socket_path} (is the "
-                                 "kubelet's pod-resources directory mounted into the exporter?)") from None
+                raise self._socket_missing() from None
             except OSError as exc:
                 self._close_channel()
                 raise _ListError("socket-error",
@@ -215,6 +218,10 @@ class PodResourcesClient:
                 self._channel_socket = identity
                 self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
             return self._stub
+
+    def _socket_missing(self) -> _ListError:
+        return _ListError("socket-missing", f"kubelet socket not found at {self.socket_path} (is the "
+                          "kubelet's pod-resources directory mounted into the exporter?)")
 
     def _describe(self, code: grpc.StatusCode, details: str) -> str:
         if code is grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:

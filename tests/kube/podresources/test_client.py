@@ -160,8 +160,11 @@ def test_kubelet_restart_recreates_the_socket_and_the_client_follows(kubelet: Fa
         poll(lambda: client.state.up, what="first answer")
         before = Path(kubelet.socket_path).stat()
         kubelet.stop()
-        poll(lambda: not client.state.up, what="the kubelet to be seen down")
-        assert "kubelet socket not found at " + kubelet.socket_path in client.state.error
+        # Waited for as a state: a List in flight while the server stops is answered UNAVAILABLE before the
+        # socket file is removed; the state the client settles in is the missing socket.
+        poll(lambda: "kubelet socket not found at " + kubelet.socket_path in client.state.error,
+             what="the kubelet to be seen down with its socket gone")
+        assert not client.state.up
         kubelet.add_pod(FakePod("ml", "after-restart", (FakeContainer("c", (("nvidia.com/gpu", GPU1),)),)))
         kubelet.start()
         after = Path(kubelet.socket_path).stat()
@@ -190,6 +193,26 @@ def test_fast_restart_with_new_inode_is_followed_without_error(
     assert [(state.up, state.error) for state in changes] == [(True, "")]  # one change: up; never down
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert len([r for r in caplog.records if "was re-created" in r.getMessage()]) == 3
+
+
+def test_a_socket_removed_between_the_check_and_the_dial_is_reported_missing(kubelet: FakeKubelet) -> None:
+    """A kubelet stopping removes its socket; when that happens after the client looked for the file but
+    before grpc dialled it, grpc says UNAVAILABLE ("No such file or directory"). The user sees the same
+    state and message as for a socket found missing: one cause, one message."""
+
+    class RemovedAfterTheCheck(PodResourcesClient):
+        def _stub_for_current_socket(self) -> object:  # type: ignore[override]
+            stub = super()._stub_for_current_socket()
+            Path(self.socket_path).unlink()  # the channel dials lazily: the List below finds no file
+            return stub
+
+    changes: list[KubeletState] = []
+    client = RemovedAfterTheCheck(kubelet.socket_path, 0.02, gpu_resource_filter(), changes.append)
+    assert not client.poll_once()
+    client.stop()
+    assert client.calls == 1  # it did dial
+    assert (client.state.up, client.state.error_kind) == (False, "socket-missing")
+    assert client.state.error.startswith(f"kubelet socket not found at {kubelet.socket_path}")
 
 
 def test_missing_socket_is_a_clear_state_logged_once(
