@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter.kube.backoff import Backoff, BackoffPolicy
+from exporter.backoff import Backoff, BackoffPolicy
 from exporter.kube.metadata import KubernetesMetadata
 from exporter.kube.reflector import Reflector, WatchTimeouts
 from exporter.simulate.fakeapiserver import FakeApiServer, RequestRecord
