@@ -9,6 +9,7 @@ again, and ``gpu_pod_exporter_thread_restarts_total{thread=...}`` counts the thr
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import http.client
 import threading
@@ -89,7 +90,8 @@ def restarts(port: int) -> dict[str, float]:
 
 @pytest.fixture
 def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
-    monkeypatch.setattr(supervisor_module.SUPERVISOR, "backoff_initial_s", 0.3)
+    policy = supervisor_module.SUPERVISOR.policy
+    monkeypatch.setattr(supervisor_module.SUPERVISOR, "policy", dataclasses.replace(policy, initial_s=0.3))
     (tmp_path / "web.yml").write_text("http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n")
     config = load_config(["--simulate", "--address", "127.0.0.1:0", "-c", "200",
                           "--web-config-file", str(tmp_path / "web.yml")], environ={})
