@@ -505,7 +505,7 @@ class KubernetesAttribution:
         peaks = self._peaks.observe(
             self._clock(), memory_samples(attribute_processes(processes, identities, view)), frozenset(processes),
             sm_util=sm_samples(attribute_utilization(utilization, identities, view)), sm_gpus=frozenset(utilization),
-            workload=workload)
+            workload=workload, pods=view.pods_by_name)
         changed = peaks != self._published_peaks
         self._published_peaks = peaks
         return changed
@@ -544,7 +544,7 @@ class KubernetesAttribution:
                                    container_utilization=parts.container_utilization,
                                    unattributed_utilization=parts.unattributed_utilization,
                                    utilization_gpus=parts.utilization_gpus,
-                                   container_peaks=self._published_peaks,
+                                   container_peaks=self._published_peaks.of_pods(view.pods_by_name),
                                    unresolved=every_reason(parts.unresolved) if slices is not None else EMPTY_COUNTS)
 
     def _parts(self, listing: PodResourcesListing | None, view: MetadataView,

@@ -23,7 +23,7 @@ containers (as a failed GPU reading adds none to the GPU peaks).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -92,6 +92,20 @@ class ContainerPeakValues:
         """Both mappings grouped by GPU or MIG instance (the renderer walks devices)."""
         return _group(self.memory), _group(self.sm_util)
 
+    def of_pods(self, pods: Container[tuple[str, str]]) -> ContainerPeakValues:
+        """Only the containers whose pod still exists, by (namespace, name): a deleted pod's peaks go
+        with its other series at once, not one window later (a container that exited in a pod that
+        remains, an out-of-memory kill, keeps its peak for the window)."""
+        def alive(values: Mapping[PeakKey, tuple[Workload, float]]) -> Mapping[PeakKey, tuple[Workload, float]]:
+            if all((key.namespace, key.pod) in pods for key in values):
+                return values
+            return MappingProxyType({key: value for key, value in values.items() if (key.namespace, key.pod) in pods})
+
+        memory, sm_util = alive(self.memory), alive(self.sm_util)
+        if memory is self.memory and sm_util is self.sm_util:
+            return self
+        return ContainerPeakValues(memory=memory, sm_util=sm_util)
+
 
 NO_PEAKS = ContainerPeakValues()
 
@@ -120,7 +134,8 @@ class _Reading:
         self._tracked: dict[PeakKey, _Tracked] = {}
 
     def observe(self, now: float, samples: Mapping[PeakKey, float], read_gpus: frozenset[str],
-                workload: Callable[[PeakKey], Workload]) -> dict[PeakKey, tuple[Workload, float]]:
+                workload: Callable[[PeakKey], Workload],
+                pods: Container[tuple[str, str]]) -> dict[PeakKey, tuple[Workload, float]]:
         tracked = self._tracked
         published: dict[PeakKey, tuple[Workload, float]] = {}
         for key, value in samples.items():
@@ -133,8 +148,8 @@ class _Reading:
             published[key] = (entry.workload, entry.window.add(now, value))
         for key in [key for key in tracked if key not in samples]:
             entry = tracked[key]
-            if now - entry.last_seen >= self.window_s:
-                del tracked[key]  # its last real sample left the window: the series goes
+            if now - entry.last_seen >= self.window_s or (key.namespace, key.pod) not in pods:
+                del tracked[key]  # its last real sample left the window, or its pod was deleted: the series goes
             elif key.uuid in read_gpus:
                 published[key] = (entry.workload, entry.window.add(now, 0.0))  # it has no process there now
         return published
@@ -153,12 +168,13 @@ class ContainerPeaks:
 
     def observe(self, now: float, memory: Mapping[PeakKey, float], memory_gpus: frozenset[str], *,
                 sm_util: Mapping[PeakKey, float], sm_gpus: frozenset[str],
-                workload: Callable[[PeakKey], Workload]) -> ContainerPeakValues:
-        """Take one read's per-container values (``*_gpus``: the GPU UUIDs that read covered) and return
-        the peaks to publish."""
+                workload: Callable[[PeakKey], Workload],
+                pods: Container[tuple[str, str]]) -> ContainerPeakValues:
+        """Take one read's per-container values (``*_gpus``: the GPU UUIDs that read covered; ``pods``: the
+        (namespace, name) of the pods that exist now) and return the peaks to publish."""
         return ContainerPeakValues(
-            memory=MappingProxyType(self._memory.observe(now, memory, memory_gpus, workload)),
-            sm_util=MappingProxyType(self._sm.observe(now, sm_util, sm_gpus, workload)))
+            memory=MappingProxyType(self._memory.observe(now, memory, memory_gpus, workload, pods)),
+            sm_util=MappingProxyType(self._sm.observe(now, sm_util, sm_gpus, workload, pods)))
 
     def __len__(self) -> int:
         """Windows held (for tests: containers that left are dropped)."""

@@ -59,6 +59,16 @@ def by_key(workload_of: dict[PeakKey, Workload]) -> object:
     return lambda peak_key: workload_of[peak_key]
 
 
+class _EveryPod:
+    """The pods that exist, for tests where none is deleted."""
+
+    def __contains__(self, pod: object) -> bool:
+        return True
+
+
+EVERY_POD = _EveryPod()
+
+
 def test_each_container_keeps_its_own_window_maximum() -> None:
     peaks = ContainerPeaks(30.0)
     workloads = by_key({key(GPU1, EVAL): EVAL, key(GPU1, NB): NB})
@@ -66,7 +76,7 @@ def test_each_container_keeps_its_own_window_maximum() -> None:
     for now, nb_bytes in ((100.0, 2 * GIB), (112.0, 30 * GIB), (117.0, 2 * GIB), (130.0, 2 * GIB),
                           (142.0, 2 * GIB), (143.0, 2 * GIB)):
         values = peaks.observe(now, {key(GPU1, EVAL): 4.0 * GIB, key(GPU1, NB): float(nb_bytes)}, frozenset({GPU1}),
-                               sm_util={}, sm_gpus=frozenset(), workload=workloads)  # type: ignore[arg-type]
+                               sm_util={}, sm_gpus=frozenset(), workload=workloads, pods=EVERY_POD)  # type: ignore[arg-type]
         published.append({k.pod: v for k, (_, v) in values.memory.items()})
     assert [item["nb"] for item in published] == [2 * GIB, 30 * GIB, 30 * GIB, 30 * GIB, 2 * GIB, 2 * GIB]
     assert {item["eval-0"] for item in published} == {4 * GIB}  # the other container's peak is its own
@@ -77,16 +87,16 @@ def test_a_container_that_left_keeps_its_peak_for_one_window_then_its_series_goe
     workloads = by_key({key(GPU0, TRAINER): TRAINER})
     observe = peaks.observe  # a spike, then the container is killed (no process any more)
     observe(100.0, {key(GPU0, TRAINER): 70.0 * GIB}, frozenset({GPU0}), sm_util={key(GPU0, TRAINER): 95.0},
-            sm_gpus=frozenset({GPU0}), workload=workloads)  # type: ignore[arg-type]
+            sm_gpus=frozenset({GPU0}), workload=workloads, pods=EVERY_POD)  # type: ignore[arg-type]
     after = observe(101.0, {}, frozenset({GPU0}), sm_util={}, sm_gpus=frozenset({GPU0}),
-                    workload=workloads)  # type: ignore[arg-type]
+                    workload=workloads, pods=EVERY_POD)  # type: ignore[arg-type]
     assert after.memory == {key(GPU0, TRAINER): (TRAINER, 70.0 * GIB)}
     assert after.sm_util == {key(GPU0, TRAINER): (TRAINER, 95.0)}
     still = observe(129.0, {}, frozenset({GPU0}), sm_util={}, sm_gpus=frozenset({GPU0}),
-                    workload=workloads)  # type: ignore[arg-type]
+                    workload=workloads, pods=EVERY_POD)  # type: ignore[arg-type]
     assert still.memory[key(GPU0, TRAINER)][1] == 70.0 * GIB
     gone = observe(130.0, {}, frozenset({GPU0}), sm_util={}, sm_gpus=frozenset({GPU0}),
-                   workload=workloads)  # type: ignore[arg-type]
+                   workload=workloads, pods=EVERY_POD)  # type: ignore[arg-type]
     assert gone.memory == {} and gone.sm_util == {} and len(peaks) == 0  # bounded: nothing is kept
 
 
@@ -94,13 +104,32 @@ def test_a_gpu_whose_list_was_not_read_adds_no_sample_for_its_containers() -> No
     peaks = ContainerPeaks(30.0)
     workloads = by_key({key(GPU0, TRAINER): TRAINER})
     peaks.observe(100.0, {key(GPU0, TRAINER): 1.0 * GIB}, frozenset({GPU0}), sm_util={}, sm_gpus=frozenset(),
-                  workload=workloads)  # type: ignore[arg-type]
+                  workload=workloads, pods=EVERY_POD)  # type: ignore[arg-type]
     unread = peaks.observe(101.0, {}, frozenset({GPU1}), sm_util={}, sm_gpus=frozenset(),
-                           workload=workloads)  # type: ignore[arg-type]
+                           workload=workloads, pods=EVERY_POD)  # type: ignore[arg-type]
     assert unread.memory == {}  # no claim for a GPU that was not read; its window is kept
     again = peaks.observe(102.0, {key(GPU0, TRAINER): 0.5 * GIB}, frozenset({GPU0}), sm_util={},
-                          sm_gpus=frozenset(), workload=workloads)  # type: ignore[arg-type]
+                          sm_gpus=frozenset(), workload=workloads, pods=EVERY_POD)  # type: ignore[arg-type]
     assert again.memory[key(GPU0, TRAINER)][1] == 1.0 * GIB
+
+
+def test_a_deleted_pods_peak_goes_with_the_pod_not_one_window_later() -> None:
+    """A container that exited keeps its peak for the window while its pod exists (an OOM kill); once
+    the pod is deleted every series naming it goes, the peaks with the rest."""
+    peaks = ContainerPeaks(60.0)
+    workloads = by_key({key(GPU0, TRAINER): TRAINER, key(GPU0, EVAL): EVAL})
+    both = {(TRAINER.namespace, TRAINER.pod), (EVAL.namespace, EVAL.pod)}
+    peaks.observe(100.0, {key(GPU0, TRAINER): 8.0 * GIB, key(GPU0, EVAL): 1.0 * GIB}, frozenset({GPU0}), sm_util={},
+                  sm_gpus=frozenset(), workload=workloads, pods=both)  # type: ignore[arg-type]
+    exited = peaks.observe(105.0, {key(GPU0, EVAL): 1.0 * GIB}, frozenset({GPU0}), sm_util={}, sm_gpus=frozenset(),
+                           workload=workloads, pods=both)  # type: ignore[arg-type]
+    assert exited.memory[key(GPU0, TRAINER)][1] == 8.0 * GIB  # its pod remains: the spike stays visible
+    only_eval = {(EVAL.namespace, EVAL.pod)}
+    assert set(exited.of_pods(only_eval).memory) == {key(GPU0, EVAL)}  # deleted between reads: gone at once
+    deleted = peaks.observe(110.0, {key(GPU0, EVAL): 1.0 * GIB}, frozenset({GPU0}), sm_util={}, sm_gpus=frozenset(),
+                            workload=workloads, pods=only_eval)  # type: ignore[arg-type]
+    assert set(deleted.memory) == {key(GPU0, EVAL)}
+    assert len(peaks) == 1  # and no window is held for it
 
 
 def test_memory_samples_sum_a_containers_processes_and_leave_out_processes_of_no_pod() -> None:
@@ -242,7 +271,7 @@ def test_tracked_peaks_do_not_outgrow_the_containers() -> None:
         workload = Workload("batch", f"job-{second}", "main")
         workloads[key(GPU0, workload)] = workload
         peaks.observe(float(second), {key(GPU0, workload): float(MIB)}, frozenset({GPU0}), sm_util={},
-                      sm_gpus=frozenset(), workload=by_key(workloads))  # type: ignore[arg-type]
+                      sm_gpus=frozenset(), workload=by_key(workloads), pods=EVERY_POD)  # type: ignore[arg-type]
     assert len(peaks) <= 11
 
 
