@@ -107,6 +107,7 @@ def test_outage_keeps_last_known_metadata_and_recovers(
 def test_after_an_outage_a_routine_cut_or_a_stop_is_no_failure(
     api: FakeApiServer, metadata: KubernetesMetadata, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="gpu_pod_exporter.kube.api")
     api.set_outage("refuse")
     poll(lambda: metadata.state.error_kind == "unreachable", what="the outage to be noticed")
     api.set_outage(None)
@@ -114,6 +115,8 @@ def test_after_an_outage_a_routine_cut_or_a_stop_is_no_failure(
     api.send_bookmarks()
     poll(lambda: all(r.status.settled and r.status.episode is None for r in metadata.reflectors),
          what="the resumed streams to deliver")
+    # the recovery's own line is logged after the state turns up: wait for it, so it is not read as the cut's
+    poll(lambda: any("up again" in r.getMessage() for r in caplog.records), what="the recovery to be logged")
     watches = [r.watches for r in metadata.reflectors]
     episodes: list[object] = []
     caplog.clear()
