@@ -162,6 +162,7 @@ QUIET_ON_A_HEALTHY_NODE: dict[tuple[str, str], Quiet] = {
     (OVERVIEW, "annotation 'Firing GPU alerts'"): _NO_ALERT,
     (NODE, "panel 'Memory by container' query A"): _MEMORY_BY_CONTAINER,
     (NODE, "panel 'Memory by container' query B"): _MEMORY_BY_CONTAINER,
+    (NODE, "panel 'Memory by container' query C"): _MEMORY_BY_CONTAINER,  # each container's peak
     **{(NODE, f"panel 'Clock event (throttle) reasons active' query {ref}"): Quiet(
         EVENT, f"no GPU is held by {reason}") for ref, reason in
        (("A", "a power cap"), ("C", "sync boost"), ("D", "SW thermal slowdown"), ("F", "the power brake"))},
@@ -186,7 +187,8 @@ QUIET_ON_A_HEALTHY_NODE: dict[tuple[str, str], Quiet] = {
     (TEAMS, "annotation 'Firing GPU alerts'"): _NO_ALERT,
 }
 NEEDS_PROCESS_ATTRIBUTION = {panel for panel, quiet in QUIET_ON_A_HEALTHY_NODE.items() if quiet.kind == PROCESS}
-PROCESS_ATTRIBUTION_NAMES = {"DCGM_EXP_CONTAINER_FB_USED", "DCGM_EXP_UNATTRIBUTED_FB_USED",
+PROCESS_ATTRIBUTION_NAMES = {"DCGM_EXP_CONTAINER_FB_USED", "DCGM_EXP_CONTAINER_FB_USED_PEAK",
+                             "DCGM_EXP_UNATTRIBUTED_FB_USED",
                              "DCGM_EXP_CONTAINER_SM_UTIL", "DCGM_EXP_UNATTRIBUTED_SM_UTIL"}
 
 
