@@ -160,7 +160,13 @@ def test_on_change_only_fires_on_change_and_snapshot_is_memoised(cluster: Cluste
     attribution.start()
     try:
         poll(lambda: _ready(attribution), what="initial data")
-        settled = changes.count
+        # ready is not settled: the other watch's first list or the first process read may still land
+        # after it; settled is the count that ten kubelet polls in a row leave unchanged
+        settled, calls = -1, 0
+        while changes.count != settled:
+            settled, calls = changes.count, cluster.kubelet.list_calls
+            poll(lambda c=calls, s=settled: cluster.kubelet.list_calls >= c + 10 or changes.count != s,
+                 what="ten kubelet polls without a change")
         calls = cluster.kubelet.list_calls
         poll(lambda: cluster.kubelet.list_calls >= calls + 10, what="ten more kubelet polls")
         cluster.api.send_bookmarks()
