@@ -298,7 +298,7 @@ def up(state_dir: Path, nodes_file: Path | None = None, log: Callable[[str], Non
 def _all_ready(api: Api, names: list[str]) -> bool:
     items = {n["metadata"]["name"]: n for n in api.get("/api/v1/nodes")["items"]}
     for name in names:
-        conditions = items.get(name, {}).get("status", {}).get("conditions", [])
+        conditions = (items.get(name, {}).get("status") or {}).get("conditions") or []
         if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
             return False
     return True

@@ -22,7 +22,7 @@ def test_every_default_node_is_registered_and_ready(admin: Api) -> None:
     expected = {n["metadata"]["name"] for n in nodes.load(DATA / "nodes.yaml")}
     items = admin.get("/api/v1/nodes")["items"]
     ready = {n["metadata"]["name"] for n in items
-             if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))}
+             if any(c["type"] == "Ready" and c["status"] == "True" for c in (n["status"].get("conditions") or []))}
     assert ready == expected
     gke = next(n for n in items if n["metadata"]["name"] == "gke-gpu")
     assert gke["status"]["allocatable"]["nvidia.com/gpu"] == "8"

@@ -373,7 +373,7 @@ def stack(cluster: Cluster, admin: Api, helm: Callable[..., Any], sa_token: Call
 
 def _served(admin: Api, crd: str) -> bool:
     found = admin.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
-    conditions = found.get("status", {}).get("conditions", [])
+    conditions = (found.get("status") or {}).get("conditions") or []
     return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
@@ -614,5 +614,5 @@ def test_the_operator_accepted_every_object_of_the_chart(stack: Stack) -> None:
     assert not refused and not events, "\n".join([*refused, *events])
     for plural in ("prometheuses", "alertmanagers"):
         resource = stack.admin.get(f"/apis/monitoring.coreos.com/v1/namespaces/{MONITORING}/{plural}/{NAME}")
-        conditions = {c["type"]: c["status"] for c in resource.get("status", {}).get("conditions", [])}
+        conditions = {c["type"]: c["status"] for c in (resource.get("status") or {}).get("conditions") or []}
         assert conditions.get("Reconciled") == "True", (plural, resource.get("status"))
