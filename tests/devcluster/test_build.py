@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,42 @@ def test_the_readme_versions_table_names_the_pinned_versions() -> None:
     assert f"{build.release_version('alertmanager')} (built" in rows["Alertmanager"]
     assert f"v{build.release_version('prometheus-operator')} (built" in rows["Prometheus Operator"]
     assert f"v{build.release_version('thanos')} (built" in rows["Thanos"]
+
+
+def test_build_all_builds_two_components_at_once_and_one_component_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two lanes: the two costliest components start together (a second compile fills the cores
+    while the first links), and the binaries of one component never build at the same time."""
+    both_started = threading.Barrier(2, timeout=30)
+    lock = threading.Lock()
+    running: dict[str, int] = {}
+    order: list[str] = []
+    first_two: set[str] = set()
+
+    def fake_build(name: str, log: bool = True) -> Path:
+        component = build.BINARIES[name].component
+        with lock:
+            running[component] = running.get(component, 0) + 1
+            assert running[component] == 1, f"two binaries of {component} at once"
+            order.append(name)
+            starting_lane = len(first_two) < 2 and component not in first_two
+            if starting_lane:
+                first_two.add(component)
+        if starting_lane:
+            both_started.wait()  # the second lane must start while the first is still building
+        with lock:
+            running[component] -= 1
+        return Path("/cache") / name
+
+    monkeypatch.setattr(build, "build", fake_build)
+    monkeypatch.delenv("GPU_POD_EXPORTER_BUILD_JOBS", raising=False)
+    built = build.build_all()
+    assert list(built) == list(build.BINARIES)  # every binary, in the table's order
+    assert first_two == {"kubernetes", "thanos"}  # the longest cold builds start first
+    kube = [n for n in order if build.BINARIES[n].component == "kubernetes"]
+    assert kube == ["kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+
+
+def test_a_bad_build_jobs_value_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPU_POD_EXPORTER_BUILD_JOBS", "zero")
+    with pytest.raises(build.BuildError, match="GPU_POD_EXPORTER_BUILD_JOBS='zero'"):
+        build.build_all()
