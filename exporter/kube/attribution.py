@@ -545,7 +545,15 @@ class KubernetesAttribution:
                                    unattributed_utilization=parts.unattributed_utilization,
                                    utilization_gpus=parts.utilization_gpus,
                                    container_peaks=self._published_peaks.of_pods(view.pods_by_name),
-                                   unresolved=every_reason(parts.unresolved) if slices is not None else EMPTY_COUNTS)
+                                   unresolved=self._unresolved_counts(parts, bool(devices)))
+
+    def _unresolved_counts(self, parts: _Parts, inventory_known: bool) -> Mapping[str, int]:
+        """The unresolved DRA devices by reason, all 0 until NVML's inventory is known: before the
+        first device list every published UUID would look like no GPU of this node (``not-on-node``)
+        for the moments of start-up, and a rule watching that reason would see a false finding."""
+        if self.slices is None:
+            return EMPTY_COUNTS
+        return every_reason(parts.unresolved if inventory_known else {})
 
     def _parts(self, listing: PodResourcesListing | None, view: MetadataView,
                devices: tuple[DeviceIdentity, ...], migs: tuple[MigIdentity, ...],

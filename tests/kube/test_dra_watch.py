@@ -125,3 +125,20 @@ def test_a_cluster_without_the_dra_api_says_so_and_keeps_device_plugin_gpus(node
                                                                                                  "v1beta1")]
     finally:
         attribution.stop()
+
+
+def test_nothing_is_unresolved_before_nvml_lists_the_devices(node: Node) -> None:
+    """At start-up the slice may be mirrored before the first NVML device list: every published UUID
+    would then look like no GPU here. Until the inventory is known every reason counts 0; once it
+    is, only what is really unresolved counts."""
+    node.api.add_resource_slice(f"{NODE}-gpus", DRIVER, NODE, [GPU1_DEVICE, MIG_A_DEVICE])
+    attribution = _attribution(node)
+    try:
+        poll(lambda: _pod(_snapshot(attribution), GPU1), what="DRA GPU attributed")
+        before_inventory = attribution.snapshot((), ())
+        assert dict(before_inventory.unresolved) == {reason: 0 for reason in dra.REASONS}
+        assert dict(_snapshot(attribution).unresolved) == {reason: 0 for reason in dra.REASONS}
+        only_gpus = attribution.snapshot(DEVICES, ())  # the MIG device is really not on this node now
+        assert only_gpus.unresolved[dra.NOT_ON_NODE] == 1
+    finally:
+        attribution.stop()
