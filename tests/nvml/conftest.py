@@ -1,4 +1,4 @@
-"""The fake-NVML fixtures of tests/simulate, shared with the NVML-side tests."""
+"""The fake-NVML fixtures of tests/simulator, shared with the NVML-side tests."""
 
 from __future__ import annotations
 
