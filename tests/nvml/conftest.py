@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from tests.simulate.conftest import clock, nvml
+from tests.simulator.conftest import clock, nvml
 
 __all__ = ["clock", "nvml"]

@@ -9,7 +9,7 @@ import pynvml
 import pytest
 
 from simulator.scenario import ScenarioError, load_scenario
-from tests.simulate.conftest import FixedClock, scenario_from
+from tests.simulator.conftest import FixedClock, scenario_from
 
 XID = pynvml.nvmlEventTypeXidCriticalError
 NOT_MIG = 0xFFFFFFFF

@@ -6,7 +6,7 @@ from typing import Any
 
 import pynvml
 
-from tests.simulate.conftest import FixedClock
+from tests.simulator.conftest import FixedClock
 
 
 def counters(handle: Any, *field_ids: int) -> dict[int, int]:
