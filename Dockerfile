@@ -37,6 +37,8 @@ RUN python3 -m venv /opt/build \
 COPY pyproject.toml README.m[d] ./
 COPY etc ./etc
 COPY exporter ./exporter
+# The simulator (`--simulate`, `doctor --simulate`): its own package in the same wheel.
+COPY simulator ./simulator
 # The exporter itself: its wheel, built with the pinned backend, installed offline (--no-index) on
 # top of the locked dependencies; `pip check` fails the build if the lock does not satisfy it. The
 # upstream counter files are copied with symlinks resolved (they may point into the package data).

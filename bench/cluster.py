@@ -20,8 +20,8 @@ from pathlib import Path
 
 from exporter.nvml.client import NvmlClient
 from exporter.nvml.inventory import discover
-from exporter.simulate.fakenvml import installed
-from exporter.simulate.kube_scenario import load_kubernetes_section, start_simulated_cluster
+from simulator.fakenvml import installed
+from simulator.kube_scenario import load_kubernetes_section, start_simulated_cluster
 
 
 def exporter_flags(overrides: dict[str, object]) -> list[str]:

@@ -52,7 +52,7 @@ from typing import Any
 from exporter.backoff import Backoff, BackoffPolicy
 from exporter.kube.metadata import KubernetesMetadata
 from exporter.kube.reflector import Reflector, WatchTimeouts
-from exporter.simulate.fakeapiserver import FakeApiServer, RequestRecord
+from simulator.fakeapiserver import FakeApiServer, RequestRecord
 
 RESOURCES = ("pods", "namespaces")
 NODE_AGENT = re.compile(r"node/(\S+)")

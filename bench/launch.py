@@ -30,7 +30,7 @@ from typing import Any
 
 from bench import memtrace
 from bench.nvmlprobe import ProbeServer, ProbeStats, put_in_front
-from exporter.simulate.fakenvml import FakeNvmlLibrary
+from simulator.fakenvml import FakeNvmlLibrary
 
 EXPORTERS = ("ours", "nvitop")
 
@@ -65,7 +65,7 @@ def _time_cycle(stats: ProbeStats, run: Callable[..., Any]) -> Callable[..., Any
 
 
 def _install_fake(scenario: str, stats: ProbeStats, holder: _Holder) -> None:
-    from exporter.simulate.scenario import load_scenario  # noqa: PLC0415
+    from simulator.scenario import load_scenario  # noqa: PLC0415
 
     fake = FakeNvmlLibrary(load_scenario(scenario))
     fake.install()

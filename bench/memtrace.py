@@ -43,7 +43,7 @@ def _short(filename: str) -> str:
     """A site as the report prints it: relative to site-packages, the repository or the standard library."""
     if "site-packages/" in filename:
         return filename.split("site-packages/", 1)[1]
-    for package in ("exporter", "bench"):
+    for package in ("exporter", "simulator", "bench"):
         if f"/{package}/" in filename:
             return package + "/" + filename.rsplit(f"/{package}/", 1)[1]
     if "/lib/python3." in filename:

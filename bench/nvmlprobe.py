@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from exporter.simulate.fakenvml import FakeNvmlLibrary
-from exporter.simulate.fakenvml.abi import PCIE_THROUGHPUT_WINDOW_S
+from simulator.fakenvml import FakeNvmlLibrary
+from simulator.fakenvml.abi import PCIE_THROUGHPUT_WINDOW_S
 
 FIELD_VALUES_SYMBOL = "nvmlDeviceGetFieldValues"
 # Calls that block in the driver for a fixed sampling window, on top of their per-call latency: the

@@ -46,9 +46,9 @@ from exporter.metrics.exposition import encode_text
 from exporter.metrics.render import RenderContext, RenderOptions, render
 from exporter.nvml.peaks import DEFAULT_WINDOW_S, PEAK_FAMILIES, DevicePeaks
 from exporter.nvml.sampler import Sampler
-from exporter.simulate.fakenvml import installed
-from exporter.simulate.scenario import parse_scenario
 from exporter.snapshot import DeviceIdentity, Snapshot
+from simulator.fakenvml import installed
+from simulator.scenario import parse_scenario
 
 
 class _Clock:

@@ -142,8 +142,8 @@ def run_sums(seconds: int = SUM_SECONDS) -> list[dict[str, Any]]:
 def sum_case(name: str, gpu: int, what: str, seconds: int) -> dict[str, Any]:
     from exporter.metrics.counters import default_counters_text, parse_counters  # noqa: PLC0415
     from exporter.nvml.sampler import Sampler  # noqa: PLC0415
-    from exporter.simulate.fakenvml import FIXED_WALL_EPOCH, FakeNvmlLibrary  # noqa: PLC0415
-    from exporter.simulate.scenario import load_scenario  # noqa: PLC0415
+    from simulator.fakenvml import FIXED_WALL_EPOCH, FakeNvmlLibrary  # noqa: PLC0415
+    from simulator.scenario import load_scenario  # noqa: PLC0415
 
     now = [0.0]
     fake = FakeNvmlLibrary(load_scenario(name), lambda: now[0])

@@ -24,7 +24,7 @@ from typing import Any
 
 from bench import loadgen, nvmlprobe, runner, scenarios
 from bench.runner import REPO_ROOT, Settings
-from exporter.simulate.scenario import REALISTIC_FIELD_VALUE_LATENCY_S, REALISTIC_LATENCY_S
+from simulator.scenario import REALISTIC_FIELD_VALUE_LATENCY_S, REALISTIC_LATENCY_S
 
 GPU_COUNTS = (1, 8, 64)
 POD_COUNTS = (0, 110)

@@ -22,9 +22,8 @@ from exporter.snapshot import Snapshot
 from exporter.web.security import load_web_security
 from exporter.web.server import WebSecurity
 
-if TYPE_CHECKING:  # the simulator is imported only with --simulate
-    from exporter.simulate.cluster_wiring import SimulatedClusterRunner
-    from exporter.simulate.scenario import Scenario
+if TYPE_CHECKING:  # the simulator itself is imported only with --simulate, through simulator.entry
+    from exporter.simulation import SimulatedRun
 
 log = get_logger("cli")
 
@@ -71,13 +70,12 @@ def _warn_unknown_device_ids(config: Config, extensions: Extensions) -> None:
 class Resolved:
     """The run's settings, fixed before anything is wired: every component reads this one ``Config``.
 
-    With ``--simulate``, the scenario and its planned Kubernetes node (``None`` without a
-    ``kubernetes:`` section) travel beside it: their paths are already part of ``config``.
+    With ``--simulate``, the planned simulated run (its scenario and Kubernetes node) travels beside
+    it: the simulated node's paths are already part of ``config``.
     """
 
     config: Config
-    scenario: Scenario | None = None
-    cluster: SimulatedClusterRunner | None = None
+    simulation: SimulatedRun | None = None
 
 
 def resolve(config: Config) -> Resolved:
@@ -89,12 +87,10 @@ def resolve(config: Config) -> Resolved:
     """
     if not config.simulate:
         return Resolved(with_implied_settings(config))
-    from exporter.simulate.cluster_wiring import plan_simulated_cluster  # noqa: PLC0415 - only with --simulate
-    from exporter.simulate.scenario import load_scenario  # noqa: PLC0415
+    from simulator import entry  # noqa: PLC0415 - the simulator's one door, only with --simulate
 
-    scenario = load_scenario(config.simulate)
-    config, cluster = plan_simulated_cluster(config, scenario)
-    return Resolved(with_implied_settings(config), scenario, cluster)
+    simulation: SimulatedRun = entry.plan_run(config)
+    return Resolved(with_implied_settings(simulation.config), simulation)
 
 
 def build_app(config: Config, counters: CounterSet, security: WebSecurity | None = None, *,
@@ -104,8 +100,8 @@ def build_app(config: Config, counters: CounterSet, security: WebSecurity | None
     try:
         return _wire(resolved, counters, security, listener)
     except BaseException:
-        if resolved.cluster is not None:
-            resolved.cluster.stop()  # removes its temporary directory; nothing was started yet
+        if resolved.simulation is not None:
+            resolved.simulation.discard()  # nothing was started yet
         raise
 
 
@@ -113,13 +109,8 @@ def _wire(resolved: Resolved, counters: CounterSet, security: WebSecurity | None
           listener: socket.socket | None) -> App:
     config = resolved.config
     extensions = Extensions()
-    if resolved.scenario is not None:
-        from exporter.simulate.cluster_wiring import simulated_cluster_extensions  # noqa: PLC0415
-        from exporter.simulate.wiring import simulation_extensions  # noqa: PLC0415 - only needed with --simulate
-
-        simulation_extensions(config, resolved.scenario, extensions)
-        if resolved.cluster is not None:
-            simulated_cluster_extensions(resolved.cluster, extensions)
+    if resolved.simulation is not None:
+        resolved.simulation.extend(extensions)  # the fake GPUs and simulated node start first
     kubernetes = None
     if config.kubernetes:
         from exporter.kube.wiring import kubernetes_extensions  # noqa: PLC0415 - grpc is only needed with -k

@@ -56,13 +56,13 @@ class Target:
 TARGETS: dict[str, Target] = {
     "attribution": Target(
         ("exporter/kube/deviceids.py", "exporter/kube/allocation.py", "exporter/kube/attribution.py"),
-        ("tests/kube", "tests/simulate/test_kube_scenario.py"),
+        ("tests/kube", "tests/simulator/test_kube_scenario.py"),
         "a wrong device-ID match puts a GPU on the wrong pod's bill",
         ignore=("tests/kube/test_reflector.py", "tests/kube/test_fleet.py")),
     "sampler": Target(
         ("exporter/nvml/sampler.py", "exporter/nvml/client.py"),
         ("tests/nvml", "tests/health/test_wiring.py", "tests/metrics/test_golden.py",
-         "tests/simulate/test_cluster_wiring.py"),
+         "tests/simulator/test_cluster_wiring.py"),
         "a failure handled wrongly stops every GPU's metrics or hides a lost GPU"),
     "health": Target(
         ("exporter/health/xid.py", "exporter/health/verdict.py", "exporter/nvml/events.py"),
@@ -107,7 +107,7 @@ def _configure(work: Path, target: Target) -> None:
         f"source_paths = {json.dumps(list(target.modules))}",
         f"pytest_add_cli_args_test_selection = {json.dumps(list(target.tests))}",
         f"pytest_add_cli_args = {json.dumps(pytest_args)}",
-        'also_copy = ["exporter/", "deploy/", "etc/", "scripts/", "bench/", "README.md"]',
+        'also_copy = ["exporter/", "simulator/", "deploy/", "etc/", "scripts/", "bench/", "README.md"]',
         # mutmut reads mypy's JSON; its trampolines carry "type: ignore" comments strict mode would flag
         f'type_check_command = ["{sys.executable}", "-m", "mypy", "--no-incremental", '
         '"--no-warn-unused-ignores", "--output", "json", "exporter"]',

@@ -32,4 +32,4 @@ def test_settings_that_others_imply_are_part_of_the_configuration_every_componen
 
 def test_resolving_a_configuration_that_implies_nothing_keeps_it() -> None:
     loaded = load_config(["-k", "--address", "127.0.0.1:0"], {})
-    assert resolve(loaded).config is loaded and resolve(loaded).scenario is None
+    assert resolve(loaded).config is loaded and resolve(loaded).simulation is None

@@ -35,7 +35,7 @@ from exporter.web.security import load_web_security
 from exporter.web.server import WebSecurity
 
 if TYPE_CHECKING:
-    from exporter.doctor.simulation import DoctorSimulation
+    from exporter.simulation import DoctorInspection
 
 NAME = f"{PROGRAM} doctor"
 DEFAULT_TIMEOUT_S = 10.0
@@ -137,18 +137,18 @@ def diagnose(options: argparse.Namespace, config: Config) -> Report:
         security = load_web_security(config.web_config_file)
     except ConfigError as exc:
         rows.append(config_error("web", "config", str(exc), WEB_CONFIG_HINT))
-    simulation: DoctorSimulation | None = None
+    simulation: DoctorInspection | None = None
     simulated = ""
     if config.simulate:
-        from exporter.doctor.simulation import DoctorSimulation  # noqa: PLC0415 - the simulator only with --simulate
+        from simulator import entry  # noqa: PLC0415 - the simulator's one door, only with --simulate
 
         try:
-            simulation = DoctorSimulation(config, options.at)
+            simulation = entry.doctor_inspection(config, options.at)
         except ConfigError as exc:
             rows.append(config_error("config", "simulate", f"{config.source_of('simulate')}: {exc}", SCENARIO_HINT))
             return Report.of(rows, node=config.node_name or socket.gethostname())
         config = simulation.config
-        simulated = f"{simulation.scenario.name} at t={simulation.at:g} s"
+        simulated = simulation.title
     elif options.at is not None:
         rows.append(config_error("config", "at", "--at only applies with --simulate", "drop --at, or add --simulate"))
     rows.insert(0, _settings_row(config))

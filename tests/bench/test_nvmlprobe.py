@@ -8,8 +8,8 @@ import pytest
 
 from bench import scenarios
 from bench.nvmlprobe import BLOCKING_WINDOW_S, ProbeServer, ProbeStats, driver_latency_s, put_in_front
-from exporter.simulate.fakenvml import FakeNvmlLibrary
-from exporter.simulate.scenario import REALISTIC_FIELD_VALUE_LATENCY_S, REALISTIC_LATENCY_S, parse_scenario
+from simulator.fakenvml import FakeNvmlLibrary
+from simulator.scenario import REALISTIC_FIELD_VALUE_LATENCY_S, REALISTIC_LATENCY_S, parse_scenario
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 from pathlib import Path
 
 from bench import scenarios
-from exporter.simulate.kube_scenario import load_kubernetes_section
-from exporter.simulate.scenario import load_scenario
+from simulator.kube_scenario import load_kubernetes_section
+from simulator.scenario import load_scenario
 
 
 def test_gpu_only_scenario_loads_with_realistic_latency(tmp_path: Path):

@@ -7,7 +7,7 @@ import pytest
 
 from exporter.config import load_config
 from exporter.kube.resourceslices import API_GROUP, RESOURCE, VERSIONS
-from exporter.simulate.fakeaccess import CHART_GRANTS, DRA_GRANTS, qualified
+from simulator.fakeaccess import CHART_GRANTS, DRA_GRANTS, qualified
 from tests.deploy.chart_support import Rendered, render
 
 

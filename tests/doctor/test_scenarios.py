@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.simulate.scenario import builtin_scenarios
+from simulator.scenario import builtin_scenarios
 from tests.doctor.conftest import clean_environment
 from tests.doctor.support import FAST, Run, doctor, documented_rows, undocumented_problems
 

@@ -14,7 +14,7 @@ default values (``helm_install``), or the plain manifests in deploy/manifests/ (
 
 ``hostPath`` mounts (the kubelet's pod-resources directory, the host's /proc) are left as the chart
 writes them: under ``--simulate`` the simulated node's socket and /proc stand in for the host's
-(exporter/simulate/cluster_wiring.py), and without a simulated node the paths are simply missing on
+(simulator/cluster_wiring.py), and without a simulated node the paths are simply missing on
 this machine, as on a node without a kubelet.
 """
 

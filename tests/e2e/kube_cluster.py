@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.simulate.fakeapiserver import FakeApiServer, stable_uid
-from exporter.simulate.fakekubelet import FakeContainer, FakeKubelet, FakePod
-from exporter.simulate.scenario import GpuSpec, load_scenario
+from simulator.fakeapiserver import FakeApiServer, stable_uid
+from simulator.fakekubelet import FakeContainer, FakeKubelet, FakePod
+from simulator.scenario import GpuSpec, load_scenario
 
 NODE = "gpu-node-e2e"
 

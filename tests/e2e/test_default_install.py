@@ -92,7 +92,7 @@ class Node:
     """One simulated GPU node running the installed exporter."""
 
     role: str
-    scenario: str  # a built-in scenario (exporter/simulate/scenarios/)
+    scenario: str  # a built-in scenario (simulator/scenarios/)
     hostname: str  # spec.nodeName; scenarios with a kubernetes: section simulate a node of that name
     process_attribution: bool = False  # installed with processAttribution.enabled=true
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.simulate.scenario import GpuSpec
+from simulator.scenario import GpuSpec
 from tests.attribution_modes import attribution_modes, process_families, served_names
 from tests.e2e.exporter_process import ExporterProcess, running_exporter, wait_for
 from tests.e2e.kube_cluster import NodeCluster, PodSpec, node_cluster, replica, scenario_gpus, series_for, whole_gpu

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from exporter.simulate.fakeapiserver import stable_uid
+from simulator.fakeapiserver import stable_uid
 from tests.e2e.exporter_process import ExporterProcess, running_exporter, wait_for
 from tests.e2e.kube_cluster import NodeCluster, PodSpec, node_cluster, replica, scenario_gpus, whole_gpu
 

@@ -20,8 +20,8 @@ from exporter.metrics.counters import load_counters
 from exporter.metrics.exposition import encode_text
 from exporter.metrics.render import RenderContext, RenderOptions, render
 from exporter.nvml.sampler import Sampler
-from exporter.simulate.fakenvml import installed
-from exporter.simulate.scenario import parse_scenario
+from simulator.fakenvml import installed
+from simulator.scenario import parse_scenario
 from tests.e2e.prometheus_harness import RULE_FILES, PrometheusHarness, require_prometheus, serve_metrics
 
 ALERTS_FILE = next(path for path in RULE_FILES if path.name == "gpu-pod-exporter-alerts.yaml")

@@ -1,6 +1,6 @@
 """``gpu-pod-exporter --simulate shared-gpus``: who is busy on a shared GPU, from the user's side.
 
-The scenario (exporter/simulate/scenarios/shared-gpus.yaml): GPU 0 time-sliced by three pods at
+The scenario (simulator/scenarios/shared-gpus.yaml): GPU 0 time-sliced by three pods at
 ~60/25/5 %, GPU 1 shared through MPS by clients at 50 % and 30 % plus a solver step 20 s of every
 minute and a pod that never runs anything (debug-0), GPU 2 used 15 % by a process outside
 Kubernetes. The whole chain runs: the fake NVML's per-process samples, the sampler, the fake

@@ -41,8 +41,8 @@ from typing import Protocol
 import bcrypt
 import pytest
 
-from exporter.simulate.fakenodeapi import FakeNodeApiServer
 from tests.e2e.exporter_process import REPO_ROOT, running_exporter, wait_for
+from tests.remediate.fakenodeapi import FakeNodeApiServer
 from tests.remediate.support import RemediatorProcess
 from tests.web.certs import CertificateAuthority
 

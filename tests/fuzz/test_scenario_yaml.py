@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given
 
-from exporter.simulate.scenario import Scenario, ScenarioError, parse_scenario
+from simulator.scenario import Scenario, ScenarioError, parse_scenario
 from tests.fuzz.inputs import HOSTILE_YAML, assert_user_error, within, yaml_texts
 
 KEYS = ["description", "seed", "driver", "gpu_count", "gpu_defaults", "gpus", "latency_profile", "latency",

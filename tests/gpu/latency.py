@@ -28,8 +28,8 @@ from exporter.metrics.counters import load_counters
 from exporter.nvml.client import NvmlClient
 from exporter.nvml.events import REQUESTED_EVENT_TYPES
 from exporter.nvml.sampler import Sampler
-from exporter.simulate.latency_file import LATENCY_FORMAT, load_latency_file
-from exporter.simulate.scenario import NVML_SYMBOLS, REALISTIC_LATENCY_S, load_scenario
+from simulator.latency_file import LATENCY_FORMAT, load_latency_file
+from simulator.scenario import NVML_SYMBOLS, REALISTIC_LATENCY_S, load_scenario
 
 CYCLES = 30
 FIELD_BATCH_REPEATS = 50

@@ -13,8 +13,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from exporter.simulate.fakenvml import FakeNvmlLibrary
-from exporter.simulate.scenario import load_scenario
+from simulator.fakenvml import FakeNvmlLibrary
+from simulator.scenario import load_scenario
 from tests.gpu.latency import check_file, measure
 
 

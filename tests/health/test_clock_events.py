@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from exporter.health.clock_events import ClockEventTracker
 from exporter.snapshot import DeviceIdentity, DeviceReading, SamplerStatus, Snapshot
-from tests.simulate.conftest import FixedClock
+from tests.simulator.conftest import FixedClock
 
 GPU0 = DeviceIdentity(index=0, uuid="GPU-0", pci_bus_id="00000000:8D:00.0", minor=0, model="H100")
 GPU1 = DeviceIdentity(index=1, uuid="GPU-1", pci_bus_id="00000000:9D:00.0", minor=1, model="H100")

@@ -13,7 +13,7 @@ from exporter.health.xid import XidLedger, XidSource
 from exporter.metrics.counters import load_counters, parse_counters
 from exporter.metrics.render import DEFAULT_BUILDERS, RenderContext, RenderOptions, render
 from exporter.snapshot import DeviceIdentity, DeviceReading, MigIdentity, MigReading, SamplerStatus, Snapshot
-from tests.simulate.conftest import FixedClock
+from tests.simulator.conftest import FixedClock
 
 HEALTH_CSV = Path(__file__).resolve().parents[1] / "fixtures" / "health-counters.csv"
 # dcgm-exporter 4.8's own list (what -f /etc/dcgm-exporter/default-counters.csv exports): no Xid counts.

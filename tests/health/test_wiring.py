@@ -14,8 +14,8 @@ from exporter.health.wiring import HealthTelemetry
 from exporter.metrics.counters import load_counters
 from exporter.nvml import events as events_module
 from exporter.nvml import sampler as sampler_module
-from exporter.simulate.fakenvml import FakeNvmlLibrary
-from exporter.simulate.scenario import parse_scenario
+from simulator.fakenvml import FakeNvmlLibrary
+from simulator.scenario import parse_scenario
 from tests.e2e.exporter_process import wait_for
 
 HEALTH_CSV = str(Path(__file__).resolve().parents[1] / "fixtures" / "health-counters.csv")

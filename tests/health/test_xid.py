@@ -8,7 +8,7 @@ from pathlib import Path
 
 from exporter.health.xid import XidLedger, XidSource
 from exporter.health.xid_codes import FATAL_XIDS, xid_message
-from tests.simulate.conftest import FixedClock
+from tests.simulator.conftest import FixedClock
 
 GPU0 = XidSource("GPU-0")
 GPU1 = XidSource("GPU-1")

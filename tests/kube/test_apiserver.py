@@ -33,7 +33,7 @@ from exporter.kube.apiserver import (
     in_cluster_endpoint,
     kubeconfig_endpoint,
 )
-from exporter.simulate.fakeapiserver import FakeApiServer
+from simulator.fakeapiserver import FakeApiServer
 from tests.web.certs import CertificateAuthority, Issued
 
 NODE = "node-a"

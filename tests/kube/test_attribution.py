@@ -40,9 +40,9 @@ from exporter.kube.podresources.listing import (
     PodResourcesListing,
 )
 from exporter.kube.series import LabeledDevice, workload_label_sets
-from exporter.simulate.fakeapiserver import FakeApiServer
-from exporter.simulate.fakekubelet import FakeContainer, FakeKubelet, FakePod
 from exporter.snapshot import GpuProcess
+from simulator.fakeapiserver import FakeApiServer
+from simulator.fakekubelet import FakeContainer, FakeKubelet, FakePod
 
 from .helpers import DEVICES, GPU0, GPU1, GPU2, MIG_A, MIGS, poll, write_cgroup
 

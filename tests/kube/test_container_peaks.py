@@ -34,9 +34,9 @@ from exporter.metrics.counters import load_counters
 from exporter.metrics.exposition import encode_text
 from exporter.metrics.render import DEFAULT_BUILDERS, RenderContext, RenderOptions, render
 from exporter.nvml.sampler import Sampler
-from exporter.simulate.fakenvml import FIXED_WALL_EPOCH, installed
-from exporter.simulate.scenario import parse_scenario
 from exporter.snapshot import GpuProcess
+from simulator.fakenvml import FIXED_WALL_EPOCH, installed
+from simulator.scenario import parse_scenario
 from tests.nvml.test_sampler import Clock
 
 from .helpers import DEVICES, GPU0, GPU1, MIGS, poll

@@ -25,9 +25,9 @@ from exporter.kube.podresources import api_pb2
 from exporter.kube.podresources.listing import ClaimedDevice, gpu_resource_filter, listing_from_response
 from exporter.kube.resourceslices import SliceCache, SliceView, slice_from_json
 from exporter.kube.series import LabeledDevice, attribution_families, workload_label_sets
-from exporter.simulate.dra_devices import DRIVER, gpu_device, mig_device
-from exporter.simulate.fakeapiserver import resource_slice, served
-from exporter.simulate.fakekubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeKubelet, FakePod
+from simulator.dra_devices import DRIVER, gpu_device, mig_device
+from simulator.fakeapiserver import resource_slice, served
+from simulator.fakekubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeKubelet, FakePod
 
 from .helpers import DEVICES, GPU0, GPU1, GPU2, MIG_A, MIG_B, MIGS
 

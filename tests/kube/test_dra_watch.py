@@ -20,10 +20,10 @@ from exporter.config import Config
 from exporter.kube import dra
 from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution
 from exporter.kube.metadata import WatchTimeouts
-from exporter.simulate.dra_devices import DRIVER, gpu_device, mig_device
-from exporter.simulate.fakeaccess import DRA_GRANTS
-from exporter.simulate.fakeapiserver import FakeApiServer
-from exporter.simulate.fakekubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeKubelet, FakePod
+from simulator.dra_devices import DRIVER, gpu_device, mig_device
+from simulator.fakeaccess import DRA_GRANTS
+from simulator.fakeapiserver import FakeApiServer
+from simulator.fakekubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeKubelet, FakePod
 
 from .helpers import DEVICES, GPU0, GPU1, GPU2, MIG_A, MIGS, poll
 

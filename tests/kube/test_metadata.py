@@ -1,6 +1,6 @@
 """Pod and namespace metadata: how list+watch copes with what a real API server does only on a bad day.
 
-The fake API server (``exporter.simulate.fakeapiserver``) stays here because each test injects what
+The fake API server (``simulator.fakeapiserver``) stays here because each test injects what
 the real one cannot produce on demand: an HTTP 410 to a watch request (kube-apiserver sends its 410s
 inside the watch stream; proxies and aggregated APIs answer with the status), refused connections,
 503s, a slow server, malformed bodies, cut streams, throttling. Our reading of Kubernetes itself
@@ -24,7 +24,7 @@ import pytest
 
 from exporter.kube.apiserver import ApiStatusError, build_core_v1_api
 from exporter.kube.metadata import KubernetesMetadata, WatchTimeouts, pod_from_json, strip_container_id
-from exporter.simulate.fakeapiserver import FakeApiServer
+from simulator.fakeapiserver import FakeApiServer
 
 from .helpers import poll
 

@@ -18,7 +18,7 @@ import pytest
 
 from exporter.kube.metadata import KubernetesMetadata
 from exporter.kube.reflector import ApiCounters, Reflector, WatchedResource, WatchTimeouts
-from exporter.simulate.fakeapiserver import FakeApiServer
+from simulator.fakeapiserver import FakeApiServer
 
 from .helpers import poll
 

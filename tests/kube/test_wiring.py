@@ -25,8 +25,6 @@ from exporter.kube.metadata import WatchTimeouts
 from exporter.kube.wiring import KubernetesWiring, kubernetes_extensions
 from exporter.metrics.counters import load_counters
 from exporter.metrics.render import DEFAULT_BUILDERS, RenderContext, RenderOptions, render
-from exporter.simulate.fakeapiserver import FakeApiServer
-from exporter.simulate.fakekubelet import FakeContainer, FakeKubelet, FakePod
 from exporter.snapshot import (
     DeviceIdentity,
     DeviceReading,
@@ -36,6 +34,8 @@ from exporter.snapshot import (
     SamplerStatus,
     Snapshot,
 )
+from simulator.fakeapiserver import FakeApiServer
+from simulator.fakekubelet import FakeContainer, FakeKubelet, FakePod
 from tests.attribution_modes import process_families
 
 from .helpers import DEVICES, GPU0, GPU2, MIG_A, MIGS, poll

@@ -22,7 +22,7 @@ from exporter.metrics.counters import load_counters
 from exporter.metrics.exposition import encode_text
 from exporter.metrics.render import DEFAULT_BUILDERS, RenderContext, RenderOptions, render
 from exporter.nvml.sampler import Sampler
-from exporter.simulate.fakenvml import installed
+from simulator.fakenvml import installed
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "default-scenario.prom"

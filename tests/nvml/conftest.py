@@ -1,7 +1,7 @@
-"""The fake-NVML fixtures of tests/simulate, shared with the NVML-side tests."""
+"""The fake-NVML fixtures of tests/simulator, shared with the NVML-side tests."""
 
 from __future__ import annotations
 
-from tests.simulate.conftest import clock, nvml
+from tests.simulator.conftest import clock, nvml
 
 __all__ = ["clock", "nvml"]

@@ -12,9 +12,9 @@ from prometheus_client.core import Metric
 from exporter.metrics.counters import CounterSet, default_counters_text, parse_counters
 from exporter.metrics.render import RenderContext, RenderOptions, render
 from exporter.nvml.sampler import Sampler
-from exporter.simulate.fakenvml import FIXED_WALL_EPOCH, FakeNvmlLibrary
-from exporter.simulate.scenario import load_scenario, parse_scenario
 from exporter.snapshot import Snapshot
+from simulator.fakenvml import FIXED_WALL_EPOCH, FakeNvmlLibrary
+from simulator.scenario import load_scenario, parse_scenario
 
 
 class Clock:

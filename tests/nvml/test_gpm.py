@@ -164,8 +164,8 @@ def test_the_reader_reuses_buffers_and_stops_asking_for_metrics_a_gpu_lacks(nvml
 
 @pytest.fixture
 def nvml_fake() -> Any:
-    from exporter.simulate.fakenvml import FakeNvmlLibrary  # noqa: PLC0415
-    from exporter.simulate.scenario import parse_scenario  # noqa: PLC0415
+    from simulator.fakenvml import FakeNvmlLibrary  # noqa: PLC0415
+    from simulator.scenario import parse_scenario  # noqa: PLC0415
 
     from .fake_sampling import Clock  # noqa: PLC0415
 

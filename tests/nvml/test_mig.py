@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.nvml.mig import MIG_CHECK_INTERVAL_S, profile_from_name
-from exporter.simulate.models import MIB, MIG_PROFILES
+from simulator.models import MIB, MIG_PROFILES
 
 from .fake_sampling import captured_logs, samples, sampling
 

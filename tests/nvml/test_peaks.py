@@ -9,8 +9,8 @@ from exporter.metrics.exposition import encode_text
 from exporter.metrics.render import RenderContext, RenderOptions, render
 from exporter.nvml.peaks import DevicePeaks, WindowMax
 from exporter.nvml.sampler import Sampler
-from exporter.simulate.fakenvml import installed
-from exporter.simulate.scenario import parse_scenario
+from simulator.fakenvml import installed
+from simulator.scenario import parse_scenario
 from tests.nvml.test_sampler import Clock
 
 MIB = 1024 * 1024

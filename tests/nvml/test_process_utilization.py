@@ -13,9 +13,9 @@ import pytest
 from exporter.metrics.owned import PROCESS_UTILIZATION_FAMILIES
 from exporter.nvml.client import NvmlClient
 from exporter.nvml.process_utilization import SIZE_RETRIES, ProcessUtilizationReader, SizeRaceError
-from exporter.simulate.fakenvml import FIXED_WALL_EPOCH
-from exporter.simulate.fakenvml.processutil import SAMPLE_PERIOD_US
 from exporter.snapshot import ProcessUtilization, Snapshot
+from simulator.fakenvml import FIXED_WALL_EPOCH
+from simulator.fakenvml.processutil import SAMPLE_PERIOD_US
 from tests.nvml.fake_sampling import captured_logs, samples, sampling
 
 INFO = "nvmlDeviceGetProcessesUtilizationInfo"

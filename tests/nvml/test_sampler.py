@@ -14,8 +14,8 @@ import pytest
 from exporter.metrics.catalog import FromExporter
 from exporter.metrics.counters import load_counters, parse_counters
 from exporter.nvml.sampler import LOST_REPROBE_S, Sampler
-from exporter.simulate.fakenvml import FakeNvmlLibrary, installed
-from exporter.simulate.scenario import load_scenario, parse_scenario
+from simulator.fakenvml import FakeNvmlLibrary, installed
+from simulator.scenario import load_scenario, parse_scenario
 from tests.e2e.exporter_process import wait_for
 
 MIB = 1024 * 1024

@@ -7,7 +7,7 @@ from typing import Any
 from exporter.health.wiring import health_dependencies
 from exporter.metrics.counters import parse_counters
 from exporter.nvml.sampler import Sampler, SamplingPlan
-from tests.simulate.conftest import FixedClock
+from tests.simulator.conftest import FixedClock
 
 CLOCK_ROWS = "DCGM_EXP_CLOCK_EVENTS_COUNT, gauge, c\nDCGM_EXP_CLOCK_EVENTS_TOTAL, counter, t\n"
 

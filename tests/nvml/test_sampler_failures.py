@@ -22,9 +22,9 @@ from exporter.nvml import sampler as sampler_module
 from exporter.nvml.events import handle_value
 from exporter.nvml.inventory import Inventory
 from exporter.nvml.sampler import INIT_BACKOFF, LOST_REPROBE_S, Sampler
-from exporter.simulate.fakenvml import FakeNvmlLibrary, installed
-from exporter.simulate.scenario import parse_scenario
 from exporter.snapshot import Snapshot
+from simulator.fakenvml import FakeNvmlLibrary, installed
+from simulator.scenario import parse_scenario
 from tests.e2e.exporter_process import wait_for
 
 from .fake_sampling import Clock, Records, captured_logs

@@ -27,10 +27,10 @@ from devcluster.control_plane import Cluster, etcd_compact, restart_apiserver
 from exporter.config import Config
 from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution, Workload
 from exporter.kube.reflector import WatchTimeouts
-from exporter.simulate import dra_devices
-from exporter.simulate.fakeapiserver import resource_slice
-from exporter.simulate.fakekubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeKubelet, FakePod
 from exporter.snapshot import GpuProcess
+from simulator import dra_devices
+from simulator.fakeapiserver import resource_slice
+from simulator.fakekubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeKubelet, FakePod
 from tests.attribution_modes import MODE_IDS, MODES
 from tests.deploy.chart_support import CHART_DIR
 from tests.e2e.exporter_process import ExporterProcess, running_exporter
@@ -164,7 +164,7 @@ def test_dra_claims_resolve_through_real_resource_slices(admin: Api, kubelet: Fa
     admin.apply_create(f"{group}/deviceclasses", {
         "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": dra_devices.DRIVER},
         "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{dra_devices.DRIVER}'"}}]}})
-    # the very object the fake API server serves (tests/simulate, --simulate dra-mixed), created for real
+    # the very object the fake API server serves (tests/simulator, --simulate dra-mixed), created for real
     published = resource_slice(f"{NODE}-gpus", dra_devices.DRIVER, NODE,
                                [dra_devices.gpu_device(i, GPUS[i].uuid) for i in (2, 3)], node_name=NODE)
     created = admin.create(f"{group}/resourceslices", published)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from devcluster.api import Api
-from exporter.simulate.fakekubelet import FakeKubelet
+from simulator.fakekubelet import FakeKubelet
 from tests.deploy.chart_support import CHART_DIR
 from tests.doctor.conftest import clean_environment
 from tests.doctor.support import doctor

@@ -33,9 +33,9 @@ from exporter.config import Config
 from exporter.kube import dra
 from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution
 from exporter.kube.metadata import WatchTimeouts
-from exporter.simulate.dra_devices import DRIVER, gpu_device, mig_device
-from exporter.simulate.fakeapiserver import resource_slice
-from exporter.simulate.fakekubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeKubelet, FakePod
+from simulator.dra_devices import DRIVER, gpu_device, mig_device
+from simulator.fakeapiserver import resource_slice
+from simulator.fakekubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeKubelet, FakePod
 from tests.kube.helpers import DEVICES, GPU0, GPU1, GPU2, MIG_A, MIGS
 from tests.platform.support import bound_pod, delete_namespaces, ensure_namespace, poll
 

@@ -48,7 +48,7 @@ from devcluster import build
 from devcluster.api import Api
 from devcluster.control_plane import Cluster
 from exporter.remediate.nodestate import TAINT_KEY
-from exporter.simulate.fakekubelet import FakeContainer, FakeKubelet, FakePod
+from simulator.fakekubelet import FakeContainer, FakeKubelet, FakePod
 from tests.deploy.chart_support import CHART_DIR
 from tests.e2e.exporter_process import ExporterProcess, free_port
 from tests.e2e.kube_cluster import scenario_gpus

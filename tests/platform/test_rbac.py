@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from devcluster.api import Api, ApiError
-from exporter.simulate.fakeaccess import DRA_GRANTS, AccessRules
-from exporter.simulate.fakeaccess import SERVICE_ACCOUNT as FAKE_ACCOUNT
+from simulator.fakeaccess import DRA_GRANTS, AccessRules
+from simulator.fakeaccess import SERVICE_ACCOUNT as FAKE_ACCOUNT
 from tests.deploy.chart_support import CHART_DIR
 from tests.platform.support import poll
 
@@ -144,7 +144,7 @@ def test_the_exporter_token_makes_its_real_calls_and_no_others(admin: Api, relea
 
 def test_the_fake_api_servers_rbac_answers_as_the_real_one(admin: Api, release: dict[str, str],
                                                            sa_token: Callable[..., str]) -> None:
-    """exporter/simulate/fakeaccess.py (the --simulate API server's RBAC, doctor's tests) says what the
+    """simulator/fakeaccess.py (the --simulate API server's RBAC, doctor's tests) says what the
     real API server says for the chart's exporter identity (DRA on): the same allowed/forbidden per
     call, and the same 403 Status for a forbidden list."""
     fake = AccessRules()

@@ -2,7 +2,7 @@
 ``resource.k8s.io`` version the exporter reads: v1, and v1beta2 and v1beta1, which clusters of
 Kubernetes 1.32 and 1.33 serve instead (``scripts/cluster`` turns those two on).
 
-One slice, shaped as NVIDIA's DRA driver publishes it (``exporter.simulate.dra_devices``) and
+One slice, shaped as NVIDIA's DRA driver publishes it (``simulator.dra_devices``) and
 created through v1, is read back through every version: the fake API server's rendering of each
 version (``served``: v1beta1 keeps a device's attributes under ``basic``) must be the real one, and
 the exporter must read the same devices from each. The unit tests of the version handling
@@ -18,8 +18,8 @@ import pytest
 from devcluster.api import Api
 from devcluster.control_plane import Cluster
 from exporter.kube.resourceslices import SliceCache, slice_from_json
-from exporter.simulate.dra_devices import DRIVER, gpu_device, mig_device
-from exporter.simulate.fakeapiserver import SLICE_VERSIONS, resource_slice, served
+from simulator.dra_devices import DRIVER, gpu_device, mig_device
+from simulator.fakeapiserver import SLICE_VERSIONS, resource_slice, served
 from tests.kube.helpers import GPU1, GPU2, MIG_A
 
 NODE = "slices-node"  # no Node object: the slice's node and pool only

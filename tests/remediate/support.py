@@ -13,11 +13,11 @@ from typing import Any
 
 import yaml
 
-from exporter.simulate.fakenodeapi import FakeNodeApiServer
-from exporter.simulate.kube_scenario import parse_kubernetes_section
-from exporter.simulate.scenario import load_scenario
+from simulator.kube_scenario import parse_kubernetes_section
+from simulator.scenario import load_scenario
 from tests.e2e.exporter_process import REPO_ROOT, free_port, parse_samples, wait_for
 from tests.e2e.tools import stop_process
+from tests.remediate.fakenodeapi import FakeNodeApiServer
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 DEFAULT_COUNTERS = REPO_ROOT / "exporter" / "metrics" / "data" / "default-counters.csv"

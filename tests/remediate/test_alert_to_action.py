@@ -4,7 +4,7 @@ The chain a user runs, end to end:
 
     gpu-pod-exporter --simulate (fault scenarios)  ->  Prometheus 2.42 with the SHIPPED rule files
     ->  Alertmanager 0.25 (Debian's prometheus-alertmanager)  ->  gpu-pod-exporter remediate
-    ->  fake API servers (exporter.simulate.fakenodeapi) that record every request.
+    ->  fake API servers (tests.remediate.fakenodeapi) that record every request.
 
 Five simulated GPU nodes fail within the same seconds: ``xid-node`` and ``fleet-1..4`` raise the
 fatal Xid 79 (scenario fixtures/fatal-xid-node.yaml; ``--node-name`` renames the copies). A sixth,
@@ -47,10 +47,10 @@ from exporter.remediate.events import (
 )
 from exporter.remediate.nodestate import CONDITION_TYPE, GPUS_ANNOTATION, TAINT_KEY
 from exporter.remediate.policy import DEFAULT_ALERTS
-from exporter.simulate.fakenodeapi import FakeNodeApiServer, Request
 from tests.e2e.exporter_process import ExporterProcess, wait_for
 from tests.e2e.prometheus_harness import RULE_FILES, PrometheusHarness, require_prometheus
 from tests.remediate.alertmanager_harness import AlertmanagerHarness, PayloadRecorder, require_alertmanager
+from tests.remediate.fakenodeapi import FakeNodeApiServer, Request
 from tests.remediate.support import FIXTURES, RemediatorProcess, add_scenario_node, counters_for_xid_alerts
 
 pytestmark = pytest.mark.e2e

@@ -14,7 +14,7 @@ from exporter.remediate.controller import Remediator
 from exporter.remediate.kubeapi import KubeApi, load_core_api
 from exporter.remediate.policy import load_policy
 from exporter.remediate.selfmetrics import RemediationMetrics
-from exporter.simulate.fakenodeapi import FakeNodeApiServer
+from tests.remediate.fakenodeapi import FakeNodeApiServer
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

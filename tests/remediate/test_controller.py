@@ -39,7 +39,7 @@ from exporter.remediate.kubeapi import KubeApi, load_core_api
 from exporter.remediate.nodestate import GPUS_ANNOTATION, PHASE_ANNOTATION, TAINT_KEY
 from exporter.remediate.policy import load_policy
 from exporter.remediate.selfmetrics import RemediationMetrics
-from exporter.simulate.fakenodeapi import FakeNodeApiServer
+from tests.remediate.fakenodeapi import FakeNodeApiServer
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 STARTS = "2024-05-01T11:59:00Z"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.simulate.scenario import SCENARIO_DIR
+from simulator.scenario import SCENARIO_DIR
 from tests.e2e.exporter_process import running_exporter, wait_for
 from tests.rules.promtool_runner import ENGINE_IDS, ENGINES, RULE_FILES, run_promtool
 

@@ -12,7 +12,7 @@ import pytest
 from exporter.backoff import BackoffPolicy
 from exporter.kube.podresources.client import KubeletState, PodResourcesClient, kubelet_backoff_policy
 from exporter.kube.podresources.listing import gpu_resource_filter
-from exporter.simulate.fakekubelet import FakeContainer, FakeKubelet, FakePod
+from simulator.fakekubelet import FakeContainer, FakeKubelet, FakePod
 
 from ..helpers import GPU0, GPU1, poll
 
