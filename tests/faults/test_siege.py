@@ -298,7 +298,7 @@ def siege(exporter: Served, client: Client, attacker_args: list[str],
 
 
 def report(name: str, timings: Timings, counts: dict[str, int]) -> None:
-    """For the record only (docs/testing.md): latencies are printed, never asserted."""
+    """For the record only (docs/load-and-soak.md): latencies are printed, never asserted."""
     def ms(values: list[float]) -> str:
         ordered = sorted(values)
         p99 = ordered[min(len(ordered) - 1, (len(ordered) * 99) // 100)]
