@@ -81,6 +81,13 @@ def _let_cycles_pass(exporter: ExporterProcess, cycles: int) -> None:
              f"{cycles} sampling cycles")
 
 
+def _assert_logged(exporter: ExporterProcess, needle: str, count: int) -> None:
+    """Exactly ``count`` lines say ``needle``. An "up" line is logged just after the state turns up, so
+    the test waits for the count to be reached before it judges that there are no more."""
+    wait_for(lambda: len(log_lines(exporter, needle)) >= count, 10.0, f"{count} log lines saying {needle!r}")
+    assert len(log_lines(exporter, needle)) == count, log_lines(exporter, needle)
+
+
 def _assert_serving(exporter: ExporterProcess) -> str:
     """The process runs, /metrics answers at once with every GPU, /health is 200; returns the body."""
     exporter.assert_running()
@@ -127,7 +134,7 @@ def test_kubelet_socket_missing(cluster: NodeCluster) -> None:
         assert single_value(exporter, "gpu_pod_exporter_kubelet_up") == 1.0
         assert _gpu0(exporter)["team"] == "research"
         _assert_serving(exporter)
-        assert len(log_lines(exporter, "kubelet PodResources up")) == 1
+        _assert_logged(exporter, "kubelet PodResources up", 1)
         assert len(_warnings(exporter, "kube.kubelet")) == 1
     finally:
         exporter.stop()
@@ -152,7 +159,7 @@ def test_kubelet_restarted(node: tuple[NodeCluster, ExporterProcess]) -> None:
     assert single_value(exporter, "gpu_pod_exporter_kubelet_up") == 1.0
     assert single_value(exporter, "gpu_pod_exporter_kubelet_last_success_timestamp_seconds") > down_since
     assert len(log_lines(exporter, "kubelet socket not found")) == 1
-    assert len(log_lines(exporter, "kubelet PodResources up")) == 2  # at start, and after the restart
+    _assert_logged(exporter, "kubelet PodResources up", 2)  # at start, and after the restart
     assert not [labels for labels, _ in exporter.samples("DCGM_EXP_GPU_ALLOCATION_INFO")
                 if labels["pod"] == "trainer-0"]
     _assert_serving(exporter)
@@ -180,7 +187,7 @@ def test_kubelet_rate_limited(node: tuple[NodeCluster, ExporterProcess]) -> None
     cluster.kubelet.set_rate_limit(100.0, 10)  # the budget is back
     wait_for(lambda: single_value(exporter, "gpu_pod_exporter_kubelet_up") == 1.0, 10.0, "kubelet_up 1")
     assert single_value(exporter, "gpu_pod_exporter_kubelet_last_success_timestamp_seconds") > down_since
-    assert len(log_lines(exporter, "kubelet PodResources up")) == 2  # at start, and after the episode
+    _assert_logged(exporter, "kubelet PodResources up", 2)  # at start, and after the episode
     assert len(_warnings(exporter, "kube.kubelet")) == 1
     _assert_serving(exporter)
 
@@ -207,7 +214,7 @@ def test_kubelet_answer_over_16_mib(cluster: NodeCluster) -> None:
         cluster.kubelet.set_response_padding(0)  # the node's pod count comes down
         wait_for(lambda: _gpu0(exporter).get("pod") == "trainer-0", 15.0, "GPU 0 attributed")
         assert single_value(exporter, "gpu_pod_exporter_kubelet_up") == 1.0
-        assert len(log_lines(exporter, "kubelet PodResources up")) == 1
+        _assert_logged(exporter, "kubelet PodResources up", 1)
         _assert_serving(exporter)
     finally:
         exporter.stop()
@@ -234,7 +241,7 @@ def test_api_server_down(node: tuple[NodeCluster, ExporterProcess], mode: str) -
     wait_for(lambda: _gpu0(exporter).get("team") == "platform", 30.0, "the team changed during the outage")
     wait_for(lambda: single_value(exporter, "gpu_pod_exporter_kube_api_up") == 1.0, 30.0, "kube_api_up 1")
     assert single_value(exporter, "gpu_pod_exporter_kube_api_last_success_timestamp_seconds") > down_since
-    assert len(log_lines(exporter, "Kubernetes API up")) == 2  # at start, and after the outage
+    _assert_logged(exporter, "Kubernetes API up", 2)  # at start, and after the outage
     assert len(_warnings(exporter, "kube.api")) == 1
     _assert_serving(exporter)
 
@@ -263,7 +270,7 @@ def test_api_server_down_from_the_start(cluster: NodeCluster) -> None:
         # up once both watches are held again (after a failure, a watch counts once it delivered a
         # bookmark or an event, or stayed open 5 s: a watch answered 410 at once never does)
         wait_for(lambda: single_value(exporter, "gpu_pod_exporter_kube_api_up") == 1.0, 10.0, "kube_api_up 1")
-        assert len(log_lines(exporter, "Kubernetes API up")) == 1
+        _assert_logged(exporter, "Kubernetes API up", 1)
         assert len(_warnings(exporter, "kube.api")) == 1
         _assert_serving(exporter)
     finally:
@@ -308,7 +315,7 @@ def test_api_server_410_gone(node: tuple[NodeCluster, ExporterProcess], as_http:
     for resource in ("namespaces", "pods"):
         assert value(exporter, "gpu_pod_exporter_kube_api_relists_total", resource=resource, reason="expired") == 1.0
     wait_for(lambda: single_value(exporter, "gpu_pod_exporter_kube_api_up") == 1.0, 10.0, "kube_api_up 1")
-    assert len(log_lines(exporter, "Kubernetes API up")) == 1
+    _assert_logged(exporter, "Kubernetes API up", 1)
     assert _warnings(exporter, "kube.api") == []
     _assert_serving(exporter)
 
@@ -332,7 +339,7 @@ def test_api_server_malformed_json(node: tuple[NodeCluster, ExporterProcess]) ->
     cluster.api.malform_next_lists(0)
     wait_for(lambda: _gpu0(exporter).get("team") == "platform", 30.0, "the relisted namespace's team")
     wait_for(lambda: single_value(exporter, "gpu_pod_exporter_kube_api_up") == 1.0, 30.0, "kube_api_up 1")
-    assert len(log_lines(exporter, "Kubernetes API up")) == 2
+    _assert_logged(exporter, "Kubernetes API up", 2)
     assert len(_warnings(exporter, "kube.api")) == 1
     _assert_serving(exporter)
 
