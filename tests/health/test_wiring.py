@@ -58,7 +58,9 @@ def running() -> Iterator[Running]:
 
 def test_an_xid_storm_reaches_the_exposition_counted_exactly(running: Running) -> None:
     wait_for(lambda: running.telemetry.watcher.registered_gpus == (0, 1, 2, 3), DEADLINE_S, "event registration")
-    assert running.samples("DCGM_FI_DEV_XID_ERRORS") == {("0", ""): 0, ("1", ""): 0, ("2", ""): 0, ("3", ""): 0}
+    # Registration now comes before the first sampling cycle: wait for the first snapshot's series.
+    zeros = {("0", ""): 0, ("1", ""): 0, ("2", ""): 0, ("3", ""): 0}
+    wait_for(lambda: running.samples("DCGM_FI_DEV_XID_ERRORS") == zeros, DEADLINE_S, "every GPU's Xid gauge at 0")
     running.fake.inject_xid(0, 31, count=60)
     running.fake.inject_xid(1, 13, count=40)
     expected = {("0", "31"): 60, ("1", "13"): 40}
