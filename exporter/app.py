@@ -1,5 +1,10 @@
 """Lifecycle: start the sources and the HTTP server, re-render on change, stop cleanly on SIGTERM.
 
+Start-up order matters for events: NVML delivers only events raised after registration, so NVML is
+initialised first and the ``on_inventory`` hooks (the Xid watcher registers its event set there) run
+on the sampling thread right after it; only then do the other sources (the Kubernetes connections),
+the renderer and the HTTP listener start. An Xid raised while they start is counted.
+
 Wiring only; each concern lives in its own module. Sources publish immutable values and call
 ``invalidate`` on the exposition cache; a watchdog thread turns "the sampler is stuck inside an
 NVML call" into a state change too, so the stall shows up in self-metrics even though no new
@@ -32,6 +37,7 @@ from exporter.metrics.render import (
     render,
 )
 from exporter.metrics.selection import effective_selection
+from exporter.nvml.inventory import Inventory
 from exporter.nvml.sampler import Sampler
 from exporter.snapshot import InFlight, Snapshot
 from exporter.supervisor import SUPERVISOR, Supervisor, supervised
@@ -42,6 +48,9 @@ from exporter.web.server import ExporterHTTPServer, WebSecurity
 log = get_logger("app")
 
 WATCHDOG_PERIOD_S = 0.5
+# How long start() waits for the first NVML initialisation before starting the rest. It takes
+# milliseconds on a healthy driver; the cap only bounds how late a hanging nvmlInit makes the listener.
+FIRST_INIT_WAIT_S = 5.0
 
 
 @dataclass
@@ -52,6 +61,10 @@ class Extensions:
     # Called once per render, in order: each may return an extended context (RenderContext.attribution,
     # a workload labeler bound to this render's inputs), so a source is consulted once per render.
     context_hooks: list[Callable[[RenderContext], RenderContext]] = field(default_factory=list)
+    # Run before NVML is initialised (the simulator installs its fake library here).
+    before_nvml: list[Callable[[], None]] = field(default_factory=list)
+    # Run on the sampling thread right after NVML initialised (each time), before its first cycle.
+    on_inventory: list[Callable[[Inventory], None]] = field(default_factory=list)
     on_start: list[Callable[[], None]] = field(default_factory=list)
     on_stop: list[Callable[[], None]] = field(default_factory=list)
     on_snapshot: list[Callable[[Snapshot], None]] = field(default_factory=list)
@@ -91,6 +104,7 @@ class App:
             clock=clock,
             dependencies=self.extensions.sampler_dependencies,
             peak_window_s=config.peak_window_ms / 1000,
+            on_inventory=self._on_inventory,
         )
         self.cache = ExpositionCache(self._render)
         self.server = ExporterHTTPServer(config.address, self.cache, self.health, security,
@@ -110,6 +124,10 @@ class App:
         for consumer in self.extensions.on_snapshot:
             consumer(snapshot)
         self.cache.invalidate()
+
+    def _on_inventory(self, inventory: Inventory) -> None:
+        for consumer in self.extensions.on_inventory:
+            consumer(inventory)
 
     def render_context(self) -> RenderContext:
         ctx = RenderContext(snapshot=self.sampler.snapshot, counters=self.counters, options=self.options,
@@ -160,10 +178,15 @@ class App:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
+        for hook in self.extensions.before_nvml:
+            hook()
+        self.sampler.start()
+        if not self.sampler.wait_first_attempt(FIRST_INIT_WAIT_S):
+            log.warning("NVML initialisation has not returned yet; starting the rest without waiting for it",
+                        extra={"fields": {"waited_seconds": FIRST_INIT_WAIT_S}})
         for hook in self.extensions.on_start:
             hook()
         self.cache.start()
-        self.sampler.start()
         self.server.start()
         self._watchdog = supervised(self._watch, name="watchdog", stop=self._stop)
         self._watchdog.start()

@@ -25,6 +25,6 @@ def simulation_extensions(config: Config, scenario: Scenario, extensions: Extens
         library.install()
         log.info("simulating GPUs", extra={"fields": {"scenario": scenario.name, "gpus": len(scenario.gpus)}})
 
-    extensions.on_start.insert(0, start)
+    extensions.before_nvml.append(start)
     extensions.on_stop.append(library.uninstall)
     return extensions

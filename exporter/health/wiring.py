@@ -59,6 +59,7 @@ class HealthTelemetry:
             extensions.builders.append(clock_event_families(self.clock_events, self.config.clock_events_window_ms))
             extensions.on_snapshot.append(self.clock_events.observe)
         extensions.sampler_dependencies.extend(health_dependencies())
+        extensions.on_inventory.append(self.watcher.prepare)  # registered right after NVML init
         extensions.on_start.append(self.watcher.start)
         extensions.on_stop.append(self._stop)
 

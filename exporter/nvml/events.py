@@ -19,7 +19,13 @@ What nvml.h documents for event sets, and what NVIDIA's device plugin learned, d
   while idle, and the timeout bounds how long ``stop()`` waits.
 * The thread has its own ``NvmlClient``: its calls are not the sampler's per-cycle cost, and the
   watchdog must not see a wait that is *supposed* to block as a stall.
-* The sampler owns NVML's lifetime (init and re-init). The watcher follows its inventory: a new
+* The sampler owns NVML's lifetime (init and re-init), and it hands every new inventory to
+  ``prepare`` on its own thread right after NVML initialised, before its first sampling cycle and
+  before the app starts anything slow (Kubernetes connections, the HTTP listener). NVML delivers only
+  events raised after ``nvmlDeviceRegisterEvents``, so an Xid raised while the exporter was still
+  starting would otherwise be lost for good. The watcher thread adopts that prepared set; it only
+  waits on a set, so no set is ever waited on by two threads.
+* The watcher follows the sampler's inventory: a new
   Inventory object (after NVML was lost and re-initialised) means new handles, so the old set is
   freed and a new one registered. NVML down under the wait -> the set is dropped; registration is
   retried with a growing pause until it works or the sampler publishes a new inventory.
@@ -174,13 +180,35 @@ class EventWatcher:
         self._lost_in_a_row = 0
         self._rebuild_due = False  # a registered GPU was lost: its registration may not survive a reset
         self.registrations = 0  # event sets built so far (a new one per new inventory)
+        # Registration may run on the sampler's thread (prepare) or on the watcher's: one at a time.
+        self._registering = threading.RLock()
+        self._prepared: tuple[Inventory, _Registration] | None = None  # registered by prepare, not yet adopted
+        self._closed = False  # stopped: prepare builds no set that nobody would free
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
+        with self._registering:
+            self._closed = False
         self._stop.clear()
         self._thread = supervised(self._run, name="nvml-events", stop=self._stop)
         self._thread.start()
+
+    def prepare(self, inventory: Inventory) -> None:
+        """Register ``inventory``'s GPUs now, on the caller's thread; the watcher thread adopts the set.
+
+        The sampler calls this right after NVML initialised (the first time and after every
+        re-initialisation), so events count from that moment, whatever the app does next and however
+        late the watcher thread gets to run. Safe before ``start``: the set queues events until the
+        thread waits on it.
+        """
+        with self._registering:
+            if self._closed or inventory is self._followed:
+                return  # stopped, or the watcher thread already registered this inventory itself
+            self._discard_prepared()
+            registration = self._register(inventory)
+            if registration is not None:
+                self._prepared = (inventory, registration)
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop and free the event set; True when the thread has ended.
@@ -189,9 +217,13 @@ class EventWatcher:
         (default: one wait timeout plus a second), it is left alone: freeing the set under a waiter
         is exactly the use-after-free NVML does not protect against.
         """
+        with self._registering:
+            self._closed = True
         self._stop.set()
         thread = self._thread
         if thread is None:
+            with self._registering:
+                self._discard_prepared()  # prepared but never waited on
             return True
         thread.join(self._timeout_ms / 1000 + 1.0 if timeout is None else timeout)
         return not thread.is_alive()
@@ -229,13 +261,24 @@ class EventWatcher:
                 self._wait_once(self._current)
         finally:
             self._drop()  # a bug raised out of the loop: free the set; the supervisor starts the loop again
+            if self._stop.is_set():
+                with self._registering:
+                    self._discard_prepared()
 
     def _replace(self, inventory: Inventory | None) -> None:
-        """Follow a new inventory: drop the old set (its handles are stale) and register anew."""
-        self._drop()
-        self._followed = inventory
-        if inventory is not None:
-            self._current = self._register(inventory)
+        """Follow a new inventory: drop the old set (its handles are stale), then adopt the set the
+        sampler prepared for the new one, or register anew."""
+        with self._registering:
+            self._drop()
+            self._followed = inventory
+            prepared, self._prepared = self._prepared, None
+            if prepared is not None and prepared[0] is inventory:
+                self._current = prepared[1]
+                return
+            if prepared is not None:
+                self._free(prepared[1])  # prepared for an inventory the sampler has since replaced
+            if inventory is not None:
+                self._current = self._register(inventory)
 
     def _wait_once(self, current: _Registration) -> None:
         try:
@@ -320,10 +363,11 @@ class EventWatcher:
         """A new event set with every GPU that supports events registered; None when none could be."""
         if not inventory.devices:
             return None  # NVML found no GPU; the sampler looks again and publishes a new inventory
-        registration = self._try_register(inventory)
-        if registration is None:
-            self._retry_at = self._clock() + self._retry_delay
-            self._retry_delay = min(self._retry_delay * 2, RETRY_MAX_S)
+        with self._registering:
+            registration = self._try_register(inventory)
+            if registration is None:
+                self._retry_at = self._clock() + self._retry_delay
+                self._retry_delay = min(self._retry_delay * 2, RETRY_MAX_S)
         return registration
 
     def _try_register(self, inventory: Inventory) -> _Registration | None:
@@ -410,6 +454,12 @@ class EventWatcher:
         return _Outcome.FAILED
 
     # -- teardown ------------------------------------------------------------------------------
+
+    def _discard_prepared(self) -> None:
+        """Free a prepared set nobody adopted (caller holds ``_registering``)."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None:
+            self._free(prepared[1])
 
     def _drop(self) -> None:
         current, self._current = self._current, None

@@ -203,6 +203,7 @@ class Sampler:
         mig_check_interval_s: float = MIG_CHECK_INTERVAL_S,
         dependencies: Sequence[FieldSpec] = (),
         peak_window_s: float = DEFAULT_WINDOW_S,
+        on_inventory: Callable[[Inventory], None] = lambda _inventory: None,
     ) -> None:
         self.plan = SamplingPlan.for_specs(specs, dependencies)
         self._next_plan: SamplingPlan | None = None  # set_specs: taken at the start of the next cycle
@@ -211,6 +212,10 @@ class Sampler:
         self.peak_window_s = peak_window_s  # exporter/nvml/peaks.py: DCGM_EXP_*_PEAK over this trailing window
         self.process_interval_s = process_interval_s  # None: process lists are not read
         self._on_snapshot = on_snapshot
+        # Called on the sampling thread right after NVML initialised, before the first cycle: the event
+        # watcher registers there, so an Xid raised during the rest of start-up is not lost.
+        self._on_inventory = on_inventory
+        self._first_attempt = threading.Event()  # set once the first initialisation has succeeded or failed
         self._clock = clock
         self.init_backoff = Backoff(INIT_BACKOFF)  # replaceable: tests pin its random fraction
         self._wall = wall_clock
@@ -234,6 +239,11 @@ class Sampler:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def wait_first_attempt(self, timeout_s: float) -> bool:
+        """Wait until the first NVML initialisation has succeeded or failed; False after ``timeout_s``
+        (an ``nvmlInit`` that hangs: the thread goes on trying, the watchdog reports the stall)."""
+        return self._first_attempt.wait(timeout_s)
+
     @property
     def snapshot(self) -> Snapshot:
         return self._snapshot
@@ -250,7 +260,9 @@ class Sampler:
         backoff = self.init_backoff
         while not self._stop.is_set():
             if self._inventory is None:
-                if self.initialise():
+                initialised = self.initialise()
+                self._first_attempt.set()
+                if initialised:
                     backoff.reset()
                     continue
                 self._stop.wait(backoff.failed(self._clock()))
@@ -289,6 +301,10 @@ class Sampler:
                         for device in inventory.devices]
         self._log.change("nvml", ("up", len(inventory.devices)), logging.INFO, "NVML initialised",
                          driver_version=inventory.system.driver_version, gpus=len(inventory.devices))
+        try:
+            self._on_inventory(inventory)
+        except Exception:  # a consumer's bug must not stop sampling
+            log.exception("a consumer of the new NVML inventory failed")
         if inventory.devices:
             self._log.forget("devices")  # said again should the GPUs go away later
         else:

@@ -59,18 +59,25 @@ from simulator.scenario import (
 class FakeNvmlLibrary(ReadingsMixin, ProcessUtilizationMixin, MigMixin, GpmMixin, EventsMixin, FaultsMixin):
     """The fake ``libnvidia-ml.so``: attributes named after C symbols, driven by a Scenario.
 
-    ``clock`` returns scenario seconds since start (default: ``time.monotonic()`` relative to
-    construction); tests inject a fixed clock for deterministic readings. ``wall_epoch`` is the
-    wall time of scenario t=0, used for field-value timestamps (default: the construction time
-    with the real clock, a fixed date with an injected clock so output is byte-identical).
+    ``clock`` returns scenario seconds since start (default: ``time.monotonic()`` relative to the
+    first ``install``, or to construction until then); tests inject a fixed clock for deterministic
+    readings. ``wall_epoch`` is the wall time of scenario t=0, used for field-value timestamps
+    (default: that start's time with the real clock, a fixed date with an injected clock so output
+    is byte-identical).
     """
 
     def __init__(self, scenario: Scenario, clock: Callable[[], float] | None = None, *,
                  wall_epoch: float | None = None) -> None:
         self.scenario = scenario
+        self._started = time.monotonic()
+        # With the real clock, scenario time restarts when the exporter first loads the library
+        # (install): t=0 is the moment a driver would become visible to it, so the time the process
+        # spends importing and wiring before that (seconds on a loaded machine) cannot swallow the
+        # scenario's early events. Nothing can call the library before install.
+        self._restart_at_install = clock is None
+        self._wall_epoch_given = wall_epoch is not None
         if clock is None:
-            started = time.monotonic()
-            self._clock: Callable[[], float] = lambda: time.monotonic() - started
+            self._clock: Callable[[], float] = lambda: time.monotonic() - self._started
             self._epoch = time.time() if wall_epoch is None else wall_epoch
         else:
             self._clock = clock
@@ -132,6 +139,11 @@ class FakeNvmlLibrary(ReadingsMixin, ProcessUtilizationMixin, MigMixin, GpmMixin
 
     def install(self) -> None:
         """Make pynvml use this library: ``pynvml.nvmlInit()`` then talks to the fake."""
+        if self._restart_at_install:
+            self._restart_at_install = False
+            self._started = time.monotonic()
+            if not self._wall_epoch_given:
+                self._epoch = time.time()
         with pynvml.libLoadLock:
             pynvml.nvmlLib = self
             pynvml._nvmlGetFunctionPointer_cache.clear()

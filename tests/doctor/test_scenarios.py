@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.scenario import builtin_scenarios
+from simulator.scenario import builtin_scenarios, load_scenario
 from tests.doctor.conftest import clean_environment
 from tests.doctor.support import FAST, Run, doctor, documented_rows, undocumented_problems
 
@@ -116,13 +116,17 @@ def test_gpu_lost_fails_that_gpu_only(runs: dict[tuple[str, str], Run]) -> None:
 
 
 def test_hang_names_the_call_and_does_not_wait_for_it() -> None:
+    """The doctor gives up on the hung call at its own deadline and reports it. Judged on the outcome:
+    the report names the call and its 1 s deadline, and it came back while the call still hung (the
+    scenario's hang lasts ten minutes; a doctor that waited for it could not return before its end).
+    How fast the doctor answers is not judged here: a busy machine only makes it slower."""
+    [hang] = load_scenario("hang").hangs
     started = time.monotonic()
     run = doctor("--simulate", "hang", "--json", "--timeout", "1", "--address", "127.0.0.1:0")
-    elapsed = time.monotonic() - started
     row = run.row("gpu 5", "identity")
     assert re.search(r"nvml\w+ on GPU 5 did not return within 1 s", row["detail"]), row
     assert "reset the GPU" in row["hint"]
-    assert elapsed < 40  # the simulated call hangs for 60 s; the doctor gives up after its deadline
+    assert time.monotonic() - started < hang.at + hang.duration, "the doctor waited for the hung call to end"
 
 
 def test_init_recovers_is_fine_once_the_driver_loaded() -> None:

@@ -2,14 +2,20 @@
 client whose latency the test measures.
 
     python -m tests.faults.siege --port P [--tls CA.pem] [--user U --password P] [--duration S]
+                                 [--report-every S]
 
-Runs until SIGTERM (or ``--duration``), then prints one JSON line of counts. Every attacker is
-persistent: when the exporter closes its connection (a deadline, the connection cap) it comes back.
+Runs until SIGTERM (or ``--duration``), then prints one JSON line of counts; with ``--report-every``
+it also prints the counts so far every S seconds, so a test can wait for the siege to reach a state
+(every slowloris client cut, ...) instead of for time to pass. Every attacker is persistent: when
+the exporter closes its connection (a deadline, the connection cap) it comes back.
 
 * idle: connects and sends nothing (on the TLS port: not even a ClientHello);
 * slowloris: sends a request head one byte per second (after the TLS handshake on the TLS port);
+  ``slowloris_clients_cut`` counts the clients the server cut at least once;
 * slow readers: send a complete, authenticated request for the whole text exposition with a 4 KiB
-  receive buffer, then read 1 KiB every half second;
+  receive buffer, then read 1 KiB every half second; ``slow_reader_clients_ended`` counts the
+  clients whose request ended at least once, answered in full (``slow_reader_done``) or cut short
+  of its Content-Length by the server (``slow_reader_cut``: the write deadline);
 * wrong passwords: send requests with a fresh wrong password each time, back to back.
 """
 
@@ -41,6 +47,12 @@ class Siege:
             self.context.check_hostname = False
         self.stop = asyncio.Event()
         self.idle_open = 0
+        self.slowloris_cut: set[int] = set()  # slowloris clients the server cut at least once
+        self.slow_readers_ended: set[int] = set()  # slow readers whose request ended at least once
+
+    def snapshot(self) -> dict[str, int]:
+        return {**self.counts, "slowloris_clients_cut": len(self.slowloris_cut),
+                "slow_reader_clients_ended": len(self.slow_readers_ended)}
 
     def authorization(self, password: str) -> str:
         return "Basic " + base64.b64encode(f"{self.args.user}:{password}".encode()).decode()
@@ -73,7 +85,7 @@ class Siege:
             if await self.pause(0.2):
                 return
 
-    async def slowloris(self) -> None:
+    async def slowloris(self, number: int) -> None:
         head = b"GET /metrics HTTP/1.1\r\nHost: exporter\r\nX-Slow: " + b"a" * 4096
         while not self.stop.is_set():
             writer = None
@@ -88,13 +100,14 @@ class Siege:
                 self.counts["slowloris_never_cut"] += 1
             except (OSError, ssl.SSLError, asyncio.IncompleteReadError):
                 self.counts["slowloris_cut"] += 1
+                self.slowloris_cut.add(number)
             finally:
                 if writer is not None:
                     writer.close()
             if await self.pause(0.2):
                 return
 
-    async def slow_reader(self) -> None:
+    async def slow_reader(self, number: int) -> None:
         request = (f"GET /metrics HTTP/1.1\r\nHost: exporter\r\nAccept: text/plain\r\n"
                    f"Authorization: {self.authorization(self.args.password)}\r\n\r\n").encode()
         while not self.stop.is_set():
@@ -109,11 +122,19 @@ class Siege:
                 writer.write(request)
                 await writer.drain()
                 self.counts["slow_reader_requests"] += 1
+                length = -1
+                while (line := await reader.readline()) not in (b"\r\n", b""):
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value.strip())
+                received = 0
                 while chunk := await reader.read(1024):
+                    received += len(chunk)
                     self.counts["slow_reader_bytes"] += len(chunk)
                     if await self.pause(0.5):
                         return
-                self.counts["slow_reader_cut_or_done"] += 1
+                self.counts["slow_reader_done" if received == length else "slow_reader_cut"] += 1
+                self.slow_readers_ended.add(number)
             except (OSError, ssl.SSLError):
                 self.counts["slow_reader_errors"] += 1
             finally:
@@ -159,15 +180,21 @@ class Siege:
             if self.idle_open >= self.args.idle * 0.9 or self.stop.is_set():
                 break
             await asyncio.sleep(0.05)
-        tasks += [asyncio.create_task(self.slowloris()) for _ in range(self.args.slowloris)]
-        tasks += [asyncio.create_task(self.slow_reader()) for _ in range(self.args.slow_readers)]
+        tasks += [asyncio.create_task(self.slowloris(n)) for n in range(self.args.slowloris)]
+        tasks += [asyncio.create_task(self.slow_reader(n)) for n in range(self.args.slow_readers)]
         tasks += [asyncio.create_task(self.wrong_password(n)) for n in range(self.args.wrong_passwords)]
         print(json.dumps({"ready": True, "idle_open": self.idle_open}), flush=True)
+        if self.args.report_every:
+            tasks.append(asyncio.create_task(self.report()))
         await self.stop.wait()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        print(json.dumps(dict(self.counts)), flush=True)
+        print(json.dumps(self.snapshot()), flush=True)
+
+    async def report(self) -> None:
+        while not await self.pause(self.args.report_every):
+            print(json.dumps(self.snapshot()), flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -181,6 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--slow-readers", type=int, default=40)
     parser.add_argument("--wrong-passwords", type=int, default=200)
     parser.add_argument("--duration", type=float, default=0.0)
+    parser.add_argument("--report-every", type=float, default=0.0)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = 4096 if hard == resource.RLIM_INFINITY else min(4096, hard)

@@ -30,7 +30,9 @@ TRAINER = PodSpec("ml", "trainer-0", "trainer", (whole_gpu(GPUS[0]),), pids=(100
 SUCCESSOR = PodSpec("ml", "trainer-1", "trainer", (whole_gpu(GPUS[0]),), pids=(1001,))
 WORKLOAD_LABELS = {"pod", "namespace", "container", "team", "pod_uid"}
 POD_RESOURCES_INTERVAL_S = 1.0  # NodeCluster.exporter_args: --pod-resources-interval 1000
-SCRAPE_LIMIT_S = 1.0  # a scrape copies cached bytes; a source's 10 s wait must never show up here
+# A scrape copies cached bytes: one that waited for a source would take at least the source's wait
+# (the API server's injected 10 s delay). Judged against that wait, not a stopwatch on the machine.
+SOURCE_WAIT_S = 10.0
 
 
 def _args(cluster: NodeCluster) -> list[str]:
@@ -79,6 +81,13 @@ def _let_cycles_pass(exporter: ExporterProcess, cycles: int) -> None:
              f"{cycles} sampling cycles")
 
 
+def _assert_logged(exporter: ExporterProcess, needle: str, count: int) -> None:
+    """Exactly ``count`` lines say ``needle``. An "up" line is logged just after the state turns up, so
+    the test waits for the count to be reached before it judges that there are no more."""
+    wait_for(lambda: len(log_lines(exporter, needle)) >= count, 10.0, f"{count} log lines saying {needle!r}")
+    assert len(log_lines(exporter, needle)) == count, log_lines(exporter, needle)
+
+
 def _assert_serving(exporter: ExporterProcess) -> str:
     """The process runs, /metrics answers at once with every GPU, /health is 200; returns the body."""
     exporter.assert_running()
@@ -86,7 +95,7 @@ def _assert_serving(exporter: ExporterProcess) -> str:
     response = exporter.get("/metrics")
     elapsed = time.monotonic() - started
     assert response.status == 200
-    assert elapsed < SCRAPE_LIMIT_S, f"/metrics took {elapsed:.2f} s"
+    assert elapsed < SOURCE_WAIT_S, f"/metrics took {elapsed:.2f} s: it waited for a source"
     temperatures = [line for line in response.text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
     assert len(temperatures) == len(GPUS)
     health = exporter.get("/health")
@@ -125,7 +134,7 @@ def test_kubelet_socket_missing(cluster: NodeCluster) -> None:
         assert single_value(exporter, "gpu_pod_exporter_kubelet_up") == 1.0
         assert _gpu0(exporter)["team"] == "research"
         _assert_serving(exporter)
-        assert len(log_lines(exporter, "kubelet PodResources up")) == 1
+        _assert_logged(exporter, "kubelet PodResources up", 1)
         assert len(_warnings(exporter, "kube.kubelet")) == 1
     finally:
         exporter.stop()
@@ -150,7 +159,7 @@ def test_kubelet_restarted(node: tuple[NodeCluster, ExporterProcess]) -> None:
     assert single_value(exporter, "gpu_pod_exporter_kubelet_up") == 1.0
     assert single_value(exporter, "gpu_pod_exporter_kubelet_last_success_timestamp_seconds") > down_since
     assert len(log_lines(exporter, "kubelet socket not found")) == 1
-    assert len(log_lines(exporter, "kubelet PodResources up")) == 2  # at start, and after the restart
+    _assert_logged(exporter, "kubelet PodResources up", 2)  # at start, and after the restart
     assert not [labels for labels, _ in exporter.samples("DCGM_EXP_GPU_ALLOCATION_INFO")
                 if labels["pod"] == "trainer-0"]
     _assert_serving(exporter)
@@ -178,7 +187,7 @@ def test_kubelet_rate_limited(node: tuple[NodeCluster, ExporterProcess]) -> None
     cluster.kubelet.set_rate_limit(100.0, 10)  # the budget is back
     wait_for(lambda: single_value(exporter, "gpu_pod_exporter_kubelet_up") == 1.0, 10.0, "kubelet_up 1")
     assert single_value(exporter, "gpu_pod_exporter_kubelet_last_success_timestamp_seconds") > down_since
-    assert len(log_lines(exporter, "kubelet PodResources up")) == 2  # at start, and after the episode
+    _assert_logged(exporter, "kubelet PodResources up", 2)  # at start, and after the episode
     assert len(_warnings(exporter, "kube.kubelet")) == 1
     _assert_serving(exporter)
 
@@ -205,7 +214,7 @@ def test_kubelet_answer_over_16_mib(cluster: NodeCluster) -> None:
         cluster.kubelet.set_response_padding(0)  # the node's pod count comes down
         wait_for(lambda: _gpu0(exporter).get("pod") == "trainer-0", 15.0, "GPU 0 attributed")
         assert single_value(exporter, "gpu_pod_exporter_kubelet_up") == 1.0
-        assert len(log_lines(exporter, "kubelet PodResources up")) == 1
+        _assert_logged(exporter, "kubelet PodResources up", 1)
         _assert_serving(exporter)
     finally:
         exporter.stop()
@@ -232,7 +241,7 @@ def test_api_server_down(node: tuple[NodeCluster, ExporterProcess], mode: str) -
     wait_for(lambda: _gpu0(exporter).get("team") == "platform", 30.0, "the team changed during the outage")
     wait_for(lambda: single_value(exporter, "gpu_pod_exporter_kube_api_up") == 1.0, 30.0, "kube_api_up 1")
     assert single_value(exporter, "gpu_pod_exporter_kube_api_last_success_timestamp_seconds") > down_since
-    assert len(log_lines(exporter, "Kubernetes API up")) == 2  # at start, and after the outage
+    _assert_logged(exporter, "Kubernetes API up", 2)  # at start, and after the outage
     assert len(_warnings(exporter, "kube.api")) == 1
     _assert_serving(exporter)
 
@@ -261,7 +270,7 @@ def test_api_server_down_from_the_start(cluster: NodeCluster) -> None:
         # up once both watches are held again (after a failure, a watch counts once it delivered a
         # bookmark or an event, or stayed open 5 s: a watch answered 410 at once never does)
         wait_for(lambda: single_value(exporter, "gpu_pod_exporter_kube_api_up") == 1.0, 10.0, "kube_api_up 1")
-        assert len(log_lines(exporter, "Kubernetes API up")) == 1
+        _assert_logged(exporter, "Kubernetes API up", 1)
         assert len(_warnings(exporter, "kube.api")) == 1
         _assert_serving(exporter)
     finally:
@@ -270,7 +279,7 @@ def test_api_server_down_from_the_start(cluster: NodeCluster) -> None:
 
 def test_api_server_slow(node: tuple[NodeCluster, ExporterProcess]) -> None:
     cluster, exporter = node
-    cluster.api.set_delay(10.0)  # every request now waits 10 s before the server answers
+    cluster.api.set_delay(SOURCE_WAIT_S)  # every request now waits 10 s before the server answers
     cluster.api.end_watches()  # the watches end as at their timeout; resuming them takes 10 s
     changed_at = time.monotonic()
     cluster.api.set_namespace_labels("ml", {"team": "platform"})
@@ -281,7 +290,9 @@ def test_api_server_slow(node: tuple[NodeCluster, ExporterProcess]) -> None:
         _assert_serving(exporter)
         assert _gpu0(exporter)["team"] == "research"
         time.sleep(0.2)
-    assert single_value(exporter, "gpu_pod_exporter_sampling_cycles_total") >= cycles + 10  # 5 s at 200 ms
+    # Sampling went on while the API answered nothing (how many cycles a busy machine fits in 5 s is not
+    # the point: that it did not stop is).
+    assert single_value(exporter, "gpu_pod_exporter_sampling_cycles_total") >= cycles + 2
     # No watch is held while the resumed one waits for its answer: kube_api_up says so (issue 15),
     # but nothing has failed, so nothing is logged.
     assert single_value(exporter, "gpu_pod_exporter_kube_api_up") == 0.0
@@ -304,7 +315,7 @@ def test_api_server_410_gone(node: tuple[NodeCluster, ExporterProcess], as_http:
     for resource in ("namespaces", "pods"):
         assert value(exporter, "gpu_pod_exporter_kube_api_relists_total", resource=resource, reason="expired") == 1.0
     wait_for(lambda: single_value(exporter, "gpu_pod_exporter_kube_api_up") == 1.0, 10.0, "kube_api_up 1")
-    assert len(log_lines(exporter, "Kubernetes API up")) == 1
+    _assert_logged(exporter, "Kubernetes API up", 1)
     assert _warnings(exporter, "kube.api") == []
     _assert_serving(exporter)
 
@@ -328,7 +339,7 @@ def test_api_server_malformed_json(node: tuple[NodeCluster, ExporterProcess]) ->
     cluster.api.malform_next_lists(0)
     wait_for(lambda: _gpu0(exporter).get("team") == "platform", 30.0, "the relisted namespace's team")
     wait_for(lambda: single_value(exporter, "gpu_pod_exporter_kube_api_up") == 1.0, 30.0, "kube_api_up 1")
-    assert len(log_lines(exporter, "Kubernetes API up")) == 2
+    _assert_logged(exporter, "Kubernetes API up", 2)
     assert len(_warnings(exporter, "kube.api")) == 1
     _assert_serving(exporter)
 

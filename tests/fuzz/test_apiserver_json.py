@@ -51,7 +51,7 @@ def parse(line: bytes) -> None:
 @given(lines)
 def test_any_answer_is_parsed_or_reported_as_malformed(line: bytes) -> None:
     with contextlib.suppress(MALFORMED):
-        within(2, lambda: parse(line))
+        within(10, lambda: parse(line))
 
 
 @given(objects)

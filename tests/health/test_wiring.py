@@ -43,7 +43,7 @@ def running() -> Iterator[Running]:
     config = load_config(["--address", "127.0.0.1:0", "-c", "100", "--collectors", HEALTH_CSV, "-x", "60000"])
     counters = load_counters(HEALTH_CSV)
     fake = FakeNvmlLibrary(parse_scenario("gpu_count: 4\n", "storm.yaml", "storm"))
-    extensions = Extensions(on_start=[fake.install], on_stop=[fake.uninstall])
+    extensions = Extensions(before_nvml=[fake.install], on_stop=[fake.uninstall])
     telemetry = HealthTelemetry(config, counters, wait_timeout_ms=50)
     telemetry.extend(extensions)
     app = App(config, counters, extensions=extensions)
@@ -58,7 +58,9 @@ def running() -> Iterator[Running]:
 
 def test_an_xid_storm_reaches_the_exposition_counted_exactly(running: Running) -> None:
     wait_for(lambda: running.telemetry.watcher.registered_gpus == (0, 1, 2, 3), DEADLINE_S, "event registration")
-    assert running.samples("DCGM_FI_DEV_XID_ERRORS") == {("0", ""): 0, ("1", ""): 0, ("2", ""): 0, ("3", ""): 0}
+    # Registration now comes before the first sampling cycle: wait for the first snapshot's series.
+    zeros = {("0", ""): 0, ("1", ""): 0, ("2", ""): 0, ("3", ""): 0}
+    wait_for(lambda: running.samples("DCGM_FI_DEV_XID_ERRORS") == zeros, DEADLINE_S, "every GPU's Xid gauge at 0")
     running.fake.inject_xid(0, 31, count=60)
     running.fake.inject_xid(1, 13, count=40)
     expected = {("0", "31"): 60, ("1", "13"): 40}
@@ -110,3 +112,34 @@ def test_stopping_the_app_frees_the_event_set(running: Running) -> None:
     wait_for(lambda: running.fake.open_event_sets == 1, DEADLINE_S, "the event set")
     running.app.stop()
     assert running.fake.open_event_sets == 0 and not running.telemetry.watcher.running
+
+
+def test_an_xid_raised_while_the_rest_of_start_up_runs_is_counted() -> None:
+    """NVML delivers only events raised after registration. Here the start-up after NVML init is slow
+    (another source takes 2 scenario seconds to connect, as a Kubernetes API server can under load),
+    and GPU 1 raises a fatal Xid 1 s into it: the exporter still counts it, because the event set is
+    registered right after NVML init, before anything slow starts."""
+    now = [0.0]  # scenario time: moves only when the slow start-up step says so
+    scenario = parse_scenario("gpu_count: 2\nxid_events:\n  - {gpu: 1, xid: 79, at: 1s}\n", "early.yaml", "early")
+    fake = FakeNvmlLibrary(scenario, clock=lambda: now[0])
+
+    def slow_source_start() -> None:
+        now[0] = 2.0  # the Xid at 1 s happens while this source is still starting
+
+    config = load_config(["--address", "127.0.0.1:0", "-c", "100", "--collectors", HEALTH_CSV, "-x", "60000"])
+    counters = load_counters(HEALTH_CSV)
+    extensions = Extensions(before_nvml=[fake.install], on_start=[slow_source_start], on_stop=[fake.uninstall])
+    telemetry = HealthTelemetry(config, counters, wait_timeout_ms=50)
+    telemetry.extend(extensions)  # the watcher's thread starts after the slow step
+    app = App(config, counters, extensions=extensions)
+    telemetry.bind(app)
+    app.start()
+    try:
+        running = Running(app, fake, telemetry)
+        wait_for(lambda: running.samples("DCGM_EXP_XID_ERRORS_TOTAL") == {("1", "79"): 1}, DEADLINE_S,
+                 "the start-up Xid counted")
+        wait_for(lambda: running.samples("DCGM_FI_DEV_XID_ERRORS").get(("1", "")) == 79, DEADLINE_S,
+                 "the last Xid of GPU 1")
+        assert running.samples("DCGM_EXP_GPU_HEALTHY").get(("1", "fatal_xid")) == 0
+    finally:
+        app.stop()

@@ -267,3 +267,26 @@ def test_stop_ends_the_thread_and_frees_the_set(nvml: Any, source: Source, event
     assert fake.open_event_sets == 1
     assert watcher.stop() is True
     assert not watcher.running and fake.open_event_sets == 0
+
+
+def test_a_set_prepared_before_the_thread_runs_keeps_the_xids_raised_meanwhile(
+        nvml: Any, source: Source, watcher: EventWatcher, events: list[DeviceEvent]) -> None:
+    """The sampler registers right after NVML init (``prepare``), before the watcher's thread runs: Xids
+    raised in between are queued in that set and delivered once the thread waits on it."""
+    fake = nvml("gpu_count: 2\n")
+    watcher.prepare(source.discover())
+    fake.inject_xid(1, 79)  # the rest of start-up is still running: nobody waits yet
+    watcher.start()
+    wait_for(lambda: xids(events) == [(1, 79)], DEADLINE_S, "the Xid raised before the thread ran")
+    assert watcher.registrations == 1 and fake.open_event_sets == 1  # the prepared set was adopted, not rebuilt
+
+
+def test_a_prepared_set_that_nobody_waits_on_is_freed_at_stop(nvml: Any, source: Source,
+                                                              watcher: EventWatcher) -> None:
+    fake = nvml("gpu_count: 2\n")
+    watcher.prepare(source.discover())
+    assert fake.open_event_sets == 1
+    assert watcher.stop(5) is True
+    assert fake.open_event_sets == 0
+    watcher.prepare(source.discover())  # a late re-initialisation after stop builds nothing
+    assert fake.open_event_sets == 0

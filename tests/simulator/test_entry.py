@@ -26,7 +26,8 @@ def test_a_run_without_a_kubernetes_section_adds_only_the_fake_gpus() -> None:
     assert isinstance(run, PlannedRun) and run.cluster is None and not run.config.kubernetes
     extensions = Extensions()
     run.extend(extensions)
-    assert len(extensions.on_start) == 1 and len(extensions.on_stop) == 1  # install / uninstall the library
+    assert len(extensions.before_nvml) == 1 and len(extensions.on_stop) == 1  # install / uninstall the library
+    assert not extensions.on_start  # the library is in place before the sampler's first NVML init
     run.discard()  # nothing to release
 
 
