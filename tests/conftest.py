@@ -23,13 +23,17 @@ work. Test ids and output are unchanged. Without xdist (``-p no:xdist``, ``-n 0`
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from exporter.logs import LOGGER_NAME
 
 ROOT = Path(__file__).resolve().parent
 GROUPS_KEY = "gpu_pod_exporter_groups_dir"
@@ -165,3 +169,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     temporary = target.with_suffix(f".{os.getpid()}.tmp")
     temporary.write_text(json.dumps(table), encoding="utf-8")
     temporary.replace(target)
+
+
+@pytest.fixture(autouse=True)
+def _exporter_logger_as_found() -> Iterator[None]:
+    """Each test gets the exporter's logger as the previous one found it.
+
+    ``exporter.logs.configure`` (run by every ``main`` a test calls in process) puts a handler on
+    the exporter's logger that writes to the ``sys.stderr`` of that moment: under pytest, that test's
+    capture stream, closed when the test ends. Left in place, a later test's records (or those of a
+    thread still ending from an earlier one) went to the closed stream ("--- Logging error ---" in the
+    run's output) instead of to pytest's log capture.
+    """
+    logger = logging.getLogger(LOGGER_NAME)
+    saved = (list(logger.handlers), logger.level, logger.propagate, logger.disabled)
+    yield
+    logger.handlers[:] = saved[0]
+    logger.setLevel(saved[1])
+    logger.propagate, logger.disabled = saved[2], saved[3]

@@ -177,11 +177,18 @@ def test_malformed_watch_event_forces_a_relist(api: FakeApiServer, metadata: Kub
 
 
 def test_updates_that_change_nothing_kept_do_not_notify(api: FakeApiServer, tmp_path: Path) -> None:
-    changes: list[int] = []
-    watcher = _metadata(api, tmp_path, changes)
+    # Each notification records whether the API was up when it came: the group's own "up" notification
+    # comes just after its state turns up (from whichever watch thread was last to be held), so the
+    # baseline is taken once that one has arrived, not merely once the state reads up.
+    up_at_notification: list[bool] = []
+    kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+    watcher = KubernetesMetadata(NODE, lambda: up_at_notification.append(watcher.state.up),
+                                 kubeconfig=kubeconfig, timeouts=FAST)
+    changes = up_at_notification
     watcher.start()
     try:
-        poll(lambda: watcher.synced and watcher.state.up, what="initial sync")
+        poll(lambda: watcher.synced and watcher.state.up and True in up_at_notification,
+             what="initial sync and its 'up' notification")
         version, notified = watcher.cache.version, len(changes)
         for _ in range(3):  # a status-only update: same labels, same containers
             api.add_pod(
