@@ -56,19 +56,40 @@ class Bug:
         self.fail_now()
         return self.original(*args, **kwargs)
 
+    def fired(self) -> bool:
+        with self.lock:
+            return self.left < FAILURES
+
+    def nudge(self) -> None:
+        """Make the loop reach the bug; a loop that passes it every cycle needs nothing."""
+
     def __getattr__(self, attr: str) -> Any:  # an Event stand-in: set(), clear(), wait() pass through
         return getattr(self.original, attr)
 
 
-class EventBug(Bug):
-    """For a ``threading.Event`` the loop asks ``is_set()`` every pass."""
+class WatchBug(Bug):
+    """For a watch loop: it asks its relist ``threading.Event`` ``is_set()`` every pass, but a pass can
+    sit for minutes in a long-poll stream. ``nudge`` cuts the stream (as an API server restart does)
+    until the bug fires: a single cut can land while the loop is between streams (the request for the
+    next one in flight, no response to cut yet), and the loop then waits in that next stream."""
+
+    def __init__(self, watch: Any) -> None:
+        super().__init__(watch, "_relist")
+        self.watch = watch
 
     def is_set(self) -> bool:
         self.fail_now()
         return bool(self.original.is_set())
 
+    def nudge(self) -> None:
+        response = self.watch._response
+        if response is not None and not self.fired():
+            reflector._abort_response(response)
+
 
 def instances(kind: type) -> list[Any]:
+    """The live objects of ``kind``: collected first, so an earlier test's stopped exporter is not among them."""
+    gc.collect()
     return [obj for obj in gc.get_objects() if isinstance(obj, kind)]
 
 
@@ -117,17 +138,9 @@ def seams(app: App) -> dict[str, Callable[[], Bug]]:
         "renderer": lambda: Bug(app.cache, "refresh"),
         "web-config-reload": lambda: Bug(security, "maybe_reload"),
         "kubelet-podresources": lambda: Bug(client, "poll_once"),
-        "kube-watch-pods": lambda: cut_stream(watches["pods"], EventBug(watches["pods"], "_relist")),
-        "kube-watch-namespaces": lambda: cut_stream(watches["namespaces"], EventBug(watches["namespaces"], "_relist")),
+        "kube-watch-pods": lambda: WatchBug(watches["pods"]),
+        "kube-watch-namespaces": lambda: WatchBug(watches["namespaces"]),
     }
-
-
-def cut_stream(watch: Any, bug: Bug) -> Bug:
-    """A watch loop sits in a long-poll stream; cut it (as an API server restart does) so the loop goes round."""
-    response = watch._response
-    if response is not None:
-        reflector._abort_response(response)
-    return bug
 
 
 def test_each_thread_killed_by_a_bug_is_restarted_counted_and_reported_by_health(app: App) -> None:
@@ -142,10 +155,11 @@ def test_each_thread_killed_by_a_bug_is_restarted_counted_and_reported_by_health
 
     before = wait_for(every_thread_counted, 30, f"every supervised thread ({sorted(threads)}) in the restart counter")
     for thread, inject in threads.items():
-        inject()
+        bug = inject()
         down: list[str] = []
 
-        def reported(name: str = thread, seen: list[str] = down) -> bool:
+        def reported(name: str = thread, seen: list[str] = down, injected: Bug = bug) -> bool:
+            injected.nudge()
             status, body = get(port, "/health")
             if status == 503 and f"thread {name} is down" in body:
                 seen.append(body)
@@ -156,6 +170,37 @@ def test_each_thread_killed_by_a_bug_is_restarted_counted_and_reported_by_health
         wait_for(lambda: get(port, "/health")[0] == 200 or None, 30, f"/health 200 again after {thread}")
         assert restarts(port)[thread] == before[thread] + FAILURES
     assert get(port, "/metrics")[0] == 200
+
+
+def test_a_watch_bug_injected_while_the_next_stream_is_being_opened_still_fires(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pins the race that made the test above red under load (soak, 2026-12-04): the bug injected while
+    the pods watch had already passed its relist check and was waiting for its next stream's answer.
+    One cut found nothing to cut, and the loop sat in the new stream for its 300-600 s timeout."""
+    [pods] = [watch for watch in instances(reflector.Reflector)
+              if watch.resource.name == "pods" and not watch._stop.is_set()]
+    opening = threading.Event()
+    answer = threading.Event()
+    request = reflector.Reflector._request
+
+    def held_open(self: reflector.Reflector, verb: str, query: Any, timeout: Any) -> Any:
+        if self is pods and verb == "watch":
+            opening.set()
+            answer.wait(10)
+        return request(self, verb, query, timeout)
+
+    monkeypatch.setattr(reflector.Reflector, "_request", held_open)
+    wait_for(lambda: pods._response is not None or None, 30, "the pods watch streaming")
+    reflector._abort_response(pods._response)
+    wait_for(lambda: opening.is_set() or None, 30, "the next pods watch being opened")
+    bug = WatchBug(pods)
+    answer.set()
+
+    def fired() -> bool:
+        bug.nudge()
+        return bug.fired()
+
+    wait_for(fired, 30, "the bug reached by the watch loop")
 
 
 @pytest.mark.parametrize("flag", ["-c", "--pod-resources-interval", "--process-interval", "-x"])
