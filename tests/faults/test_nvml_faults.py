@@ -124,7 +124,10 @@ def test_a_hung_nvml_call_does_not_block_scrapes_and_is_reported(tmp_path: Path)
         health = exporter.get("/health")
         assert health.status == 503
         assert "on GPU 1 has not returned for" in health.text and "NVML call nvmlDevice" in health.text
-        # While the call hangs, every scrape is answered at once from the last snapshot.
+        # While the call hangs (60 s), every scrape is answered from the last snapshot. Judged on the state,
+        # not a stopwatch: a scrape that waited on the sampler would wait for the rest of the hang (or hit
+        # the client's 5 s timeout), far past the 10 s bound below, which a loaded machine never reaches by
+        # merely being slow. The latencies are printed.
         latencies = []
         bodies = set()
         for _ in range(20):
@@ -134,7 +137,8 @@ def test_a_hung_nvml_call_does_not_block_scrapes_and_is_reported(tmp_path: Path)
             assert response.status == 200
             bodies.add(tuple(line for line in response.text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")))
             time.sleep(0.1)
-        assert max(latencies) < 0.1, f"scrape latencies during the hang (s): {latencies}"
+        print(f"scrape latencies during the hang (s): max {max(latencies):.3f}, all {latencies}")
+        assert max(latencies) < 10, f"a scrape waited on the hung sampler: {latencies}"
         assert len(bodies) == 1  # the same (last) snapshot: the sampler is stuck, nothing new is invented
         assert value(exporter, "gpu_pod_exporter_sampler_stalled") == 1
         assert len(log_lines(exporter, "sampler stalled inside NVML")) == 1
