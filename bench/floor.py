@@ -25,8 +25,12 @@ def response(body: bytes, headers: Sequence[str]) -> bytes:
 
 
 def serve(listener: socket.socket, payload: bytes) -> None:
+    """Answers every connection with ``payload`` until the listener is shut down or closed."""
     while True:
-        connection, _ = listener.accept()
+        try:
+            connection, _ = listener.accept()
+        except OSError:
+            return  # the listener was shut down (the harness's and the tests' way to stop a floor)
         try:
             data = b""
             while HEAD_END not in data:
