@@ -203,6 +203,13 @@ class ApiCounters:
             key = (resource, reason)
             self._relists[key] = self._relists.get(key, 0) + 1
 
+    def watching(self, resource: str) -> None:
+        """Start ``resource``'s bookmark count at 0, so its series exists from the first scrape: a
+        counter that only appears with its first bookmark (a minute or more later on a real API
+        server) has no ``rate()`` until then, and the set of series would depend on when one looks."""
+        with self._lock:
+            self._bookmarks.setdefault(resource, 0)
+
     def bookmark(self, resource: str) -> None:
         with self._lock:
             self._bookmarks[resource] = self._bookmarks.get(resource, 0) + 1
@@ -346,6 +353,7 @@ class Reflector:
 
     def start(self) -> None:
         self._counters.relist(self.resource.name, "initial")
+        self._counters.watching(self.resource.name)
         self._thread.start()
 
     def request_relist(self) -> None:

@@ -918,6 +918,21 @@ def exporter_names(side: Side) -> set[str]:
     return {sample.labels["__name__"] for sample in samples}
 
 
+def same_names(side_old: Side, side_new: Side) -> set[str]:
+    """The exporter names both engines stored, once they agree. Each engine scrapes its own exporters,
+    so a series that appears with an event (a fault the simulator fires on its clock) may reach one
+    engine a scrape before the other: asked again until both agree, within a deadline, and a name that
+    stays on one side fails with that name."""
+    end = time.monotonic() + AGREEMENT_DEADLINE_S
+    while True:
+        names_old, names_new = exporter_names(side_old), exporter_names(side_new)
+        if names_old == names_new or time.monotonic() >= end:
+            break
+        time.sleep(1.0)
+    assert names_new == names_old
+    return names_old
+
+
 def test_both_engines_store_the_same_names_with_the_same_types(installed: Installed) -> None:
     """Scraped with each engine's default protocols, every exporter metric keeps its name (no ``_total``
     added or removed) and its TYPE (a counter stays a counter in /api/v1/metadata, which Grafana's
@@ -926,8 +941,7 @@ def test_both_engines_store_the_same_names_with_the_same_types(installed: Instal
     registry = exporter_metric_entries()
     typed_counters: set[str] = set()
     for side_old, side_new in ((old.healthy, new.healthy), (old.faults, new.faults)):
-        names = exporter_names(side_old)
-        assert exporter_names(side_new) == names
+        names = same_names(side_old, side_new)
         metadata_old, metadata_new = side_old.prometheus.api("metadata"), side_new.prometheus.api("metadata")
         types_old = {name: {m["type"] for m in metadata_old.get(name, [])} for name in names}
         types_new = {name: {m["type"] for m in metadata_new.get(name, [])} for name in names}
