@@ -207,7 +207,7 @@ def run_exporter(arguments: Sequence[str]) -> int:
     # Every input is good: say where this run differs from dcgm-exporter's defaults, and which generation.
     for difference in config.default_differences():
         log.info(difference)
-    if config.compat_note and config.hostname_label != "Hostname":  # auto chose 4.8.3: say why, once
+    if config.compat_note:  # auto chose the release to match: say which and why, once
         log.info(config.compat_note)
     app.run()
     logging.shutdown()

@@ -99,14 +99,26 @@ def _parse_go_duration(raw: object) -> float:
 COMPAT_AUTO = "auto"
 COMPAT_4_8_2 = "4.8.2"
 COMPAT_4_8_3 = "4.8.3"
-# Settings that only dcgm-exporter 4.8.3 and later have (4.8.2 exits 2 on them): a command line that
-# uses one was written for 4.8.3+, so "auto" takes that generation's behaviour.
-ONLY_4_8_3 = ("web_read_timeout_s", "web_write_timeout_s", "container_labels", "container_runtime_socket")
+# Every dcgm-exporter release of the corpus (upstream/dcgm-exporter/, one file per release), by its
+# exporter version; tests/upstream checks this list against the corpus, so a release added there must
+# be added here. The newest is what "auto" matches: upstream's current behaviour.
+COMPAT_RELEASES = {"4.8.0": "4.5.1-4.8.0", "4.8.1": "4.5.2-4.8.1", "4.8.2": "4.5.3-4.8.2", "4.8.3": "4.6.0-4.8.3",
+                   "4.8.4": "4.6.1-4.8.4"}
+COMPAT_NEWEST = "4.8.4"
+NEWEST_KNOWN_RELEASE = COMPAT_RELEASES[COMPAT_NEWEST]
+# Where the migration guide says what to do with a dcgm-exporter newer than this list.
+NEWER_RELEASE_GUIDE = "docs/migrate-from-dcgm-exporter.md#a-dcgm-exporter-release-newer-than-this-guide"
+
+
+def _release_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
 
 
 def hostname_label(compat: str) -> str:
     """The node label's spelling: ``Hostname`` up to dcgm-exporter 4.8.2, ``hostname`` from 4.8.3 (PR 655)."""
-    return "hostname" if compat == COMPAT_4_8_3 else "Hostname"
+    if compat == COMPAT_AUTO:
+        compat = COMPAT_NEWEST
+    return "hostname" if _release_key(compat) >= _release_key(COMPAT_4_8_3) else "Hostname"
 
 
 # Every interval and window has an upper bound: a value past what a timer can wait would end the
@@ -366,12 +378,36 @@ OPTIONS: tuple[Option, ...] = (
     Option("container_runtime_socket", ("--container-runtime-socket",), "DCGM_EXPORTER_CONTAINER_RUNTIME_SOCKET",
            _parse_str, "", "dcgm-exporter 4.8.3's Docker-compatible runtime socket (accepted; not supported here).",
            no_effect="the container runtime API is not read here (see --container-labels)"),
+    # dcgm-exporter 4.6.1-4.8.4's flags (its DCGM field-watch retention, scrape concurrency, Go runtime
+    # metrics and a stricter /health): accepted, each with the line that says how this exporter does it.
+    Option("max_concurrent_scrapes", ("--max-concurrent-scrapes",), "DCGM_EXPORTER_MAX_CONCURRENT_SCRAPES",
+           _positive_int(0, "scrapes", 1_000_000), 0,
+           "dcgm-exporter 4.8.4's limit on scrapes rendered at once (accepted; scrapes here serve cached bytes).",
+           no_effect="a scrape here sends the exposition rendered once per sampling cycle, so concurrent scrapes "
+                     "cost no rendering; --web-max-connections bounds the open connections instead"),
+    Option("enable_exporter_metrics", ("--enable-exporter-metrics",), "DCGM_EXPORTER_ENABLE_EXPORTER_METRICS",
+           _parse_bool, False,
+           "dcgm-exporter 4.8.4's go_*/process_*/promhttp_* metrics (accepted; this exporter's own metrics are "
+           "the gpu_pod_exporter_* families, always served).", is_switch=True,
+           no_effect="there is no Go runtime whose go_*/promhttp_* metrics could be served; this exporter's own "
+                     "health, timing and API metrics (gpu_pod_exporter_*) are always served"),
+    Option("watch_max_keep_age", ("--watch-max-keep-age",), "DCGM_EXPORTER_WATCH_MAX_KEEP_AGE", _parse_str, "",
+           "dcgm-exporter 4.8.4's DCGM field-watch history age (accepted; there is no DCGM watch here).",
+           no_effect="there is no DCGM field-watch history: every sampling cycle reads NVML directly; the Xid "
+                     "and clock-event windows are --xid-count-window-size and --clock-events-count-window-size, "
+                     "the peaks' --peak-window"),
+    Option("watch_max_keep_samples", ("--watch-max-keep-samples",), "DCGM_EXPORTER_WATCH_MAX_KEEP_SAMPLES",
+           _positive_int(0, "samples", 1_000_000_000), 0,
+           "dcgm-exporter 4.8.4's DCGM field-watch history length (accepted; there is no DCGM watch here).",
+           no_effect="there is no DCGM field-watch history (see --watch-max-keep-age)"),
+    Option("health_require_gpus", ("--health-require-gpus",), "DCGM_EXPORTER_HEALTH_REQUIRE_GPUS", _parse_bool, False,
+           "dcgm-exporter's /health 503 when it sees no GPU (always so here).", is_switch=True,
+           no_effect="/health here is 503 whenever NVML is down, no GPU is found or the sample is stale, "
+                     "with or without this flag"),
     Option("dcgm_exporter_compat", ("--dcgm-exporter-compat",), "GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT",
-           _choice(COMPAT_AUTO, COMPAT_4_8_2, COMPAT_4_8_3), COMPAT_AUTO,
-           "Which dcgm-exporter generation to match where they differ: 4.8.2 (and earlier: the Hostname label) "
-           "or 4.8.3 (and later: the hostname label); auto: 4.8.3 when a setting only 4.8.3 has is given "
-           "(--config-file in its version-1 format, --web-read-timeout, --web-write-timeout, --container-labels, "
-           "--container-runtime-socket), else 4.8.2."),
+           _choice(COMPAT_AUTO, *COMPAT_RELEASES), COMPAT_AUTO,
+           "Which dcgm-exporter release to match where releases differ (the node label: Hostname up to 4.8.2, "
+           f"hostname from 4.8.3): {', '.join(COMPAT_RELEASES)}; auto: the newest, {COMPAT_NEWEST}."),
     Option("node_name", ("--node-name",), "NODE_NAME", _parse_str, "",
            "Node name for the Hostname label and the pod watch (default: this machine's hostname)."),
     Option("no_hostname", ("-n", "--no-hostname"), "DCGM_EXPORTER_NO_HOSTNAME", _parse_bool, False,
@@ -497,6 +533,11 @@ class Config:
     web_write_timeout_s: float = 30.0
     container_labels: bool = False
     container_runtime_socket: str = ""
+    max_concurrent_scrapes: int = 0
+    enable_exporter_metrics: bool = False
+    watch_max_keep_age: str = ""
+    watch_max_keep_samples: int = 0
+    health_require_gpus: bool = False
     dcgm_exporter_compat: str = COMPAT_AUTO
     node_name: str = ""
     no_hostname: bool = False
@@ -601,6 +642,9 @@ class _OneLineArgumentParser(argparse.ArgumentParser):
     """argparse prints usage plus the error; users asked for one clear line and exit code 2."""
 
     def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments"):
+            message += (f": not a flag of this exporter nor of dcgm-exporter up to {NEWEST_KNOWN_RELEASE} (every one of "
+                        f"those is accepted); a newer release's flag? see {NEWER_RELEASE_GUIDE}")
         raise ConfigError("command line", "arguments", message)
 
 
@@ -612,7 +656,8 @@ def build_parser() -> argparse.ArgumentParser:
         "which wins over --config-file.",
         argument_default=argparse.SUPPRESS,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    # -v as well: urfave/cli, which parses dcgm-exporter's command line, gives every app --version/-v.
+    parser.add_argument("-v", "--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("--config-file", dest="config_file", metavar="PATH",
                         help="YAML file whose keys are the long flag names, e.g. 'collect-interval: 2000' "
                         f"[env {CONFIG_FILE_ENV}]")
@@ -643,7 +688,7 @@ def go_style_arguments(argv: Sequence[str]) -> list[str]:
     follows a flag taking a value, and everything after ``--``, is left alone.
     """
     takes_value = {"--config-file"}
-    declared = {"--config-file", "--version", "-h", "--help"}
+    declared = {"--config-file", "--version", "-v", "-h", "--help"}
     for option in OPTIONS:
         declared.update(option.flags)
         if not option.is_switch and option.attr != "simulate":
@@ -731,13 +776,15 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -
 
 
 def _auto_compat(sources: Mapping[str, str], upstream_file: bool) -> tuple[str, str]:
-    """--dcgm-exporter-compat auto: 4.8.3 when a 4.8.3-only setting was given, else 4.8.2."""
-    for attr in ONLY_4_8_3:
-        if attr in sources:
-            return COMPAT_4_8_3, f"auto: {sources[attr]} exists from dcgm-exporter 4.8.3 on"
-    if upstream_file:
-        return COMPAT_4_8_3, "auto: the --config-file is dcgm-exporter 4.8.3's format (version: 1)"
-    return COMPAT_4_8_2, "auto: no setting only dcgm-exporter 4.8.3 has"
+    """--dcgm-exporter-compat auto: the newest release known here, which is what upstream ships today.
+
+    A process cannot see which image it replaced, and dcgm-exporter's example DaemonSets of 4.8.2 and
+    4.8.4 set the same three variables, so no setting tells an older generation apart; the chart,
+    which does see dcgm-exporter's image tag in a values file, passes that release instead.
+    """
+    del sources, upstream_file
+    return COMPAT_NEWEST, (f"auto: the newest dcgm-exporter release known here ({NEWEST_KNOWN_RELEASE}); "
+                           "--dcgm-exporter-compat=4.8.2 keeps the Hostname label of 4.8.2 and earlier")
 
 
 def _convert(option: Option, raw: object, where: str) -> Any:

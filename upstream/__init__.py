@@ -1,0 +1,1 @@
+"""dcgm-exporter as upstream ships it: the corpus of its releases' interfaces (upstream/README.md)."""
