@@ -1,0 +1,103 @@
+"""Each dcgm-exporter release's whole command line, every flag at once in Go's syntax, and then every
+environment variable at once, starts this exporter (on simulated GPUs, the one change) and it serves;
+each flag it accepts without acting on it is named once in a start-up line saying why.
+
+--web-systemd-socket is the one flag left out of the combined start: it serves on a socket systemd passes
+(LISTEN_FDS), and without one the start is refused with that reason (tests/web/test_socket_activation.py
+starts it with one)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.config import OPTIONS
+from tests.e2e.exporter_process import ExporterProcess, free_port
+from upstream.matrix import example_value, releases
+
+pytestmark = pytest.mark.e2e
+
+OPTION_BY_FLAG = {flag: option for option in OPTIONS for flag in option.flags}
+LEFT_OUT = {"web-systemd-socket"}
+# Values other than dcgm-exporter's default for the flags accepted without effect: the start-up line is
+# printed only when such a flag asks for something (its default asks for nothing, and upstream's own
+# manifests pass some defaults explicitly).
+NOT_DEFAULT = {"cpu-devices": "g", "switch-devices": "g", "dcgm-log-level": "ERROR", "dump-directory": "/var/tmp/dumps",
+               "dump-retention": "48", "dump-compression": "false", "gpu-bind-unbind-poll-interval": "5s",
+               "remote-hostengine-info": "localhost:5556", "watch-max-keep-age": "10m", "watch-max-keep-samples": "2",
+               "max-concurrent-scrapes": "16", "container-runtime-socket": "/run/docker.sock"}
+
+
+def _values(tmp_path: Path, port: int) -> dict[str, str]:
+    """Values that must name something real on this machine (files, a directory, a free port)."""
+    web_config = tmp_path / "web-config.yaml"
+    web_config.write_text("http_server_config:\n  headers:\n    X-Frame-Options: deny\n", encoding="utf-8")
+    jobs = tmp_path / "hpc-jobs"
+    jobs.mkdir(exist_ok=True)
+    config = tmp_path / "config.yaml"
+    config.write_text("version: 1\ncollection:\n  interval: 30s\n", encoding="utf-8")
+    return {**NOT_DEFAULT, "address": f"127.0.0.1:{port}", "web-config-file": str(web_config),
+            "hpc-job-mapping-dir": str(jobs), "config-file": str(config), "collect-interval": "1000"}
+
+
+def _flags(record: dict[str, Any]) -> list[dict[str, Any]]:
+    return [flag for flag in record["flags"] if flag["name"] not in LEFT_OUT]
+
+
+def _accepted_flags(record: dict[str, Any]) -> list[str]:
+    return [f"--{flag['name']}" for flag in _flags(record)
+            if (option := OPTION_BY_FLAG.get(f"--{flag['name']}")) is not None and option.no_effect]
+
+
+@pytest.fixture(params=releases(), ids=lambda r: r["release"])
+def record(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return dict(request.param)
+
+
+def _started(args: list[str], env: dict[str, str], port: int) -> Iterator[ExporterProcess]:
+    exporter = ExporterProcess([*args, "--simulate"], env, port=port)
+    try:
+        exporter.wait_healthy(deadline_s=60)
+        yield exporter
+    finally:
+        exporter.stop()
+
+
+def _assert_serves_and_names_what_it_ignores(exporter: ExporterProcess, accepted: list[str], how: str) -> None:
+    samples = exporter.metrics()
+    assert "DCGM_FI_DEV_GPU_TEMP{" in samples or "dcgm_gpu_temp{" in samples
+    log = exporter.log()
+    for flag in accepted:
+        lines = [line for line in log.splitlines() if "accepted for compatibility" in line and f"({flag})" in line
+                 or f"{how} {flag} is accepted" in line]
+        assert len(lines) == 1, f"{flag}: expected one start-up line saying what differs, got {lines}"
+
+
+def test_every_flag_at_once_in_go_syntax(record: dict[str, Any], tmp_path: Path) -> None:
+    port = free_port()
+    given = _values(tmp_path, port)
+    argv: list[str] = []
+    for flag in _flags(record):
+        value = given.get(flag["name"], example_value(flag))
+        if value == "false":  # a switch turned off: Go's -name=false
+            argv.append(f"-{flag['name']}=false")
+        else:
+            argv += [f"-{flag['name']}"] if value is None else [f"-{flag['name']}", value]
+    for exporter in _started(argv, {}, port):
+        _assert_serves_and_names_what_it_ignores(exporter, _accepted_flags(record), "flag")
+
+
+def test_every_environment_variable_at_once(record: dict[str, Any], tmp_path: Path) -> None:
+    port = free_port()
+    given = _values(tmp_path, port)
+    env: dict[str, str] = {}
+    for flag in _flags(record):
+        value = given.get(flag["name"], example_value(flag))
+        for name in flag["env"]:
+            env[name] = "true" if value is None else value
+    env.pop("DCGM_EXPORTER_LISTEN", None)  # the harness listens on its free port (--address)
+    for exporter in _started([], env, port):
+        _assert_serves_and_names_what_it_ignores(exporter, _accepted_flags(record), "environment variable")
