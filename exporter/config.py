@@ -375,7 +375,7 @@ OPTIONS: tuple[Option, ...] = (
            is_switch=True,
            no_effect="the container label for containers outside Kubernetes (Docker Engine API) is not "
                      "supported here; GPUs of Kubernetes pods get container/namespace/pod with -k"),
-    Option("container_runtime_socket", ("--container-runtime-socket",), "DCGM_EXPORTER_CONTAINER_RUNTIME_SOCKET",
+    Option("container_runtime_socket", ("--container-runtime-socket",), "DCGM_CONTAINER_RUNTIME_SOCKET",
            _parse_str, "", "dcgm-exporter 4.8.3's Docker-compatible runtime socket (accepted; not supported here).",
            no_effect="the container runtime API is not read here (see --container-labels)"),
     # dcgm-exporter 4.6.1-4.8.4's flags (its DCGM field-watch retention, scrape concurrency, Go runtime
@@ -643,8 +643,8 @@ class _OneLineArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         if message.startswith("unrecognized arguments"):
-            message += (f": not a flag of this exporter nor of dcgm-exporter up to {NEWEST_KNOWN_RELEASE} (every one of "
-                        f"those is accepted); a newer release's flag? see {NEWER_RELEASE_GUIDE}")
+            message += (f": not a flag of this exporter nor of dcgm-exporter up to {NEWEST_KNOWN_RELEASE} "
+                        f"(every one of those is accepted); a newer release's flag? see {NEWER_RELEASE_GUIDE}")
         raise ConfigError("command line", "arguments", message)
 
 

@@ -8,7 +8,6 @@ import pytest
 
 from exporter.cli import main
 from exporter.config import OPTIONS, Config, ConfigError, load_config
-from tests.dcgm_exporter_flags import UPSTREAM_FLAGS, UpstreamFlag
 
 
 def test_defaults_match_dcgm_exporter_where_the_concept_matches() -> None:
@@ -121,21 +120,7 @@ def test_a_broken_counters_line_is_a_one_line_error_with_file_and_line(
     assert "Traceback" not in err
 
 
-# --- every dcgm-exporter flag and environment variable is accepted -------------------------------
-
-@pytest.mark.parametrize("flag", UPSTREAM_FLAGS, ids=[flag.long for flag in UPSTREAM_FLAGS])
-def test_every_dcgm_exporter_flag_alias_and_variable_is_accepted(flag: UpstreamFlag) -> None:
-    option = next(option for option in OPTIONS if option.long_flag == flag.long)
-    assert option.env == flag.env
-    assert set(flag.aliases) <= set(option.flags)
-    go_style = [f"-{flag.long[2:]}", *flag.argv[1:]]  # Go's flag package: -name is --name
-    spellings = [flag.argv, go_style, *([alias, *flag.argv[1:]] for alias in flag.aliases)]
-    if flag.value is not None:
-        spellings.append([f"{flag.long}={flag.value}"])
-    for argv in spellings:
-        from_flag = getattr(load_config(argv, {}), option.attr)
-        assert from_flag == getattr(load_config([], {flag.env: flag.env_value}), option.attr), argv
-
+# --- dcgm-exporter's flags: every one of every release is accepted (tests/upstream/test_flags.py) ---------
 
 def test_flags_without_meaning_here_warn_once_each_saying_why() -> None:
     argv = ["-r", "host:5555", "--fake-gpus", "-s", "g", "--enable-pprof"]
@@ -198,12 +183,12 @@ def test_repeated_list_flags_accumulate_as_upstream_string_slices() -> None:
 def test_dcgm_exporter_4_8_3_flags_are_accepted_with_their_variables() -> None:
     config = load_config(["--web-read-timeout", "15s", "--web-write-timeout=1m30s"],
                          {"DCGM_EXPORTER_CONTAINER_LABELS": "true",
-                          "DCGM_EXPORTER_CONTAINER_RUNTIME_SOCKET": "/run/docker.sock"})
+                          "DCGM_CONTAINER_RUNTIME_SOCKET": "/run/docker.sock"})
     assert (config.web_read_timeout_s, config.web_write_timeout_s) == (15.0, 90.0)
     warnings = config.no_effect_warnings()
     assert any(line.startswith("environment variable DCGM_EXPORTER_CONTAINER_LABELS (--container-labels)")
                and "not supported here" in line for line in warnings)
-    assert any("DCGM_EXPORTER_CONTAINER_RUNTIME_SOCKET" in line for line in warnings)
+    assert any("DCGM_CONTAINER_RUNTIME_SOCKET" in line for line in warnings)
     with pytest.raises(ConfigError, match="flag --web-read-timeout: web-read-timeout: invalid duration '10 seconds'"):
         load_config(["--web-read-timeout", "10 seconds"], {})
 

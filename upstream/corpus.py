@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -36,6 +37,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "upstream" / "dcgm-exporter"
 SCHEMA_VERSION = 1
+GIT = shutil.which("git") or "git"
 
 # Where each fact lives in a dcgm-exporter tree (the same paths from 4.5.x-4.8.x on).
 FLAG_SOURCES = ("pkg/cmd",)  # the package whose urfave/cli literals are the flags
@@ -73,23 +75,20 @@ class GitTree(Tree):
     def __init__(self, repository: Path, release: str) -> None:
         self.repository = repository
         self.release = release
-        self.commit = self._git("rev-parse", f"{release}^{{commit}}").strip()
-
-    def _git(self, *args: str) -> str:
-        done = subprocess.run(["git", "-C", str(self.repository), *args], capture_output=True, text=True,
-                              check=False)
+        done = self._git("rev-parse", f"{release}^{{commit}}")
         if done.returncode != 0:
-            raise CorpusError(f"{self.repository}: git {' '.join(args)}: {done.stderr.strip()}")
-        return done.stdout
+            raise CorpusError(f"{repository}: no release tag {release}: {done.stderr.strip()}")
+        self.commit = done.stdout.strip()
+
+    def _git(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([GIT, "-C", str(self.repository), *args], capture_output=True, text=True, check=False)
 
     def read(self, path: str) -> str | None:
-        done = subprocess.run(["git", "-C", str(self.repository), "show", f"{self.commit}:{path}"],
-                              capture_output=True, text=True, check=False)
+        done = self._git("show", f"{self.commit}:{path}")
         return done.stdout if done.returncode == 0 else None
 
     def listdir(self, path: str) -> list[str]:
-        done = subprocess.run(["git", "-C", str(self.repository), "ls-tree", "--name-only", f"{self.commit}:{path}"],
-                              capture_output=True, text=True, check=False)
+        done = self._git("ls-tree", "--name-only", f"{self.commit}:{path}")
         return sorted(done.stdout.split()) if done.returncode == 0 else []
 
     def describe(self) -> dict[str, str]:
@@ -175,32 +174,21 @@ def _go_string_value(literal: str) -> str:
     return str(json.loads(literal)) if "\\x" not in literal else literal[1:-1]
 
 
-def read_constants(tree: Tree) -> dict[str, str | int | bool]:
-    """Every ``Name = literal`` (and ``Name Type = literal``) in the const blocks of the packages the
-    flags name, keyed by bare name and by ``package.Name``."""
-    constants: dict[str, str | int | bool] = {}
-    assignment = re.compile(rf"^\s*(\w+)(?:\s+[\w.]+)?\s*=\s*({_GO_STRING}|-?\d+|true|false)\s*$", re.MULTILINE)
+def read_constants(tree: Tree) -> dict[str, str]:
+    """Every ``Name = expression`` (and ``Name Type = expression``) of a const block in the packages the
+    flags name, as Go source text (``resolve`` evaluates it), keyed by bare name and ``package.Name``."""
+    constants: dict[str, str] = {}
+    assignment = re.compile(r"^\s*(\w+)(?:\s+[\w.]+)?\s*=\s*(.+?)\s*$", re.MULTILINE)
     for package in CONST_SOURCES:
         short = package.rsplit("/", 1)[-1]
         for _path, text in _go_files(tree, package):
-            for block in re.finditer(r"\bconst\s*\((.*?)\n\)", text, re.DOTALL):
-                for name, literal in assignment.findall(block.group(1)):
-                    value = _literal(literal)
-                    constants.setdefault(name, value)
-                    constants[f"{short}.{name}"] = value
-            for name, literal in re.findall(rf"\bconst\s+(\w+)(?:\s+[\w.]+)?\s*=\s*({_GO_STRING}|-?\d+)", text):
-                value = _literal(literal)
-                constants.setdefault(name, value)
-                constants[f"{short}.{name}"] = value
+            blocks = [block.group(1) for block in re.finditer(r"\bconst\s*\((.*?)\n\)", text, re.DOTALL)]
+            blocks += [single.group(0)[len("const"):] for single in re.finditer(r"\bconst\s+\w+[^\n(]*=[^\n]+", text)]
+            for block in blocks:
+                for name, expression in assignment.findall(block):
+                    constants.setdefault(name, expression)
+                    constants[f"{short}.{name}"] = expression
     return constants
-
-
-def _literal(literal: str) -> str | int | bool:
-    if literal in ("true", "false"):
-        return literal == "true"
-    if literal[0] in "\"`":
-        return _go_string_value(literal)
-    return int(literal)
 
 
 def _split_top_level(body: str) -> list[str]:
@@ -248,9 +236,11 @@ _DURATION_UNITS = {"Nanosecond": 1e-9, "Microsecond": 1e-6, "Millisecond": 1e-3,
                    "Hour": 3600.0}
 
 
-def resolve(expression: str, constants: dict[str, str | int | bool], where: str) -> Any:
+def resolve(expression: str, constants: dict[str, str], where: str, depth: int = 0) -> Any:
     """The value of a flag literal's expression, or CorpusError naming it."""
     expression = expression.strip()
+    if depth > 10:
+        raise CorpusError(f"{where}: constants refer to each other in a loop at {expression!r}")
     if re.fullmatch(_GO_STRING, expression):
         return _go_string_value(expression)
     if re.fullmatch(r"-?\d+", expression):
@@ -258,16 +248,19 @@ def resolve(expression: str, constants: dict[str, str | int | bool], where: str)
     if expression in ("true", "false"):
         return expression == "true"
     if expression in constants:
-        return constants[expression]
-    if match := re.fullmatch(r"string\((.+)\)", expression):
-        return str(resolve(match.group(1), constants, where))
-    if match := re.fullmatch(r"\[\]string\{(.*)\}", expression, re.DOTALL):
-        return [resolve(item, constants, where) for item in _split_top_level(match.group(1))]
-    if match := re.fullmatch(r"cli\.NewStringSlice\((.*)\)", expression, re.DOTALL):
-        return [resolve(item, constants, where) for item in _split_top_level(match.group(1))]
+        return resolve(constants[expression], constants, where, depth + 1)
     # int((5 * time.Minute).Milliseconds()) and friends: a duration as a number of milliseconds.
     if match := re.fullmatch(r"int\(\((\d+)\s*\*\s*time\.(\w+)\)\.Milliseconds\(\)\)", expression):
         return round(int(match.group(1)) * _DURATION_UNITS[match.group(2)] * 1000)
+    if match := re.fullmatch(r"(?:string|int|int64|uint|uint64)\((.+)\)", expression):
+        value = resolve(match.group(1), constants, where, depth + 1)
+        return str(value) if expression.startswith("string") else value
+    if match := re.fullmatch(r"(.+)\.String\(\)", expression):  # a time.Duration's text: resolved as one
+        return str(resolve(match.group(1), constants, where, depth + 1))
+    if match := re.fullmatch(r"\[\]string\{(.*)\}", expression, re.DOTALL):
+        return [resolve(item, constants, where, depth + 1) for item in _split_top_level(match.group(1))]
+    if match := re.fullmatch(r"cli\.NewStringSlice\((.*)\)", expression, re.DOTALL):
+        return [resolve(item, constants, where, depth + 1) for item in _split_top_level(match.group(1))]
     if match := re.fullmatch(r"(\d+)\s*\*\s*time\.(\w+)", expression):
         return _go_duration_text(int(match.group(1)) * _DURATION_UNITS[match.group(2)])
     if match := re.fullmatch(r"time\.(\w+)", expression):
@@ -314,7 +307,8 @@ def read_flags(tree: Tree) -> list[dict[str, Any]]:
                     "name": name,
                     "aliases": [str(a) for a in resolve(fields["Aliases"], constants, where)]
                     if "Aliases" in fields else [],
-                    "env": [str(e) for e in resolve(fields["EnvVars"], constants, where)] if "EnvVars" in fields else [],
+                    "env": [str(e) for e in resolve(fields["EnvVars"], constants, where)]
+                    if "EnvVars" in fields else [],
                     "type": _FLAG_TYPES[kind],
                 }
                 if "Value" in fields:

@@ -71,7 +71,7 @@ def _assert_serves_and_names_what_it_ignores(exporter: ExporterProcess, accepted
     assert "DCGM_FI_DEV_GPU_TEMP{" in samples or "dcgm_gpu_temp{" in samples
     log = exporter.log()
     for flag in accepted:
-        lines = [line for line in log.splitlines() if "accepted for compatibility" in line and f"({flag})" in line
+        lines = [line for line in log.splitlines() if ("accepted for compatibility" in line and f"({flag})" in line)
                  or f"{how} {flag} is accepted" in line]
         assert len(lines) == 1, f"{flag}: expected one start-up line saying what differs, got {lines}"
 
