@@ -96,6 +96,16 @@ def _parse_go_duration(raw: object) -> float:
     return seconds
 
 
+def _parse_retention_age(raw: object) -> str:
+    """dcgm-exporter 4.8.4's field-watch age: a Go duration, ``0`` (no age limit) included; kept as given."""
+    text = _parse_str(raw).strip()
+    if text not in ("0", "0s"):
+        seconds = parse_go_duration(text)  # raises ValueError naming the text
+        if seconds < 0:
+            raise ValueError(f"invalid duration {_shown(text)}: must not be negative")
+    return text
+
+
 COMPAT_AUTO = "auto"
 COMPAT_4_8_2 = "4.8.2"
 COMPAT_4_8_3 = "4.8.3"
@@ -391,7 +401,8 @@ OPTIONS: tuple[Option, ...] = (
            "the gpu_pod_exporter_* families, always served).", is_switch=True,
            no_effect="there is no Go runtime whose go_*/promhttp_* metrics could be served; this exporter's own "
                      "health, timing and API metrics (gpu_pod_exporter_*) are always served"),
-    Option("watch_max_keep_age", ("--watch-max-keep-age",), "DCGM_EXPORTER_WATCH_MAX_KEEP_AGE", _parse_str, "",
+    Option("watch_max_keep_age", ("--watch-max-keep-age",), "DCGM_EXPORTER_WATCH_MAX_KEEP_AGE",
+           _parse_retention_age, "",
            "dcgm-exporter 4.8.4's DCGM field-watch history age (accepted; there is no DCGM watch here).",
            no_effect="there is no DCGM field-watch history: every sampling cycle reads NVML directly; the Xid "
                      "and clock-event windows are --xid-count-window-size and --clock-events-count-window-size, "

@@ -193,28 +193,41 @@ def test_dcgm_exporter_4_8_3_flags_are_accepted_with_their_variables() -> None:
         load_config(["--web-read-timeout", "10 seconds"], {})
 
 
-def test_compatibility_setting_selects_the_node_label_spelling() -> None:
-    assert load_config([], {}).hostname_label == "Hostname"
-    assert load_config(["--dcgm-exporter-compat", "4.8.3"], {}).hostname_label == "hostname"
-    assert load_config([], {"GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT": "4.8.3"}).hostname_label == "hostname"
-    with pytest.raises(ConfigError, match=r"expected one of auto, 4\.8\.2, 4\.8\.3"):
+def test_compatibility_setting_selects_the_node_label_spelling_of_each_release() -> None:
+    assert load_config([], {}).hostname_label == "hostname"  # auto: the newest release, as upstream ships today
+    for release in ("4.8.0", "4.8.1", "4.8.2"):
+        assert load_config(["--dcgm-exporter-compat", release], {}).hostname_label == "Hostname"
+    for release in ("4.8.3", "4.8.4"):
+        assert load_config(["--dcgm-exporter-compat", release], {}).hostname_label == "hostname"
+    assert load_config([], {"GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT": "4.8.2"}).hostname_label == "Hostname"
+    with pytest.raises(ConfigError, match=r"expected one of auto, 4\.8\.0, 4\.8\.1, 4\.8\.2, 4\.8\.3, 4\.8\.4"):
         load_config(["--dcgm-exporter-compat", "4.9"], {})
 
 
-def test_auto_compatibility_follows_a_setting_only_4_8_3_has(tmp_path: Path) -> None:
-    plain = load_config(["-f", "/etc/dcgm-exporter/default-counters.csv", "-k"], {})
-    assert (plain.dcgm_exporter_compat, plain.hostname_label) == ("4.8.2", "Hostname")
-    assert plain.compat_note == ("dcgm-exporter 4.8.2 behaviour (auto: no setting only dcgm-exporter 4.8.3 has): "
-                                 "the node label is Hostname")
-    newer = load_config([], {"DCGM_EXPORTER_WEB_WRITE_TIMEOUT": "30s"})
-    assert (newer.dcgm_exporter_compat, newer.hostname_label) == ("4.8.3", "hostname")
-    assert "auto: environment variable DCGM_EXPORTER_WEB_WRITE_TIMEOUT exists from dcgm-exporter 4.8.3 on" \
-        in newer.compat_note
-    v1 = tmp_path / "config.yaml"
-    v1.write_text("version: 1\ncollection:\n  interval: 1000\n", encoding="utf-8")
-    assert load_config(["--config-file", str(v1)], {}).hostname_label == "hostname"
+def test_auto_compatibility_is_the_newest_release_and_says_so_once() -> None:
+    """dcgm-exporter 4.8.4's example DaemonSet sets the same three variables as 4.8.2's (LISTEN,
+    KUBERNETES, NODE_NAME): nothing in the process tells them apart, so auto is what upstream ships now."""
+    plain = load_config([], {"DCGM_EXPORTER_LISTEN": ":9400", "DCGM_EXPORTER_KUBERNETES": "true",
+                             "NODE_NAME": "node-1"})
+    assert (plain.dcgm_exporter_compat, plain.hostname_label) == ("4.8.4", "hostname")
+    assert plain.compat_note == ("dcgm-exporter 4.8.4 behaviour (auto: the newest dcgm-exporter release known here "
+                                 "(4.6.1-4.8.4); --dcgm-exporter-compat=4.8.2 keeps the Hostname label of 4.8.2 and "
+                                 "earlier): the node label is hostname")
     chosen = load_config(["--dcgm-exporter-compat", "4.8.2", "--web-read-timeout", "10s"], {})
     assert (chosen.hostname_label, chosen.compat_note) == ("Hostname", "")  # the user's choice wins, silently
+
+
+def test_an_unknown_flag_names_the_newest_release_known_and_the_guides_section(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--watch-max-keep-everything=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "unrecognized arguments: --watch-max-keep-everything=1" in err
+    assert "dcgm-exporter up to 4.6.1-4.8.4" in err
+    anchor = err.rsplit("#", 1)[1].strip()
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "migrate-from-dcgm-exporter.md").read_text()
+    assert "## A dcgm-exporter release newer than this guide" in guide and \
+        anchor == "a-dcgm-exporter-release-newer-than-this-guide"
 
 
 def test_defaults_that_differ_from_dcgm_exporters_are_named_when_left_to_them() -> None:
