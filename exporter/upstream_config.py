@@ -229,8 +229,9 @@ def load_upstream_config(root: YamlValue) -> dict[str, tuple[Any, str]]:
     other = 2 if version == 1 else 1
     for key in ("collection", "collections"):
         if key in top_keys and key not in _TOP[reader.version] and key in _TOP[other]:
+            has = "collections" if version == 2 else "collection"
             raise root.mapping()[key].error(f"a version {other} key: the two versions cannot be mixed "
-                                            f"(version {version} has {'collections' if version == 2 else 'collection'})")
+                                            f"(version {version} has {has})")
     top = reader.mapping(root, _TOP[reader.version])
     reader.result["upstream_format"] = (True, _where(version_value))
     for key, read in (("metrics", reader.metrics), ("collection", reader.collection),

@@ -111,7 +111,8 @@ collections:
         - DCGM_FI_DEV_NVLINK_PPCNT_*
 """,
     "server": "version: 2\nserver:\n  maxConcurrentScrapes: 16\n",
-    "bind-unbind": "version: 2\nsources:\n  dcgm:\n    detectBindUnbind:\n      enabled: true\n      pollInterval: 1s\n",
+    "bind-unbind": ("version: 2\nsources:\n  dcgm:\n    detectBindUnbind:\n      enabled: true\n"
+                    "      pollInterval: 1s\n"),
     "inline": """version: 2
 metrics:
   fields:
