@@ -391,7 +391,7 @@ OPTIONS: tuple[Option, ...] = (
     # dcgm-exporter 4.6.1-4.8.4's flags (its DCGM field-watch retention, scrape concurrency, Go runtime
     # metrics and a stricter /health): accepted, each with the line that says how this exporter does it.
     Option("max_concurrent_scrapes", ("--max-concurrent-scrapes",), "DCGM_EXPORTER_MAX_CONCURRENT_SCRAPES",
-           _positive_int(0, "scrapes", 1_000_000), 0,
+           _positive_int(1, "scrapes", 1_000_000), 16,
            "dcgm-exporter 4.8.4's limit on scrapes rendered at once (accepted; scrapes here serve cached bytes).",
            no_effect="a scrape here sends the exposition rendered once per sampling cycle, so concurrent scrapes "
                      "cost no rendering; --web-max-connections bounds the open connections instead"),
@@ -544,7 +544,7 @@ class Config:
     web_write_timeout_s: float = 30.0
     container_labels: bool = False
     container_runtime_socket: str = ""
-    max_concurrent_scrapes: int = 0
+    max_concurrent_scrapes: int = 16
     enable_exporter_metrics: bool = False
     watch_max_keep_age: str = ""
     watch_max_keep_samples: int = 0

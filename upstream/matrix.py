@@ -48,6 +48,7 @@ EXAMPLE_VALUES = {
     "kubernetes-pod-label-allowlist-regex": "^app$",
     "nvidia-resource-names": "nvidia.com/a100",
     "configmap-data": "gpu-monitoring:exporter-metrics-config-map",
+    "config-file": "/etc/dcgm-exporter/config.yaml",  # replaced by a real file where a test loads it
 }
 
 

@@ -20,22 +20,40 @@ ignored in another.
 {{- if regexMatch "(^|/)nvidia/k8s/dcgm-exporter$" (toString .Values.image.repository) -}}true{{- end -}}
 {{- end -}}
 
-{{/* The dcgm-exporter generation to match: exporter.dcgmExporterCompat, else 4.8.3 when the values name
-     dcgm-exporter's image at 4.8.3 or later (its tags read <DCGM>-<exporter>-<os>, e.g. 4.6.0-4.8.3-ubuntu22.04),
-     else empty (the exporter's default, 4.8.2). */}}
+{{/* The newest dcgm-exporter release whose flags, values and files this chart and image take (the corpus,
+     upstream/dcgm-exporter/; tests/upstream checks it against exporter/config.py). */}}
+{{- define "gpu-pod-exporter.newestUpstreamRelease" -}}4.6.1-4.8.4{{- end -}}
+
+{{/* The dcgm-exporter release to match: exporter.dcgmExporterCompat, else the release of dcgm-exporter's image
+     tag when the values still name that image (its tags read <DCGM>-<exporter>-<os>, e.g. 4.6.0-4.8.3-distroless):
+     that exporter version when it is one of the exporter's (4.8.0 ... 4.8.4), 4.8.0 for an older one, nothing
+     (the exporter's auto: the newest) for a newer one; else nothing. */}}
 {{- define "gpu-pod-exporter.dcgmExporterCompat" -}}
 {{- if .Values.exporter.dcgmExporterCompat -}}
 {{- .Values.exporter.dcgmExporterCompat -}}
 {{- else if include "gpu-pod-exporter.upstreamImage" . -}}
 {{- $version := regexFind "-[0-9]+[.][0-9]+[.][0-9]+" (toString .Values.image.tag) | trimPrefix "-" -}}
-{{- if and $version (semverCompare ">=4.8.3-0" $version) -}}4.8.3{{- end -}}
+{{- if $version -}}
+{{- if semverCompare "<4.8.0-0" $version -}}4.8.0
+{{- else if has $version (list "4.8.0" "4.8.1" "4.8.2" "4.8.3" "4.8.4") -}}{{- $version -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
-{{/* dcgm-exporter 4.8.3's `config` value: the --config-file YAML as text ("" when none). */}}
-{{- define "gpu-pod-exporter.upstreamConfigYaml" -}}
-{{- with .Values.config -}}
-{{- if kindIs "string" . -}}{{- . -}}{{- else -}}{{- toYaml . -}}{{- end -}}
+{{/* dcgm-exporter's `config` value (4.8.3 on): {enabled, create, name, key, mountPath, data}. "true" when the
+     exporter is to read that --config-file: config.enabled, with config.data (create) or config.name. */}}
+{{- define "gpu-pod-exporter.upstreamConfigEnabled" -}}
+{{- $config := .Values.config | default dict -}}
+{{- if and $config.enabled (or (and $config.create $config.data) (and (not $config.create) $config.name)) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The ConfigMap holding that file: ours (created from config.data) or the user's (config.name, create false). */}}
+{{- define "gpu-pod-exporter.upstreamConfigMapName" -}}
+{{- if .Values.config.create -}}
+{{- default (printf "%s-dcgm-exporter-config" (include "gpu-pod-exporter.fullname" .)) .Values.config.name -}}
+{{- else -}}
+{{- .Values.config.name -}}
 {{- end -}}
 {{- end -}}
 
@@ -184,7 +202,7 @@ ignored in another.
 {{- if include "gpu-pod-exporter.upstreamImage" . -}}
 {{- $lines = append $lines (printf "image.repository %s is dcgm-exporter's image: the chart runs %s instead" $v.image.repository (include "gpu-pod-exporter.image" .)) -}}
 {{- end -}}
-{{- with $v.arguments }}{{ $lines = append $lines (printf "arguments -> container args %s (every dcgm-exporter flag is accepted)" (join " " .)) }}{{ end -}}
+{{- with $v.arguments }}{{ $lines = append $lines (printf "arguments -> container args %s (every flag of dcgm-exporter up to %s is accepted; a newer one stops the exporter with a line naming it)" (join " " .) (include "gpu-pod-exporter.newestUpstreamRelease" $)) }}{{ end -}}
 {{- with $v.kubeletPath }}{{ $lines = append $lines (printf "kubeletPath -> kubernetes.podResources.hostPath %s" .) }}{{ end -}}
 {{- with $v.securityContext }}{{ $lines = append $lines (printf "securityContext -> containerSecurityContext (merged%s)" (ternary "; capabilities.add and privileged dropped: NVML readings need no capability, DCGM needed SYS_ADMIN for profiling" "" (or (hasKey . "privileged") (hasKey (.capabilities | default dict) "add")))) }}{{ end -}}
 {{- if hasKey $v "hostPID" }}{{ $lines = append $lines (printf "hostPID -> hostPID %v (processAttribution.enabled sets it for per-process attribution)" $v.hostPID) }}{{ end -}}
@@ -193,9 +211,11 @@ ignored in another.
 {{- if $v.gpuPodExporterServiceMonitorDropped }}{{ $lines = append $lines "serviceMonitor.enabled is ignored with service.enable false: there is no Service for it to select (dcgm-exporter's chart renders one that selects nothing)" }}{{ end -}}
 {{- with $v.service.webReadTimeout }}{{ $lines = append $lines (printf "service.webReadTimeout -> --web-read-timeout=%s" .) }}{{ end -}}
 {{- with $v.service.webWriteTimeout }}{{ $lines = append $lines (printf "service.webWriteTimeout -> --web-write-timeout=%s" .) }}{{ end -}}
-{{- with include "gpu-pod-exporter.upstreamConfigYaml" . }}{{ $lines = append $lines (printf "config -> ConfigMap %s-dcgm-exporter-config, read through DCGM_EXPORTER_CONFIG_FILE" (include "gpu-pod-exporter.fullname" $)) }}{{ end -}}
-{{- if hasKey $v.serviceAccount "automountServiceAccountToken" }}{{ $lines = append $lines (printf "serviceAccount.automountServiceAccountToken %v -> the pod's automountServiceAccountToken%s" $v.serviceAccount.automountServiceAccountToken (ternary "" " (still true while the exporter reads the Kubernetes API)" $v.serviceAccount.automountServiceAccountToken)) }}{{ end -}}
-{{- with include "gpu-pod-exporter.dcgmExporterCompat" . }}{{ $lines = append $lines (printf "dcgm-exporter %s behaviour (GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT): the node label is %s" . (ternary "hostname" "Hostname" (eq . "4.8.3"))) }}{{ end -}}
+{{- if include "gpu-pod-exporter.upstreamConfigEnabled" . }}{{ $lines = append $lines (printf "config -> ConfigMap %s (key %s) mounted at %s, read through DCGM_EXPORTER_CONFIG_FILE" (include "gpu-pod-exporter.upstreamConfigMapName" .) $v.config.key $v.config.mountPath) }}{{ end -}}
+{{- if and (include "gpu-pod-exporter.upstreamImage" .) $v.image.digest }}{{ $lines = append $lines (printf "image.digest %s pins dcgm-exporter's image and is not used: the chart runs %s" $v.image.digest (include "gpu-pod-exporter.image" .)) }}{{ end -}}
+{{- with $v.daemonSetAnnotations }}{{ $lines = append $lines "daemonSetAnnotations -> the DaemonSet's annotations" }}{{ end -}}
+{{- if not (kindIs "invalid" $v.serviceAccount.automountServiceAccountToken) }}{{ $lines = append $lines (printf "serviceAccount.automountServiceAccountToken %v -> the pod's automountServiceAccountToken%s" $v.serviceAccount.automountServiceAccountToken (ternary "" " (still true while the exporter reads the Kubernetes API)" $v.serviceAccount.automountServiceAccountToken)) }}{{ end -}}
+{{- with include "gpu-pod-exporter.dcgmExporterCompat" . }}{{ $lines = append $lines (printf "dcgm-exporter %s behaviour (GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT): the node label is %s" . (ternary "hostname" "Hostname" (semverCompare ">=4.8.3-0" .))) }}{{ end -}}
 {{- with $v.service.port }}{{ $lines = append $lines (printf "service.port -> web.port %v (container and Service port)" .) }}{{ end -}}
 {{- with $v.service.address }}{{ $lines = append $lines (printf "service.address -> web.listenAddress %s (DCGM_EXPORTER_LISTEN)" .) }}{{ end -}}
 {{- with $v.serviceMonitor.apiVersion }}{{ $lines = append $lines (printf "serviceMonitor.apiVersion -> the ServiceMonitor's apiVersion %s" .) }}{{ end -}}

@@ -76,7 +76,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and $registry (not (and (gt (len (splitList "/" $repository)) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")))) -}}
 {{- $repository = printf "%s/%s" $registry $repository -}}
 {{- end -}}
-{{- if .Values.image.digest -}}
+{{- /* dcgm-exporter's image.digest pins dcgm-exporter's image: with its image replaced, the digest goes too. */ -}}
+{{- if and .Values.image.digest (not (include "gpu-pod-exporter.upstreamImage" .)) -}}
 {{- printf "%s@%s" $repository .Values.image.digest -}}
 {{- else -}}
 {{- printf "%s:%s" $repository (default .Chart.AppVersion $tag) -}}
