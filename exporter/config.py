@@ -777,6 +777,9 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -
         values[attr] = _convert(option, raw, where)
         sources[attr] = where
 
+    unknown = unknown_upstream_variables(env)
+    if unknown:
+        extra["notes"] = (*extra.get("notes", ()), *unknown)
     upstream_file = bool(extra.pop("upstream_format", False))
     if values.get("dcgm_exporter_compat", COMPAT_AUTO) == COMPAT_AUTO:
         values["dcgm_exporter_compat"], sources["dcgm_exporter_compat"] = _auto_compat(sources, upstream_file)
@@ -784,6 +787,19 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str] | None = None) -
         extra.pop("inline_counters")  # a flag or variable naming a CSV wins over the file's metrics.fields
         extra.pop("inline_counters_source")
     return Config(config_file=config_file, sources=sources, **values, **extra)
+
+
+def unknown_upstream_variables(environ: Mapping[str, str]) -> list[str]:
+    """One line per ``DCGM_EXPORTER_*`` variable that no dcgm-exporter release known here reads.
+
+    Unknown flags stop the start (exit 2, naming the newest release known); an unknown variable cannot
+    stop anything (the environment holds whatever the pod spec sets), so it is named instead: a
+    variable of a newer dcgm-exporter would otherwise be dropped without a word.
+    """
+    known = {option.env for option in OPTIONS if option.env} | {CONFIG_FILE_ENV}
+    return [f"environment variable {name} is not read by this exporter and is not a variable of dcgm-exporter up "
+            f"to {NEWEST_KNOWN_RELEASE}; a newer release's? see {NEWER_RELEASE_GUIDE}"
+            for name in sorted(environ) if name.startswith("DCGM_EXPORTER_") and name not in known]
 
 
 def _auto_compat(sources: Mapping[str, str], upstream_file: bool) -> tuple[str, str]:

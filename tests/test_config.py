@@ -249,3 +249,14 @@ def test_mig_chip_series_defaults_to_per_instance_and_takes_flag_env_and_file(tm
                        {}).mig_chip_series == "per-instance"
     with pytest.raises(ConfigError, match="mig-chip-series"):
         load_config(["--mig-chip-series", "twice"], {})
+
+
+def test_a_dcgm_exporter_variable_no_release_reads_is_named_once_at_start() -> None:
+    """A newer dcgm-exporter's variable cannot stop the start (the pod spec sets what it likes), but it is
+    never dropped without a word: one line names it, the newest release known and the guide's section."""
+    config = load_config([], {"DCGM_EXPORTER_FUTURE_KNOB": "1", "DCGM_EXPORTER_INTERVAL": "2000",
+                              "DCGM_EXPORTER_CONFIG_FILE": "", "KUBERNETES_SERVICE_HOST": "10.0.0.1"})
+    assert config.notes == (
+        "environment variable DCGM_EXPORTER_FUTURE_KNOB is not read by this exporter and is not a variable of "
+        "dcgm-exporter up to 4.6.1-4.8.4; a newer release's? see "
+        "docs/migrate-from-dcgm-exporter.md#a-dcgm-exporter-release-newer-than-this-guide",)

@@ -1,13 +1,18 @@
 """A values file written for dcgm-exporter's chart renders here, and each of its keys does what it did there.
 
-The two files are in the chart's ci/ directory, so `helm lint` and the Kubernetes-schema validation of
-every scenario (test_chart_validation.py) run on them too; here: the objects validate, and what each
-dcgm-exporter key became.
+Every release's values file as released (upstream/dcgm-exporter/, written into the chart's ci/ directory as
+dcgm-exporter-<release>-values.yaml) and one customised file are in ci/, so `helm lint` and the
+Kubernetes-schema validation of every scenario (test_chart_validation.py) run on them too; here: the objects
+validate, what each dcgm-exporter key became, and the exporter started with the rendered arguments and
+environment serves with that release's node label.
 """
 
 from __future__ import annotations
 
 import base64
+import os
+import re
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -15,9 +20,14 @@ import pytest
 import yaml
 from cryptography import x509
 
+from exporter.config import load_config
 from tests.deploy.chart_support import CHART_DIR, MONITORING_APIS, Rendered, load_ci_values, render
+from tests.e2e.exporter_process import running_exporter
+from upstream.matrix import releases
 
-DEFAULTS = CHART_DIR / "ci" / "dcgm-exporter-defaults-values.yaml"
+RELEASES = {record["release"]: record for record in releases()}
+RELEASE_VALUES = {release: CHART_DIR / "ci" / f"dcgm-exporter-{release}-values.yaml" for release in RELEASES}
+DEFAULTS = RELEASE_VALUES["4.5.3-4.8.2"]  # the last release before the node label was renamed
 CUSTOMISED = CHART_DIR / "ci" / "dcgm-exporter-customised-values.yaml"
 
 
@@ -31,7 +41,7 @@ def customised() -> Rendered:
     return render(load_ci_values(CUSTOMISED), api_versions=MONITORING_APIS)
 
 
-@pytest.mark.parametrize("values_file", [DEFAULTS, CUSTOMISED], ids=["defaults", "customised"])
+@pytest.mark.parametrize("values_file", [*RELEASE_VALUES.values(), CUSTOMISED], ids=[*RELEASE_VALUES, "customised"])
 def test_an_upstream_values_file_renders_objects_kubernetes_accepts(values_file: Any) -> None:
     rendered = render(load_ci_values(values_file), api_versions=MONITORING_APIS)
     for obj in rendered.objects:
@@ -143,41 +153,117 @@ def test_configmap_flag_without_kubernetes_still_mounts_the_token() -> None:
     assert "ClusterRole" not in rendered.kinds()
 
 
-# --- dcgm-exporter 4.8.3's chart, the compatibility setting and series identity on a Helm swap -------------
-
-GEN_4_8_3 = CHART_DIR / "ci" / "dcgm-exporter-4.8.3-values.yaml"
+# --- every release's chart as released: its new keys, the release to match, series identity ----------------
 
 
-@pytest.fixture(scope="module")
-def gen_4_8_3() -> Rendered:
-    return render(load_ci_values(GEN_4_8_3), api_versions=MONITORING_APIS)
+def test_the_values_files_in_ci_are_each_releases_values_as_released() -> None:
+    for release, path in RELEASE_VALUES.items():
+        assert load_ci_values(path) == RELEASES[release]["chart"]["values"], release
 
 
-def test_a_4_8_2_values_file_keeps_the_hostname_label_of_4_8_2(defaults: Rendered) -> None:
-    assert "GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT" not in defaults.env  # the exporter's default: Hostname
+@pytest.fixture(scope="module", params=sorted(RELEASES), ids=sorted(RELEASES))
+def as_released(request: pytest.FixtureRequest) -> tuple[str, Rendered]:
+    return request.param, render(load_ci_values(RELEASE_VALUES[request.param]), api_versions=MONITORING_APIS)
 
 
-def test_a_4_8_3_values_file_gets_4_8_3_behaviour_and_its_new_keys_work(gen_4_8_3: Rendered) -> None:
-    assert gen_4_8_3.env["GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT"] == "4.8.3"  # from the image tag
-    assert "dcgm-exporter 4.8.3 behaviour (GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT): the node label is hostname" \
-        in gen_4_8_3.notes
-    assert gen_4_8_3.container["args"] == ["--web-read-timeout=10s", "--web-write-timeout=30s"]
-    config = gen_4_8_3.one("ConfigMap", "gpu-pod-exporter-dcgm-exporter-config")
-    assert yaml.safe_load(config["data"]["config.yaml"]) == {
-        "version": 1, "metrics": {"file": "/etc/dcgm-exporter/default-counters.csv"},
-        "collection": {"interval": 30000}}
-    path = gen_4_8_3.env["DCGM_EXPORTER_CONFIG_FILE"]
-    mount = gen_4_8_3.mounts["dcgm-exporter-config"]
-    assert path == f"{mount['mountPath']}/config.yaml"
-    assert gen_4_8_3.volumes["dcgm-exporter-config"]["configMap"]["name"] == config["metadata"]["name"]
-    assert gen_4_8_3.pod_spec["automountServiceAccountToken"] is True  # -k reads the API; false cannot stop that
-    for obj in gen_4_8_3.objects:
-        if obj["kind"] not in {"ServiceMonitor", "PrometheusRule"}:
-            kubernetes_validate.validate(obj, "1.35.0", strict=True)
+def test_each_releases_values_match_that_release_and_say_so(as_released: tuple[str, Rendered]) -> None:
+    release, rendered = as_released
+    version = RELEASES[release]["exporter_version"]
+    assert rendered.env["GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT"] == version  # from the image tag
+    spelling = "hostname" if version >= "4.8.3" else "Hostname"
+    assert (f"dcgm-exporter {version} behaviour (GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT): the node label is "
+            f"{spelling}") in rendered.notes
+    assert rendered.container["image"] == "ghcr.io/gpu-pod-exporter/gpu-pod-exporter:0.1.0"
+    assert "every flag of dcgm-exporter up to 4.6.1-4.8.4 is accepted" in rendered.notes or \
+        not RELEASES[release]["chart"]["values"]["arguments"]
+
+
+def test_config_disabled_as_released_renders_no_configmap_and_no_variable(as_released: tuple[str, Rendered]) -> None:
+    """4.8.3 and 4.8.4 ship config.enabled: false with a sample config.data: nothing of it may reach the pod."""
+    release, rendered = as_released
+    assert "DCGM_EXPORTER_CONFIG_FILE" not in rendered.env
+    assert "dcgm-exporter-config" not in rendered.volumes
+    assert not [obj for obj in rendered.all("ConfigMap") if "dcgm-exporter-config" in obj["metadata"]["name"]]
+
+
+def test_a_null_automount_token_is_accepted_and_the_token_mounted_only_when_the_api_is_read() -> None:
+    values = load_ci_values(RELEASE_VALUES["4.6.1-4.8.4"])
+    assert values["serviceAccount"]["automountServiceAccountToken"] is None  # the key with no value, as released
+    rendered = render(values, api_versions=MONITORING_APIS)
+    assert rendered.pod_spec["automountServiceAccountToken"] is True  # this chart's -k reads the API
+    assert "automountServiceAccountToken" not in rendered.notes  # null: nothing was asked, nothing to say
+    without_api = render(values | {"kubernetes": {"enabled": False}}, api_versions=MONITORING_APIS)
+    assert without_api.pod_spec["automountServiceAccountToken"] is False
+    values["serviceAccount"]["automountServiceAccountToken"] = False
+    rendered = render(values, api_versions=MONITORING_APIS)
+    assert rendered.pod_spec["automountServiceAccountToken"] is True
+    assert "still true while the exporter reads the Kubernetes API" in rendered.notes
+
+
+def test_config_enabled_mounts_upstreams_file_where_its_chart_did_and_the_exporter_reads_it(tmp_path: Path) -> None:
+    values = load_ci_values(RELEASE_VALUES["4.6.1-4.8.4"])
+    values["config"]["enabled"] = True
+    rendered = render(values, api_versions=MONITORING_APIS)
+    config = rendered.one("ConfigMap", "gpu-pod-exporter-dcgm-exporter-config")
+    assert config["data"] == {"config.yaml": values["config"]["data"]}
+    assert rendered.env["DCGM_EXPORTER_CONFIG_FILE"] == "/etc/dcgm-exporter/config.yaml"
+    mount = rendered.mounts["dcgm-exporter-config"]
+    assert (mount["mountPath"], mount["subPath"]) == ("/etc/dcgm-exporter/config.yaml", "config.yaml")
+    assert "config -> ConfigMap gpu-pod-exporter-dcgm-exporter-config (key config.yaml)" in rendered.notes
+    # The file as released (version 2, with its comment line) loads in the exporter.
+    path = tmp_path / "config.yaml"
+    path.write_text(config["data"]["config.yaml"], encoding="utf-8")
+    loaded = load_config(["--config-file", str(path)], {})
+    assert loaded.collect_interval_ms == 30000 and loaded.enable_gpu_bind_unbind_watch is False
+    # create: false reads the user's own ConfigMap under config.name.
+    values["config"] |= {"create": False, "name": "my-dcgm-config"}
+    rendered = render(values, api_versions=MONITORING_APIS)
+    assert rendered.volumes["dcgm-exporter-config"]["configMap"]["name"] == "my-dcgm-config"
+    assert not [obj for obj in rendered.all("ConfigMap") if "dcgm-exporter-config" in obj["metadata"]["name"]]
+
+
+def test_an_upstream_image_digest_never_pins_this_image() -> None:
+    digest = "sha256:" + "1" * 64
+    values = load_ci_values(RELEASE_VALUES["4.6.1-4.8.4"])
+    values["image"]["digest"] = digest
+    rendered = render(values, api_versions=MONITORING_APIS)
+    assert rendered.container["image"] == "ghcr.io/gpu-pod-exporter/gpu-pod-exporter:0.1.0"
+    assert (f"image.digest {digest} pins dcgm-exporter's image and is not used: the chart runs "
+            "ghcr.io/gpu-pod-exporter/gpu-pod-exporter:0.1.0") in rendered.notes
+    ours = render({"image": {"repository": "gpu-pod-exporter/gpu-pod-exporter", "digest": digest}})
+    assert ours.container["image"].endswith(f"gpu-pod-exporter/gpu-pod-exporter@{digest}")
+
+
+def test_daemonset_annotations_of_4_8_4_annotate_the_daemonset() -> None:
+    values = load_ci_values(RELEASE_VALUES["4.6.1-4.8.4"])
+    values["daemonSetAnnotations"] = {"example.com/owner": "gpu-team"}
+    rendered = render(values, api_versions=MONITORING_APIS)
+    assert rendered.one("DaemonSet")["metadata"]["annotations"] == {"example.com/owner": "gpu-team"}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_the_exporter_started_with_the_rendered_args_and_env_serves_that_releases_label(release: str) -> None:
+    """The container as the kubelet would start it: the rendered args, every plain env value, NODE_NAME from
+    the downward API; the image's counters path is served from the package's copy; only the listen port and
+    --simulate (no GPU here) are added."""
+    rendered = render(load_ci_values(RELEASE_VALUES[release]), api_versions=MONITORING_APIS)
+    env = {name: value for name, value in rendered.env.items() if isinstance(value, str)}
+    env |= {"NODE_NAME": "hgx-node-01"}
+    env.pop("DCGM_EXPORTER_LISTEN")
+    env["DCGM_EXPORTER_COLLECTORS"] = "/etc/dcgm-exporter/default-counters.csv"  # mounted from the ConfigMap there
+    environ = {key: value for key, value in os.environ.items()
+               if not key.startswith(("DCGM_", "GPU_POD_EXPORTER_", "KUBERNETES_", "NVIDIA_"))}
+    with running_exporter([*rendered.container.get("args", []), "--simulate"], {**environ, **env}) as exporter:
+        exporter.wait_healthy(deadline_s=60)
+        spelling = "hostname" if RELEASES[release]["exporter_version"] >= "4.8.3" else "Hostname"
+        other = "Hostname" if spelling == "hostname" else "hostname"
+        temps = exporter.samples("DCGM_FI_DEV_GPU_TEMP")
+        assert temps and all(labels.get(spelling) == "hgx-node-01" and other not in labels for labels, _ in temps)
 
 
 def test_the_compatibility_value_wins_over_the_image_tag() -> None:
-    values = load_ci_values(GEN_4_8_3)
+    values = load_ci_values(RELEASE_VALUES["4.6.0-4.8.3"])
     values["exporter"] = {"dcgmExporterCompat": "4.8.2"}
     assert render(values).env["GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT"] == "4.8.2"
     values = load_ci_values(DEFAULTS)
@@ -196,8 +282,9 @@ def test_service_enable_false_renders_with_upstreams_default_servicemonitor() ->
 
 
 def _target_labels(rendered: Rendered) -> dict[str, str]:
-    """The labels the Prometheus Operator gives every series scraped through the ServiceMonitor (apart from
-    pod and instance, which change with every pod anyway): job, service, endpoint, namespace, container."""
+    """The labels the Prometheus Operator gives every series scraped through the ServiceMonitor that survive
+    its relabelings (pod and instance change with every pod anyway): job, service, endpoint, and namespace
+    and container unless the ServiceMonitor drops them (this chart's default, dropTargetWorkloadLabels)."""
     monitor = rendered.one("ServiceMonitor")
     service = rendered.one("Service")
     [endpoint] = monitor["spec"]["endpoints"]
@@ -207,22 +294,29 @@ def _target_labels(rendered: Rendered) -> dict[str, str]:
                    if endpoint["port"] in {port.get("name") for port in c.get("ports", [])}]
     assert service["spec"]["selector"].items() <= rendered.one("DaemonSet")["spec"]["template"]["metadata"][
         "labels"].items()
-    return {"job": job, "service": service["metadata"]["name"], "endpoint": endpoint["port"],
-            "namespace": monitor["metadata"]["namespace"], "container": container}
+    labels = {"job": job, "service": service["metadata"]["name"], "endpoint": endpoint["port"],
+              "namespace": monitor["metadata"]["namespace"], "container": container}
+    for relabel in endpoint.get("relabelings", []):
+        if relabel.get("action") == "labeldrop":
+            labels = {name: value for name, value in labels.items() if not re.fullmatch(relabel["regex"], name)}
+    return labels
 
 
 # What dcgm-exporter's chart gives a release named dcgm-exporter in gpu-monitoring (its templates: Service
 # and ServiceMonitor named by its fullname, which is the release name when that contains "dcgm-exporter";
-# port "metrics"; container "exporter"; no jobLabel), for both generations.
-UPSTREAM_TARGET_LABELS = {"job": "dcgm-exporter", "service": "dcgm-exporter", "endpoint": "metrics",
-                          "namespace": "gpu-monitoring", "container": "exporter"}
+# port "metrics"; no jobLabel), for every release. Its namespace and container target labels name the
+# exporter pod; this chart's ServiceMonitor drops them (the guide says so, "Series identity on a Helm swap").
+UPSTREAM_TARGET_LABELS = {"job": "dcgm-exporter", "service": "dcgm-exporter", "endpoint": "metrics"}
 
 
-@pytest.mark.parametrize("values_file", [DEFAULTS, CUSTOMISED, GEN_4_8_3], ids=["4.8.2", "customised", "4.8.3"])
-def test_a_helm_swap_with_name_override_keeps_every_target_label(values_file: Any) -> None:
+@pytest.mark.parametrize("values_file", [*RELEASE_VALUES.values(), CUSTOMISED], ids=[*RELEASE_VALUES, "customised"])
+def test_a_helm_swap_with_name_override_keeps_job_service_and_endpoint(values_file: Any) -> None:
     values = load_ci_values(values_file) | {"nameOverride": "dcgm-exporter"}
     rendered = render(values, api_versions=MONITORING_APIS, name="dcgm-exporter")
     assert _target_labels(rendered) == UPSTREAM_TARGET_LABELS
+    values["serviceMonitor"] = values["serviceMonitor"] | {"dropTargetWorkloadLabels": False}
+    kept = _target_labels(render(values, api_versions=MONITORING_APIS, name="dcgm-exporter"))
+    assert kept == UPSTREAM_TARGET_LABELS | {"namespace": "gpu-monitoring", "container": "exporter"}
     names = {obj["metadata"]["name"] for obj in rendered.objects if obj["kind"] in {"DaemonSet", "Service",
                                                                                      "ServiceMonitor"}}
     assert names == {"dcgm-exporter"}
