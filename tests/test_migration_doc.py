@@ -1,5 +1,5 @@
-"""docs/migrate-from-dcgm-exporter.md lists every dcgm-exporter flag, variable and chart key of both
-generations (4.8.2 and 4.8.3), and what its tables claim ("Same", "Differs", "Warns") holds."""
+"""docs/migrate-from-dcgm-exporter.md lists every dcgm-exporter flag, variable and chart key of every release
+in the corpus (upstream/dcgm-exporter/), and what its tables claim ("Same", "Differs", "Warns") holds."""
 
 from __future__ import annotations
 
@@ -12,13 +12,27 @@ import yaml
 
 from exporter.config import OPTIONS, Config, Option
 from exporter.metrics.selection import effective_selection
-from tests.dcgm_exporter_flags import UPSTREAM_CONFIG_FILE, UPSTREAM_FLAGS, UpstreamFlag
+from upstream.matrix import BUILTIN_FLAGS, releases
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "migrate-from-dcgm-exporter.md"
 CHART_CI = REPO / "deploy" / "helm" / "gpu-pod-exporter" / "ci"
-UPSTREAM_VALUES = (CHART_CI / "dcgm-exporter-defaults-values.yaml", CHART_CI / "dcgm-exporter-customised-values.yaml",
-                   CHART_CI / "dcgm-exporter-4.8.3-values.yaml")
+UPSTREAM_VALUES = (*(CHART_CI / f"dcgm-exporter-{r['release']}-values.yaml" for r in releases()),
+                   CHART_CI / "dcgm-exporter-customised-values.yaml")
+
+
+def _upstream_flags() -> dict[str, dict[str, Any]]:
+    """Every flag of every release (help and version included): name -> {aliases, env (all), since}."""
+    flags: dict[str, dict[str, Any]] = {}
+    for record in releases():
+        for flag in [*record["flags"], *BUILTIN_FLAGS]:
+            known = flags.setdefault(flag["name"], {**flag, "env": [], "since": record["exporter_version"]})
+            known["env"] = sorted({*known["env"], *flag["env"]})
+            known["default"] = flag.get("default", known.get("default"))
+    return flags
+
+
+UPSTREAM_FLAGS = _upstream_flags()
 VERDICTS = ("Same", "Differs", "Warns")
 
 
@@ -49,13 +63,13 @@ def _leaves(values: Any, prefix: str = "") -> set[str]:
 
 def test_every_flag_alias_and_variable_has_a_row_saying_what_it_does_here() -> None:
     rows = _table("Flags and environment variables")
-    for flag in UPSTREAM_FLAGS:
-        matching = [row for row in rows if f"`{flag.long}`" in row[0]]
-        assert len(matching) == 1, flag.long
+    for name, flag in UPSTREAM_FLAGS.items():
+        matching = [row for row in rows if f"`--{name}`" in row[0]]
+        assert len(matching) == 1, name
         [flag_cell, env_cell, _since, here] = matching[0]
-        assert all(f"`{alias}`" in flag_cell for alias in flag.aliases), flag.long
-        assert env_cell == f"`{flag.env}`", flag.long
-        assert here, flag.long
+        assert all(f"`-{alias}`" in flag_cell for alias in flag["aliases"]), name
+        assert env_cell == (", ".join(f"`{env}`" for env in flag["env"]) or "—"), name
+        assert here, name
 
 
 def test_every_chart_key_has_a_row() -> None:
@@ -68,37 +82,39 @@ def test_every_chart_key_has_a_row() -> None:
         assert missing == set(), path.name
 
 
-def _flag_cell(flag: UpstreamFlag) -> str:
-    return ", ".join(f"`{name}`" for name in (*flag.aliases, flag.long))
+def _flag_cell(name: str, flag: dict[str, Any]) -> str:
+    return ", ".join([*(f"`-{alias}`" for alias in flag["aliases"]), f"`--{name}`"])
 
 
-def test_the_flag_table_is_generated_from_both_generations() -> None:
-    """Flag, aliases, variable and generation of every row come from the upstream list, in its order."""
-    expected = [[_flag_cell(flag), f"`{flag.env}`", flag.since] for flag in (*UPSTREAM_FLAGS, UPSTREAM_CONFIG_FILE)]
-    expected.append(["—", "`NODE_NAME`", "4.8.2"])
+def test_the_flag_table_is_generated_from_the_corpus() -> None:
+    """Flag, aliases, variables and first release of every row come from the corpus, in name order."""
+    expected = [[_flag_cell(name, flag), ", ".join(f"`{env}`" for env in flag["env"]) or "—", flag["since"]]
+                for name, flag in sorted(UPSTREAM_FLAGS.items())]
+    expected.append(["—", "`NODE_NAME`", "4.8.0"])
     assert [row[:3] for row in _table("Flags and environment variables")] == expected
-    assert {flag.since for flag in UPSTREAM_FLAGS} == {"4.8.2", "4.8.3"}
 
 
-def _option(flag: UpstreamFlag) -> Option:
-    return next(option for option in OPTIONS if option.long_flag == flag.long)
+def _option(name: str) -> Option:
+    return next(option for option in OPTIONS if option.long_flag == f"--{name}")
 
 
-@pytest.mark.parametrize("flag", UPSTREAM_FLAGS, ids=[flag.long for flag in UPSTREAM_FLAGS])
-def test_each_same_differs_or_warns_claim_holds(flag: UpstreamFlag) -> None:
-    [row] = [row for row in _table("Flags and environment variables") if f"`{flag.long}`" in row[0]]
+@pytest.mark.parametrize("name", sorted(set(UPSTREAM_FLAGS) - {"help", "version", "config-file"}))
+def test_each_same_differs_or_warns_claim_holds(name: str) -> None:
+    flag = UPSTREAM_FLAGS[name]
+    [row] = [row for row in _table("Flags and environment variables") if f"`--{name}`" in row[0]]
     here = row[3]
     verdict = re.split(r"[ :;(.,]", here, maxsplit=1)[0]
     assert verdict in VERDICTS, here
-    option = _option(flag)
+    option = _option(name)
     # "Warns" exactly for the flags that are accepted without effect (one warning line at start)
-    assert (verdict == "Warns") == bool(option.no_effect), flag.long
-    if flag.default and verdict != "Warns":
-        same_default = option.parse(flag.default) == option.default
+    assert (verdict == "Warns") == bool(option.no_effect), name
+    default = flag.get("default")
+    if default not in (None, "", []) and verdict != "Warns":
+        same_default = option.parse(default) == option.default
         if option.attr == "devices":  # without -d, --mig-chip-series decides what is rendered
-            same_default = effective_selection(option.default, Config().mig_chip_series) == option.parse(flag.default)
+            same_default = effective_selection(option.default, Config().mig_chip_series) == option.parse(default)
         # a different default is said in the row; "Same" is only written where the default is the same
-        assert same_default == ("Differs (default)" not in here), (flag.long, flag.default, option.default)
+        assert same_default == ("Differs (default)" not in here), (name, default, option.default)
 
 
 def test_the_mig_setting_the_guide_names_exists_everywhere_it_says() -> None:

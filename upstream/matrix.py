@@ -289,8 +289,8 @@ def chart_values_files() -> dict[Path, str]:
     directory, where `helm lint`, the schema and Kubernetes validation of every scenario run on it too."""
     files = {}
     for record in releases():
-        header = (f"# dcgm-exporter {record['release']}'s chart values as released (generated from "
-                  f"upstream/dcgm-exporter/{record['release']}.json by python -m upstream.matrix --write; do not edit).\n")
+        header = (f"# dcgm-exporter {record['release']}'s chart values as released (generated from upstream/"
+                  f"dcgm-exporter/{record['release']}.json by python -m upstream.matrix --write; do not edit).\n")
         body = yaml.safe_dump(record["chart"]["values"], sort_keys=False, default_flow_style=False, width=100)
         files[CHART_CI / f"dcgm-exporter-{record['release']}-values.yaml"] = header + body
     return files

@@ -180,7 +180,7 @@ def test_each_releases_values_match_that_release_and_say_so(as_released: tuple[s
 
 def test_config_disabled_as_released_renders_no_configmap_and_no_variable(as_released: tuple[str, Rendered]) -> None:
     """4.8.3 and 4.8.4 ship config.enabled: false with a sample config.data: nothing of it may reach the pod."""
-    release, rendered = as_released
+    _release, rendered = as_released
     assert "DCGM_EXPORTER_CONFIG_FILE" not in rendered.env
     assert "dcgm-exporter-config" not in rendered.volumes
     assert not [obj for obj in rendered.all("ConfigMap") if "dcgm-exporter-config" in obj["metadata"]["name"]]

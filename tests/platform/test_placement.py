@@ -16,6 +16,7 @@ import pytest
 from devcluster.api import Api
 from tests.deploy.chart_support import CHART_DIR
 from tests.platform.support import poll
+from upstream.matrix import releases
 
 NAMESPACE = "gpu-monitoring"
 RELEASE = "gpu-pod-exporter"
@@ -128,15 +129,29 @@ def test_default_values_place_one_exporter_per_gpu_node(admin: Api, helm: Helm, 
     poll("nothing of the release left after uninstall", lambda: not leftovers(admin), deadline_s=180)
 
 
-@pytest.mark.parametrize("values", ["dcgm-exporter-defaults-values.yaml", "dcgm-exporter-customised-values.yaml"])
-def test_a_dcgm_exporter_values_file_places_the_same_pods(admin: Api, helm: Helm, uninstalled: None,
-                                                           values: str) -> None:
-    helm("install", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--create-namespace",
-         "-f", str(CHART_DIR / "ci" / values))
+UPSTREAM_VALUES = [f"dcgm-exporter-{record['release']}-values.yaml" for record in releases()]
+
+
+@pytest.mark.parametrize("values", [*UPSTREAM_VALUES, "dcgm-exporter-customised-values.yaml"])
+def test_a_dcgm_exporter_values_file_installs_unchanged_and_places_the_same_pods(
+        admin: Api, helm: Helm, uninstalled: None, values: str) -> None:
+    """Every release's chart values as released (the corpus, upstream/dcgm-exporter/), unchanged, through the
+    helm CLI's own schema validation onto the real API server; the exporter pods land where ours do, run this
+    image (never dcgm-exporter's, nor its digest) and match that release's node label."""
+    out = helm("install", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--create-namespace",
+               "-f", str(CHART_DIR / "ci" / values))
     poll("the exporter DaemonSet settled", lambda: settled_daemonset(admin), deadline_s=240)
     table = placement(admin)
     print_table(f"Placement with {values}:", table)
     assert_one_per_gpu_node(table)
+    ds = admin.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets")["items"][0]
+    [container] = ds["spec"]["template"]["spec"]["containers"]
+    assert "dcgm-exporter" not in container["image"] and "@" not in container["image"]
+    if values in UPSTREAM_VALUES:
+        version = values.split("-")[3]  # dcgm-exporter-<dcgm>-<exporter>-values.yaml
+        env = {item["name"]: item.get("value") for item in container["env"]}
+        assert env["GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT"] == version
+        assert f"dcgm-exporter {version} behaviour" in out.stdout  # NOTES, as helm printed them
 
 
 def test_a_cluster_without_any_gpu_label_gets_one_notes_line_with_the_value_to_set(helm: Helm) -> None:
