@@ -34,7 +34,7 @@ from exporter.units import parse_go_duration
 EXIT_CONFIG_ERROR = 2
 PROGRAM = "gpu-pod-exporter"
 SIMULATE_DEFAULT = "default"
-CONFIG_FILE_ENV = "DCGM_EXPORTER_CONFIG_FILE"  # --config-file's variable (dcgm-exporter 4.8.3's name)
+CONFIG_FILE_ENV = "DCGM_EXPORTER_CONFIG_FILE"  # --config-file's variable (dcgm-exporter's name, 4.8.3 on)
 
 
 class ConfigError(Exception):
@@ -420,9 +420,10 @@ OPTIONS: tuple[Option, ...] = (
            "Which dcgm-exporter release to match where releases differ (the node label: Hostname up to 4.8.2, "
            f"hostname from 4.8.3): {', '.join(COMPAT_RELEASES)}; auto: the newest, {COMPAT_NEWEST}."),
     Option("node_name", ("--node-name",), "NODE_NAME", _parse_str, "",
-           "Node name for the Hostname label and the pod watch (default: this machine's hostname)."),
+           "Node name for the node label (hostname, or Hostname up to dcgm-exporter 4.8.2) and the pod watch "
+           "(default: this machine's hostname)."),
     Option("no_hostname", ("-n", "--no-hostname"), "DCGM_EXPORTER_NO_HOSTNAME", _parse_bool, False,
-           "Omit the Hostname label.", is_switch=True),
+           "Omit the node label (hostname, or Hostname up to dcgm-exporter 4.8.2).", is_switch=True),
     Option("devices", ("-d", "--devices"), "DCGM_EXPORTER_DEVICES_STR", parse_devices, ALL_DEVICES,
            "Which GPUs / MIG GPU instances the CSV rows are reported for: f, g[:ids], i[:ids], g+i (ids like "
            "0,2-4), as dcgm-exporter; default: as --mig-chip-series says."),
@@ -574,7 +575,7 @@ class Config:
     debug: bool = False
     simulate: str = ""
     config_file: str = ""
-    # dcgm-exporter 4.8.3's --config-file ``metrics.fields``: the counters as CSV text, and where they came from.
+    # dcgm-exporter's --config-file ``metrics.fields``: the counters as CSV text, and where they came from.
     inline_counters: str = ""
     inline_counters_source: str = ""
     # One line each, logged at start: what a dcgm-exporter YAML config asked for that works differently here.
@@ -670,7 +671,8 @@ def build_parser() -> argparse.ArgumentParser:
     # -v as well: urfave/cli, which parses dcgm-exporter's command line, gives every app --version/-v.
     parser.add_argument("-v", "--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("--config-file", dest="config_file", metavar="PATH",
-                        help="YAML file whose keys are the long flag names, e.g. 'collect-interval: 2000' "
+                        help="YAML file whose keys are the long flag names, e.g. 'collect-interval: 2000', or "
+                        "dcgm-exporter's config file (version 1 or 2) "
                         f"[env {CONFIG_FILE_ENV}]")
     for option in OPTIONS:
         env_note = f" [env {option.env}]" if option.env else ""

@@ -38,8 +38,9 @@ def _default(option: Option) -> str:
 def flags_table() -> str:
     rows = ["| Flag | Environment variable | Default | Meaning |", "|---|---|---|---|"]
     rows.append("| `--config-file` | `DCGM_EXPORTER_CONFIG_FILE` | (none) | YAML file whose keys are the long flag "
-                "names (e.g. `collect-interval: 2000`), or dcgm-exporter 4.8.3's format (`version: 1`, `metrics`, "
-                "`collection`; docs/migrate-from-dcgm-exporter.md); flags > environment > file > defaults. |")
+                "names (e.g. `collect-interval: 2000`), or dcgm-exporter's format (`version: 1` of 4.8.3/4.8.4, "
+                "`version: 2` of 4.8.4; docs/migrate-from-dcgm-exporter.md); flags > environment > file > "
+                "defaults. |")
     for option in OPTIONS:
         flags = ", ".join(f"`{flag}`" for flag in option.flags)
         rows.append(f"| {flags} | `{option.env}` | {_default(option)} | {_cell(option.help)} |")

@@ -143,3 +143,12 @@ def test_each_record_holds_the_whole_interface_of_its_release(record: dict[str, 
     assert isinstance(chart, dict) and chart["version"] == record["exporter_version"]
     assert "etc/default-counters.csv" in record["csv"]  # type: ignore[operator]
     assert record["example_daemonsets"], "the example DaemonSet is part of what users run"
+
+
+def test_the_charts_newest_release_and_compat_choices_are_the_corpus() -> None:
+    chart = corpus.ROOT / "deploy" / "helm" / "gpu-pod-exporter"
+    compat = (chart / "templates" / "_compat.tpl").read_text(encoding="utf-8")
+    assert f'"gpu-pod-exporter.newestUpstreamRelease" -}}}}{NEWEST_KNOWN_RELEASE}{{{{- end' in compat
+    assert f'(list {" ".join(json.dumps(v) for v in COMPAT_RELEASES)})' in compat
+    schema = json.loads((chart / "values.schema.json").read_text(encoding="utf-8"))
+    assert schema["properties"]["exporter"]["properties"]["dcgmExporterCompat"]["enum"] == ["", *COMPAT_RELEASES]
