@@ -34,8 +34,11 @@ pytestmark = pytest.mark.e2e
 
 DAEMONSET = REPO_ROOT / "tests" / "fixtures" / "dcgm-exporter-daemonset.yaml"
 DAEMONSET_4_8_3 = REPO_ROOT / "tests" / "fixtures" / "dcgm-exporter-4.8.3-daemonset.yaml"
-# Each generation's DaemonSet, and the node label its consumers read (4.8.3 renamed it, pull request 655).
-GENERATIONS = {"4.8.2": (DAEMONSET, "Hostname"), "4.8.3": (DAEMONSET_4_8_3, "hostname")}
+# Each generation's DaemonSet, the node label its consumers read (4.8.3 renamed it, pull request 655), and what
+# the migration guide says to add besides the image: for 4.8.2 and earlier the release to match (the process
+# cannot tell a 4.8.2 DaemonSet from a 4.8.4 one; "auto" is the newest release, hostname).
+GENERATIONS = {"4.8.2": (DAEMONSET, "Hostname", {"GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT": "4.8.2"}),
+               "4.8.3": (DAEMONSET_4_8_3, "hostname", {})}
 NODE = "hgx-node-01"  # the simulated node; the downward API would give the node the pod runs on
 
 
@@ -67,8 +70,9 @@ def container_spec(daemonset: Path = DAEMONSET) -> tuple[list[str], dict[str, st
 
 @pytest.fixture(scope="module", params=sorted(GENERATIONS))
 def swapped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swapped]:
-    daemonset, host_label = GENERATIONS[request.param]
+    daemonset, host_label, added = GENERATIONS[request.param]
     args, env = container_spec(daemonset)
+    env |= added
     assert env["DCGM_EXPORTER_LISTEN"] == ":9400"
     port = free_port()
     env["DCGM_EXPORTER_LISTEN"] = f":{port}"  # see the module docstring
@@ -102,9 +106,10 @@ def test_the_daemonset_runs_unchanged_and_says_what_it_ignores(swapped: Swapped)
     assert [line for line in log.splitlines() if line.split()[1:2] == ["error"]] == []
     ignored = [line for line in log.splitlines() if "has no effect here" in line]
     assert len(ignored) == 1 and "DCGM_REMOTE_HOSTENGINE_INFO" in ignored[0]  # one line, saying why
-    if swapped.host_label == "hostname":  # 4.8.3's timeouts select its behaviour, and the log says so
-        assert "dcgm-exporter 4.8.3 behaviour (auto: flag --web-read-timeout exists from dcgm-exporter 4.8.3 on): " \
-               "the node label is hostname" in log
+    if swapped.host_label == "hostname":  # auto: the newest release's behaviour, and the log says so
+        assert "dcgm-exporter 4.8.4 behaviour (auto: the newest dcgm-exporter release known here (4.6.1-4.8.4); " \
+               "--dcgm-exporter-compat=4.8.2 keeps the Hostname label of 4.8.2 and earlier): the node label is " \
+               "hostname" in log
     if not Path("/etc/dcgm-exporter/dcp-metrics-included.csv").exists():  # the image has the file itself
         assert "/etc/dcgm-exporter/dcp-metrics-included.csv does not exist on this machine" in log
 

@@ -101,3 +101,26 @@ def test_every_environment_variable_at_once(record: dict[str, Any], tmp_path: Pa
     env.pop("DCGM_EXPORTER_LISTEN", None)  # the harness listens on its free port (--address)
     for exporter in _started([], env, port):
         _assert_serves_and_names_what_it_ignores(exporter, _accepted_flags(record), "environment variable")
+
+
+@pytest.mark.parametrize("release", [r["release"] for r in releases()])
+def test_the_releases_example_daemonset_runs_unchanged_with_that_releases_node_label(release: str) -> None:
+    """dcgm-exporter's own example DaemonSet of the release, its args and environment as the kubelet gives them
+    (NODE_NAME from the downward API). 4.8.3 and later: unchanged, hostname. 4.8.2 and earlier: what the migration
+    guide says to add besides the image, GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT, and Hostname."""
+    record = next(r for r in releases() if r["release"] == release)
+    [daemonset] = record["example_daemonsets"].values()
+    env = {item["name"]: str(item["value"]) for item in daemonset["env"] if "value" in item}
+    env |= {item["name"]: "hgx-node-01" for item in daemonset["env"]
+            if item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName"}
+    port = free_port()
+    env["DCGM_EXPORTER_LISTEN"] = f"127.0.0.1:{port}"  # the spec's :9400, on a free port of this shared machine
+    old = record["exporter_version"] < "4.8.3"
+    if old:
+        env["GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT"] = record["exporter_version"]
+    spelling, other = ("Hostname", "hostname") if old else ("hostname", "Hostname")
+    for exporter in _started(list(daemonset["args"]), env, port):
+        temps = exporter.samples("DCGM_FI_DEV_GPU_TEMP")
+        assert len(temps) == 8
+        assert all(labels[spelling] == "hgx-node-01" and other not in labels for labels, _ in temps)
+        assert any(labels.get("pod") for labels, _ in temps)  # DCGM_EXPORTER_KUBERNETES=true: pods attributed
