@@ -498,8 +498,11 @@ _FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("DCGM_FI_DEV_PSTATE", 190, "P-state", "Performance state (0 = maximum performance).", "gauge",
               _q("pstate", "pstate"), "nvmlDeviceGetPerformanceState (omitted when unknown)"),
     # --- NVLink ---------------------------------------------------------------------------------
+    # A rate, so a gauge: dcgm-exporter's CSV said counter up to 4.8.2 and says gauge from 4.8.3 on (its PR 658,
+    # "correct Prometheus type for NVLink bandwidth fields from counter to gauge"). The type served is always the
+    # CSV row's (a 4.8.2 CSV keeps counter); this one is the README's and a default row's.
     FieldSpec("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 449, "MB/s",
-              "Total number of NVLink bandwidth counters for all lanes.", "counter", _NVLINK_RATE,
+              "Total number of NVLink bandwidth counters for all lanes.", "gauge", _NVLINK_RATE,
               "rate of nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX + _RX, all links): "
               "KiB/s / 1000, as DCGM computes it",
               aliases=("DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL",)),
