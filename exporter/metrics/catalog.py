@@ -598,8 +598,13 @@ _FIELDS: tuple[FieldSpec, ...] = (
               "only meaningful inside a vGPU guest; not served"),
 )
 
+# The newest dcgm-exporter release whose fields this catalog and the lists below know (DCGM 4.6.1 - exporter 4.8.4):
+# named in the warning for a DCGM-shaped name we do not know, so a user can tell "newer than this exporter" apart.
+NEWEST_KNOWN_DCGM_EXPORTER = "4.6.1-4.8.4"
+
 # Real DCGM field names (legacy and DCGM 4.7 canonical) that we know but cannot serve. A CSV naming one
-# loads with a warning; a name that is neither here nor in the catalog is an error (most likely a typo).
+# loads with a warning (skipped, reason not_readable_through_nvml); any other DCGM-shaped name is skipped as
+# unknown (a newer release's field, or a typo: exporter/metrics/counters.py).
 _KNOWN_UNSERVED_NAMES = frozenset({
     "DCGM_FI_CUDA_DRIVER_VERSION", "DCGM_FI_PROCESS_NAME", "DCGM_FI_DEV_COUNT", "DCGM_FI_DEV_NAME",
     "DCGM_FI_DEV_BRAND", "DCGM_FI_DEV_GPU_BRAND", "DCGM_FI_DEV_NVML_INDEX", "DCGM_FI_DEV_UUID",
