@@ -506,6 +506,23 @@ _FIELDS: tuple[FieldSpec, ...] = (
               "rate of nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX + _RX, all links): "
               "KiB/s / 1000, as DCGM computes it",
               aliases=("DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL",)),
+    # --- NVLink fabric health (dcgm-exporter 4.8.4's opt-in rows) ---------------------------------
+    # DCGM 4.6's fields 174/175 (dcgm_fields.h), which DCGM's cache manager fills from one
+    # nvmlDeviceGetGpuFabricInfoV call: the mask is healthMask unchanged (sub-fields of 2 bits, 0 not
+    # supported / 1 true / 2 false, read with DCGM_GPU_FABRIC_HEALTH_GET = NVML_GPU_FABRIC_HEALTH_GET:
+    # degraded bandwidth bits 0-1, route recovery 2-3, route unhealthy 4-5, access timeout recovery 6-7,
+    # incorrect configuration 8-11, partition assigned 12-13, global fabric manager state 14-15); the
+    # summary is the v3 struct's healthSummary. GPUs on no NVLink fabric answer NotSupported: both omitted.
+    FieldSpec("DCGM_FI_DEV_FABRIC_HEALTH_MASK", 174, "bitmask",
+              "GPU fabric health status mask (NVML healthMask; 2-bit sub-fields, see NVML_GPU_FABRIC_HEALTH_GET).",
+              "gauge", _q("fabric", "health_mask"),
+              "nvmlDeviceGetGpuFabricInfoV(v3, or v2 on older drivers).healthMask, unchanged as DCGM stores it; "
+              "omitted where NotSupported (no NVLink fabric)"),
+    FieldSpec("DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY", 175, "enum",
+              "GPU fabric health summary (1 healthy, 2 unhealthy, 3 limited capacity).", "gauge",
+              _q("fabric", "health_summary"),
+              "nvmlDeviceGetGpuFabricInfoV(v3).healthSummary; omitted where NotSupported, on v2-only drivers and "
+              "when the summary is 0 (not supported)"),
     # --- profiling (DCP) through NVML GPM (docs/profiling.md) -------------------------------------
     FieldSpec("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 1001, "ratio", "Ratio of time the graphics engine is active.", "gauge",
               _gpm_ratio(pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL),
@@ -648,6 +665,8 @@ _KNOWN_UNSERVED_NAMES = frozenset({
     "DCGM_FI_PROF_FP16_UTIL_RATIO", "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND",
     "DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND", "DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND",
     "DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND",
+    "DCGM_FI_DEV_FABRIC_MANAGER_STATUS", "DCGM_FI_DEV_FABRIC_MANAGER_ERROR", "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE",
+    "DCGM_FI_DEV_FABRIC_CLUSTER_UUID", "DCGM_FI_DEV_FABRIC_CLIQUE_ID",
     "DCGM_EXP_GPU_HEALTH_STATUS",
     "DCGM_EXP_P2P_STATUS",
 })
