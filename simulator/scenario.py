@@ -104,6 +104,9 @@ GPU:
                                       # samples report); when any process of a GPU has some, the GPU's
                                       # load/memory_util/encoder_util/decoder_util follow its processes
                                       # (see sharing); otherwise its processes share the GPU's equally
+  fabric: none | healthy | degraded | unhealthy   # NVLink fabric (nvmlDeviceGetGpuFabricInfoV): none (default,
+                                      # NotSupported: not on an NVLink fabric); healthy; degraded (bandwidth
+                                      # degraded, summary limited capacity); unhealthy (route unhealthy)
   sharing: time-slicing | mps         # default time-slicing: processes take turns, so the GPU is busy
                                       # the sum of their times (at most 100 %); mps: their kernels run
                                       # at once, busy 1 - prod(1 - each), less than the sum
@@ -197,6 +200,7 @@ REALISTIC_LATENCY_S: Mapping[str, float] = MappingProxyType({
     "nvmlDeviceGetGpuInstanceId": 2e-6,  # estimate
     "nvmlDeviceGetComputeInstanceId": 2e-6,  # estimate
     "nvmlDeviceGetAttributes_v2": 5e-6,  # estimate
+    "nvmlDeviceGetGpuFabricInfoV": 5e-6,  # estimate (the driver's cached fabric probe result)
     "nvmlGpmQueryDeviceSupport": 5e-6,  # estimate
     "nvmlGpmSampleAlloc": 2e-6,  # estimate (host memory only)
     "nvmlGpmSampleFree": 1e-6,  # estimate
@@ -219,6 +223,9 @@ NVML_SYMBOLS: frozenset[str] = frozenset(REALISTIC_LATENCY_S)
 LATENCY_PROFILES = ("none", "realistic")
 PROCESS_TYPES = ("compute", "graphics", "both")
 SHARING_MODES = ("time-slicing", "mps")
+# The scenario's fabric health states (GPU key ``fabric``), answered by nvmlDeviceGetGpuFabricInfoV.
+FABRIC_NONE = "none"
+FABRIC_STATES = (FABRIC_NONE, "healthy", "degraded", "unhealthy")
 # GPU channels that follow the processes' own activity when any process of the GPU has some.
 DERIVED_FROM_PROCESSES = ("load", "memory_util", "encoder_util", "decoder_util")
 PATTERN_KINDS = ("constant", "noise", "ramp", "sine", "square", "steps")
@@ -562,6 +569,9 @@ class GpuSpec:
     # How processes share the GPU: "time-slicing" (their kernels take turns, so the GPU's busy time
     # is the sum of theirs) or "mps" (their kernels run at the same time, so it is less).
     sharing: str = "time-slicing"
+    # The NVLink fabric's health as nvmlDeviceGetGpuFabricInfoV reports it (FABRIC_STATES); "none": the GPU
+    # is on no NVLink fabric and the call answers NotSupported, as on most GPUs.
+    fabric: str = FABRIC_NONE
 
     @property
     def activity_from_processes(self) -> bool:
@@ -685,7 +695,7 @@ _TOP_KEYS = ("description", "seed", "driver", "gpu_count", "gpu_defaults", "gpus
 _GPU_KEYS = ("model", "name", "uuid", "serial", "vbios", "pci_bus_id", "minor", "power_limit", "features", "mig",
              "profiling",
              "clock_events", "pcie_replays", "ecc_errors", "retired_pages", "remapped_rows", "processes",
-             "sharing", *CHANNELS)
+             "sharing", "fabric", *CHANNELS)
 _UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _PCI = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<device>[0-9a-fA-F]{1,2})"
                   r"(?:\.(?P<function>[0-7]))?$")
@@ -1019,6 +1029,8 @@ def _gpu_settings(settings: Mapping[str, YamlValue], model: GpuModel) -> dict[st
             parsed["profiling"] = _profiling(item)
         elif name == "sharing":
             parsed["sharing"] = item.choice(SHARING_MODES, "sharing mode")
+        elif name == "fabric":
+            parsed["fabric"] = item.choice(FABRIC_STATES, "fabric health")
     return parsed
 
 

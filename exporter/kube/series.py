@@ -108,13 +108,14 @@ class LabeledDevice:
 
 
 def workload_labels(workload: Workload, config: Config,
-                    base: Mapping[str, str] | None = None) -> dict[str, str]:
+                    base: Mapping[str, str] | None = None, *, pod_uid: bool = False) -> dict[str, str]:
     """``container, namespace, pod [, pod_uid] [, team] [, pod labels...]``; a name already in
     ``base`` is never overridden, and a label without a value is left out. With ``-o`` the first
-    three are dcgm-exporter 1.x's ``container_name, pod_namespace, pod_name``."""
+    three are dcgm-exporter 1.x's ``container_name, pod_namespace, pod_name``. ``pod_uid`` comes with
+    ``--kubernetes-enable-pod-uid``, or always where ``pod_uid=True`` (virtual-GPU per-pod series)."""
     names = OLD_WORKLOAD_NAMES if config.use_old_namespace else WORKLOAD_NAMES
     labels: dict[str, str] = dict(zip(names, (workload.container, workload.namespace, workload.pod), strict=True))
-    if config.kubernetes_enable_pod_uid and workload.pod_uid:
+    if (pod_uid or config.kubernetes_enable_pod_uid) and workload.pod_uid:
         labels["pod_uid"] = workload.pod_uid
     if workload.team:
         labels["team"] = workload.team
@@ -138,9 +139,10 @@ def dra_labels(holder: AllocationHolder, config: Config, base: Mapping[str, str]
     return {name: value for name, value in labels.items() if value and name not in base}
 
 
-def holder_labels(holder: AllocationHolder, config: Config, base: Mapping[str, str]) -> dict[str, str]:
-    """A holder's workload labels followed by its ``dra_*`` labels."""
-    labels = workload_labels(holder.workload, config, base)
+def holder_labels(holder: AllocationHolder, config: Config, base: Mapping[str, str], *,
+                  pod_uid: bool = False) -> dict[str, str]:
+    """A holder's workload labels followed by its ``dra_*`` labels (``pod_uid``: see ``workload_labels``)."""
+    labels = workload_labels(holder.workload, config, base, pod_uid=pod_uid)
     labels.update(dra_labels(holder, config, {**base, **labels}))
     return labels
 
@@ -182,11 +184,12 @@ def virtual_gpu_samples(attribution: AttributionSnapshot, device: LabeledDevice,
     None: the field is not one of those two (or virtual mode is off, or the device has no holder),
     and the caller repeats the device's series per holder as for every other field. Otherwise the
     caller writes the device series once with the device's value (no workload labels) and then
-    one series per holder (workload labels, ``vgpu``) with: FB_USED the MiB of that holder's
-    processes on the device (or MIG instance), GPU_UTIL the % of the whole GPU its processes used
-    (NVML's per-process samples, summed per container); 0 for a holder without processes. While
-    the process data of the device is unknown (not read yet, or unreadable) the list is empty:
-    no per-holder series rather than the device total copied onto every pod.
+    one series per holder (workload labels, always with ``pod_uid`` as upstream, ``vgpu``) with:
+    FB_USED the MiB of that holder's processes on the device (or MIG instance), GPU_UTIL the % of
+    the whole GPU its processes used (NVML's per-process samples, summed per container); 0 for a
+    holder without processes. While the process data of the device is unknown (not read yet, or
+    unreadable) the list is empty: no per-holder series rather than the device total copied onto
+    every pod.
     MIG: memory only (NVML samples no processes there), as upstream. The peak of either field
     (``DCGM_EXP_FB_USED_PEAK``, ``DCGM_EXP_GPU_UTIL_PEAK``) is, per holder, that holder's own peak over
     the peak window (never below its current value), so a pod's peak is its spike, not a neighbour's.
@@ -221,7 +224,9 @@ def virtual_gpu_samples(attribution: AttributionSnapshot, device: LabeledDevice,
                 for item in attribution.memory(device.uuid, device.gpu_instance_id)]
     samples = []
     for holder in allocation.holders:
-        labels = holder_labels(holder, config, device.labels)
+        # Always with pod_uid, --kubernetes-enable-pod-uid or not: dcgm-exporter sets it on these per-pod series
+        # (its process_metrics transformation keys them by pod UID), and queries written for it join on it.
+        labels = holder_labels(holder, config, device.labels, pod_uid=True)
         if holder.replica_ids and "vgpu" not in device.labels:
             labels["vgpu"] = holder.replica_ids[0]
         samples.append((labels, sum(value for workload, value in used if _same_container(workload, holder.workload))))

@@ -498,11 +498,31 @@ _FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("DCGM_FI_DEV_PSTATE", 190, "P-state", "Performance state (0 = maximum performance).", "gauge",
               _q("pstate", "pstate"), "nvmlDeviceGetPerformanceState (omitted when unknown)"),
     # --- NVLink ---------------------------------------------------------------------------------
+    # A rate, so a gauge: dcgm-exporter's CSV said counter up to 4.8.2 and says gauge from 4.8.3 on (its PR 658,
+    # "correct Prometheus type for NVLink bandwidth fields from counter to gauge"). The type served is always the
+    # CSV row's (a 4.8.2 CSV keeps counter); this one is the README's and a default row's.
     FieldSpec("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 449, "MB/s",
-              "Total number of NVLink bandwidth counters for all lanes.", "counter", _NVLINK_RATE,
+              "Total number of NVLink bandwidth counters for all lanes.", "gauge", _NVLINK_RATE,
               "rate of nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX + _RX, all links): "
               "KiB/s / 1000, as DCGM computes it",
               aliases=("DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL",)),
+    # --- NVLink fabric health (dcgm-exporter 4.8.4's opt-in rows) ---------------------------------
+    # DCGM 4.6's fields 174/175 (dcgm_fields.h), which DCGM's cache manager fills from one
+    # nvmlDeviceGetGpuFabricInfoV call: the mask is healthMask unchanged (sub-fields of 2 bits, 0 not
+    # supported / 1 true / 2 false, read with DCGM_GPU_FABRIC_HEALTH_GET = NVML_GPU_FABRIC_HEALTH_GET:
+    # degraded bandwidth bits 0-1, route recovery 2-3, route unhealthy 4-5, access timeout recovery 6-7,
+    # incorrect configuration 8-11, partition assigned 12-13, global fabric manager state 14-15); the
+    # summary is the v3 struct's healthSummary. GPUs on no NVLink fabric answer NotSupported: both omitted.
+    FieldSpec("DCGM_FI_DEV_FABRIC_HEALTH_MASK", 174, "bitmask",
+              "GPU fabric health status mask (NVML healthMask; 2-bit sub-fields, see NVML_GPU_FABRIC_HEALTH_GET).",
+              "gauge", _q("fabric", "health_mask"),
+              "nvmlDeviceGetGpuFabricInfoV(v3, or v2 on older drivers).healthMask, unchanged as DCGM stores it; "
+              "omitted where NotSupported (no NVLink fabric)"),
+    FieldSpec("DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY", 175, "enum",
+              "GPU fabric health summary (1 healthy, 2 unhealthy, 3 limited capacity).", "gauge",
+              _q("fabric", "health_summary"),
+              "nvmlDeviceGetGpuFabricInfoV(v3).healthSummary; omitted where NotSupported, on v2-only drivers and "
+              "when the summary is 0 (not supported)"),
     # --- profiling (DCP) through NVML GPM (docs/profiling.md) -------------------------------------
     FieldSpec("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 1001, "ratio", "Ratio of time the graphics engine is active.", "gauge",
               _gpm_ratio(pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL),
@@ -595,8 +615,13 @@ _FIELDS: tuple[FieldSpec, ...] = (
               "only meaningful inside a vGPU guest; not served"),
 )
 
+# The newest dcgm-exporter release whose fields this catalog and the lists below know (DCGM 4.6.1 - exporter 4.8.4):
+# named in the warning for a DCGM-shaped name we do not know, so a user can tell "newer than this exporter" apart.
+NEWEST_KNOWN_DCGM_EXPORTER = "4.6.1-4.8.4"
+
 # Real DCGM field names (legacy and DCGM 4.7 canonical) that we know but cannot serve. A CSV naming one
-# loads with a warning; a name that is neither here nor in the catalog is an error (most likely a typo).
+# loads with a warning (skipped, reason not_readable_through_nvml); any other DCGM-shaped name is skipped as
+# unknown (a newer release's field, or a typo: exporter/metrics/counters.py).
 _KNOWN_UNSERVED_NAMES = frozenset({
     "DCGM_FI_CUDA_DRIVER_VERSION", "DCGM_FI_PROCESS_NAME", "DCGM_FI_DEV_COUNT", "DCGM_FI_DEV_NAME",
     "DCGM_FI_DEV_BRAND", "DCGM_FI_DEV_GPU_BRAND", "DCGM_FI_DEV_NVML_INDEX", "DCGM_FI_DEV_UUID",
@@ -640,6 +665,8 @@ _KNOWN_UNSERVED_NAMES = frozenset({
     "DCGM_FI_PROF_FP16_UTIL_RATIO", "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND",
     "DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND", "DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND",
     "DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND",
+    "DCGM_FI_DEV_FABRIC_MANAGER_STATUS", "DCGM_FI_DEV_FABRIC_MANAGER_ERROR", "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE",
+    "DCGM_FI_DEV_FABRIC_CLUSTER_UUID", "DCGM_FI_DEV_FABRIC_CLIQUE_ID",
     "DCGM_EXP_GPU_HEALTH_STATUS",
     "DCGM_EXP_P2P_STATUS",
 })

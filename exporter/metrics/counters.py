@@ -6,10 +6,21 @@ ignored, and every other record has exactly three columns ``DCGM field, Promethe
 with surrounding spaces trimmed (quoted help text may contain commas). Type ``label`` turns the
 field's string value into a label on every GPU series instead of a metric.
 
-A field we know but cannot serve (profiling fields before GPM support, vGPU licensing) is skipped
-with one warning naming the line, exactly like dcgm-exporter skips profiling rows the GPU lacks.
-An unknown name or a malformed row is an error naming file and line: a typo must not silently
-drop a metric that alerts depend on.
+Rows that cannot be exported are skipped, each with one warning naming file:line, the field and why,
+and counted by reason (``CounterSet.skipped``, served as ``gpu_pod_exporter_counters_skipped_rows``):
+
+* ``not_readable_through_nvml``: a field we know but cannot serve (vGPU licensing, inventory strings),
+  exactly like dcgm-exporter skips profiling rows the GPU lacks;
+* ``unknown_field``: a name with the shape of a DCGM field or dcgm-exporter metric
+  (``DCGM_FI_*``/``DCGM_EXP_*``, upper case) that no DCGM release we know has. Upstream's own files
+  carry such rows (4.8.3's commented ``DCGM_FI_PROF_*_TOTAL`` rows that users uncomment, fields of
+  DCGM releases newer than this exporter), so a newer field must never stop the exporter; the
+  warning offers the closest known name in case it is a typo, and the counter makes it alertable;
+* ``duplicate``: a second row for a name already selected (the first one wins).
+
+A row that does not even have that shape (``foo``, ``DCGM_FI_DEV GPU_TEMP``), a wrong column count, an
+unknown Prometheus type or a type that does not fit the field is malformed: an error naming file,
+line and key (exit code 2), because no DCGM release could make sense of it.
 """
 
 from __future__ import annotations
@@ -17,14 +28,31 @@ from __future__ import annotations
 import csv
 import difflib
 import io
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from importlib import resources
+from types import MappingProxyType
 
 from exporter.inputfile import InputFileError, read_text
-from exporter.metrics.catalog import CATALOG, Catalog, FieldSpec
+from exporter.metrics.catalog import CATALOG, NEWEST_KNOWN_DCGM_EXPORTER, Catalog, FieldSpec
 
 PROMETHEUS_TYPES = ("gauge", "counter", "histogram", "summary", "label")
 BUILTIN_NAME = "(built-in default-counters.csv)"
+
+# The shape of every DCGM field name (DCGM_FI_...) and dcgm-exporter metric (DCGM_EXP_...) of any release: a
+# row with this shape that we do not know is a newer release's field (or a typo), skipped with a warning.
+DCGM_NAME_SHAPE = re.compile(r"^DCGM_(FI|EXP)_[A-Z0-9_]+$")
+
+# Why a row was skipped: the label values of gpu_pod_exporter_counters_skipped_rows, each always present.
+SKIP_UNKNOWN_FIELD = "unknown_field"
+SKIP_NOT_READABLE = "not_readable_through_nvml"
+SKIP_DUPLICATE = "duplicate"
+SKIP_REASONS = (SKIP_UNKNOWN_FIELD, SKIP_NOT_READABLE, SKIP_DUPLICATE)
+
+
+def _no_skips() -> Mapping[str, int]:
+    return MappingProxyType(dict.fromkeys(SKIP_REASONS, 0))
 
 
 class CounterFileError(Exception):
@@ -58,6 +86,9 @@ class CounterSet:
     metrics: tuple[CounterRow, ...]
     labels: tuple[CounterRow, ...]
     warnings: tuple[str, ...] = ()
+    # Rows skipped, by reason (every SKIP_REASONS key): what gpu_pod_exporter_counters_skipped_rows serves for
+    # the counters in use, so a field that silently stopped being exported (a newer DCGM's name) is alertable.
+    skipped: Mapping[str, int] = field(default_factory=_no_skips, hash=False)
 
     def field_specs(self) -> tuple[FieldSpec, ...]:
         return tuple(row.spec for row in (*self.metrics, *self.labels))
@@ -88,6 +119,7 @@ def parse_counters(text: str, source: str, catalog: Catalog = CATALOG) -> Counte
     metrics: list[CounterRow] = []
     labels: list[CounterRow] = []
     warnings: list[str] = []
+    skipped = dict.fromkeys(SKIP_REASONS, 0)
     seen: dict[str, int] = {}
     duplicates: dict[str, list[int]] = {}
 
@@ -116,13 +148,23 @@ def parse_counters(text: str, source: str, catalog: Catalog = CATALOG) -> Counte
         spec = catalog.lookup(name)
         if spec is None:
             if catalog.is_known_dcgm_name(name):
+                skipped[SKIP_NOT_READABLE] += 1
                 warnings.append(f"{source}:{line_number}: {name}: this DCGM field cannot be read through NVML "
                                 "by this exporter; the row is skipped")
                 continue
             hint = difflib.get_close_matches(name, catalog.all_names(), n=1)
-            raise CounterFileError(source, line_number, _short(name), "unknown DCGM field name"
-                                   + (f" (did you mean {hint[0]}?)" if hint else ""))
+            if DCGM_NAME_SHAPE.match(name):
+                skipped[SKIP_UNKNOWN_FIELD] += 1
+                warnings.append(f"{source}:{line_number}: {name}: not a field of any DCGM release this exporter "
+                                f"knows (newest known dcgm-exporter: {NEWEST_KNOWN_DCGM_EXPORTER}): a newer DCGM's "
+                                "field, or a typo" + (f" — did you mean {hint[0]}?" if hint else "")
+                                + "; the row is skipped")
+                continue
+            raise CounterFileError(source, line_number, _short(name), "not a DCGM field name (expected DCGM_FI_... "
+                                   "or DCGM_EXP_..., upper case, or a dcgm-exporter 1.x name)"
+                                   + (f"; did you mean {hint[0]}?" if hint else ""))
         if not spec.served:
+            skipped[SKIP_NOT_READABLE] += 1
             warnings.append(f"{source}:{line_number}: {name}: not served by this exporter ({spec.nvml_source}); "
                             "the row is skipped")
             continue
@@ -131,6 +173,7 @@ def parse_counters(text: str, source: str, catalog: Catalog = CATALOG) -> Counte
             raise CounterFileError(source, line_number, name, f"type {prom_type!r} does not fit this field: "
                                    f"expected {expected}")
         if name in seen:
+            skipped[SKIP_DUPLICATE] += 1
             duplicates.setdefault(name, []).append(line_number)
             continue
         seen[name] = line_number
@@ -148,7 +191,8 @@ def parse_counters(text: str, source: str, catalog: Catalog = CATALOG) -> Counte
     if not metrics:
         warnings.append(f"{source}: selects no DCGM field to export (the file is empty, all comments, or every row "
                         "was skipped): only the exporter's own metrics will be served")
-    return CounterSet(source=source, metrics=tuple(metrics), labels=tuple(labels), warnings=tuple(warnings))
+    return CounterSet(source=source, metrics=tuple(metrics), labels=tuple(labels), warnings=tuple(warnings),
+                      skipped=MappingProxyType(skipped))
 
 
 def _short(text: str) -> str:

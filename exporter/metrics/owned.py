@@ -50,6 +50,13 @@ SELF_METRICS: tuple[OwnedMetric, ...] = (
     OwnedMetric("gpu_pod_exporter_field_unsupported", "gauge", "1", ("gpu", "UUID", "field"),
                 "1 for each (GPU, field) that NVML reported as not supported; the field is omitted.",
                 "sampler", "core"),
+    OwnedMetric("gpu_pod_exporter_counters_skipped_rows", "gauge", "rows", ("reason",),
+                "Rows of the counters CSV in use that are not exported, by reason: unknown_field (a DCGM-shaped "
+                "name no DCGM release this exporter knows has: a newer DCGM's field or a typo), "
+                "not_readable_through_nvml (a DCGM field this exporter cannot read), duplicate. The log names "
+                "each row's file:line at load.",
+                "counters CSV, at start and at each ConfigMap reload (-m); every reason always present",
+                "core"),
     OwnedMetric("gpu_pod_exporter_peak_window_seconds", "gauge", "s", (),
                 "Trailing window over which the DCGM_EXP_*_PEAK series take their maximum (--peak-window).",
                 "configuration", "core"),

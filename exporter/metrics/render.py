@@ -220,6 +220,11 @@ def self_families(ctx: RenderContext) -> list[Metric]:
             unsupported.add_sample("gpu_pod_exporter_field_unsupported",
                                    {"gpu": str(index), "UUID": identity.uuid, "field": field_name}, 1)
     families.append(unsupported)
+    # From the counters in use (App.set_counters swaps them on a ConfigMap reload, and the cache re-renders).
+    skipped = owned_family("gpu_pod_exporter_counters_skipped_rows")
+    for reason, count in ctx.counters.skipped.items():
+        skipped.add_sample("gpu_pod_exporter_counters_skipped_rows", {"reason": reason}, count)
+    families.append(skipped)
     if status.peak_window_s:
         single("gpu_pod_exporter_peak_window_seconds", status.peak_window_s)
     return families

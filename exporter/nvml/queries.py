@@ -9,6 +9,7 @@ Field values (``nvmlDeviceGetFieldValues``) are batched separately by the sample
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,6 +107,34 @@ def _clock_event_reasons(nvml: NvmlClient, handle: Any, state: QueryState) -> di
     return {"mask": nvml.call(pynvml.nvmlDeviceGetCurrentClocksEventReasons, handle)}
 
 
+def _fabric(nvml: NvmlClient, handle: Any, state: QueryState) -> dict[str, float]:
+    """GPU fabric information (NVLink-fabric GPUs: GH200/GB200 NVL, HGX with NVSwitch and Fabric Manager).
+
+    Asked as ``nvmlGpuFabricInfo_v3`` (adds ``healthSummary``) and, on a driver that answers
+    ArgumentVersionMismatch or lacks the symbol for it, as v2 from then on (remembered), as DCGM's cache
+    manager does for its fields 174/175. ``health_mask`` is NVML's ``healthMask`` unchanged: DCGM stores
+    exactly that in DCGM_FI_DEV_FABRIC_HEALTH_MASK (its sub-fields are read with
+    DCGM_GPU_FABRIC_HEALTH_GET, i.e. NVML_GPU_FABRIC_HEALTH_GET). ``health_summary`` is v3's
+    ``healthSummary`` (1 healthy, 2 unhealthy, 3 limited capacity); 0 means "not supported" and is left
+    out, never served as a value. NotSupported (no NVLink fabric, most GPUs) propagates: the sampler
+    omits both rows on that GPU for good.
+    """
+    if not state.notes.get("fabric_v2_only"):
+        info: Any = pynvml.c_nvmlGpuFabricInfo_v3_t()
+        try:
+            nvml.call(pynvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info))
+        except (pynvml.NVMLError_ArgumentVersionMismatch, pynvml.NVMLError_FunctionNotFound):
+            state.notes["fabric_v2_only"] = True
+        else:
+            result: dict[str, float] = {"health_mask": int(info.healthMask)}
+            if info.healthSummary != pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED:
+                result["health_summary"] = int(info.healthSummary)
+            return result
+    info = pynvml.c_nvmlGpuFabricInfo_v2_t()
+    nvml.call(pynvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info))
+    return {"health_mask": int(info.healthMask)}
+
+
 def _threshold(threshold: int) -> QueryFunction:
     def run(nvml: NvmlClient, handle: Any, state: QueryState) -> dict[str, float]:
         return {"celsius": nvml.call(pynvml.nvmlDeviceGetTemperatureThreshold, handle, threshold)}
@@ -128,6 +157,7 @@ QUERIES: dict[str, Query] = {
         Query("fan_speed", _fan_speed),
         Query("pstate", _pstate),
         Query("clock_event_reasons", _clock_event_reasons),
+        Query("fabric", _fabric),
         Query("slowdown_temp", _threshold(pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN), static=True),
         Query("shutdown_temp", _threshold(pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN), static=True),
     )

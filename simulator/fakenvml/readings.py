@@ -44,6 +44,31 @@ from simulator.scenario import (
 )
 
 
+def _fabric_mask(*, degraded: bool = False, unhealthy: bool = False) -> int:
+    """A health mask as NVML packs it (nvml.h, NVML_GPU_FABRIC_HEALTH_MASK_*): the boolean 2-bit sub-fields
+    "false" (2) unless asked for "true" (1), incorrect configuration "none" (1); the others not supported (0)."""
+    def bit(true: bool) -> int:
+        return int(pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE if true else
+                   pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE)
+    return int(bit(degraded) << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW
+            | bit(False) << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY
+            | bit(unhealthy) << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY
+            | bit(False) << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ACCESS_TIMEOUT_RECOVERY
+            | pynvml.NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_NONE
+            << pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_INCORRECT_CONFIGURATION)
+
+
+# The struct versions the simulated driver accepts (a driver before v3 answers ArgumentVersionMismatch to it).
+FABRIC_INFO_VERSIONS: tuple[int, ...] = (pynvml.nvmlGpuFabricInfo_v2, pynvml.nvmlGpuFabricInfo_v3)
+
+# Scenario fabric state -> (healthMask, healthSummary); absent: NotSupported (no NVLink fabric).
+FABRIC_HEALTH: dict[str, tuple[int, int]] = {
+    "healthy": (_fabric_mask(), pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY),
+    "degraded": (_fabric_mask(degraded=True), pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY),
+    "unhealthy": (_fabric_mask(unhealthy=True), pynvml.NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY),
+}
+
+
 class ReadingsMixin(LibraryState):
     """The per-device reading symbols, each answering from the ``device.SimulatedGpu`` model."""
 
@@ -290,6 +315,25 @@ class ReadingsMixin(LibraryState):
         if not gpu.features.clock_event_reasons:
             return NOT_SUPPORTED
         pointee(out).value = SUPPORTED_REASONS
+        return SUCCESS
+
+    @c_symbol("nvmlDeviceGetGpuFabricInfoV", device=True)
+    def _impl_fabric_info(self, gpu: SimulatedGpu, t: float, out: Any) -> int:
+        """The scenario's ``fabric`` state as the driver's v2 or v3 struct (v3 adds ``healthSummary``)."""
+        info = pointee(out)
+        if info.version not in FABRIC_INFO_VERSIONS:
+            return VERSION_MISMATCH
+        health = FABRIC_HEALTH.get(gpu.spec.fabric)
+        if health is None:
+            return NOT_SUPPORTED
+        mask, summary = health
+        info.clusterUuid[:] = bytes(range(16))
+        info.status = SUCCESS
+        info.cliqueId = 1
+        info.state = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+        info.healthMask = mask
+        if info.version == pynvml.nvmlGpuFabricInfo_v3:
+            info.healthSummary = summary
         return SUCCESS
 
     @c_symbol("nvmlDeviceGetEccMode", device=True)

@@ -76,7 +76,7 @@ def test_at_needs_simulate() -> None:
 
 def test_a_broken_counters_file_is_a_config_error_after_the_other_checks(tmp_path: Path, one_gpu: str) -> None:
     counters = tmp_path / "counters.csv"
-    counters.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV_GPU_TEMPP, gauge, typo\n", encoding="utf-8")
+    counters.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV GPU_TEMPP, gauge, typo\n", encoding="utf-8")
     run = doctor("--json", "--simulate", one_gpu, "-f", str(counters), *FAST)
     assert run.code == 2
     row = run.row("config", "counters")

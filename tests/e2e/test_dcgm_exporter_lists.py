@@ -47,3 +47,24 @@ def test_the_exporter_serves_exactly_the_lists_rows(path: Path) -> None:
     assert log.count("DCGM_FI_DEV_VGPU_LICENSE_STATUS") == 1 and f"{path.name}:" in log
     if not upstream_path.exists():  # a machine that is not the image: the package stands in, and says so
         assert f"{upstream_path} does not exist on this machine; using the packaged copy" in log
+
+
+def test_a_newer_dcgms_field_is_skipped_with_one_warning_and_counted_and_the_rest_is_served(tmp_path: Path) -> None:
+    """dcgm-exporter 4.8.4's rows (fabric health, served here) plus a field of a DCGM newer than any this exporter
+    knows: the exporter starts, logs one line naming file:line, and the skip is visible in /metrics."""
+    csv = tmp_path / "counters.csv"
+    csv.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
+                   "DCGM_FI_DEV_FABRIC_HEALTH_MASK, gauge, Fabric health mask.\n"
+                   "DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY, gauge, Fabric health summary.\n"
+                   "DCGM_FI_DEV_FABRIC_FROM_DCGM_9, gauge, Something newer.\n", encoding="utf-8")
+    with running_exporter(["-f", str(csv), "--simulate", "--collect-interval", "200"]) as exporter:
+        exporter.wait_healthy()
+        wait_for(lambda: "DCGM_FI_DEV_GPU_TEMP{" in exporter.metrics() or None, 20.0, "the GPU temperature")
+        text = exporter.metrics()
+        log = exporter.log()
+    assert 'gpu_pod_exporter_counters_skipped_rows{reason="unknown_field"} 1\n' in text
+    assert "DCGM_FI_DEV_FABRIC_FROM_DCGM_9" not in text
+    # The default scenario's GPUs are on no NVLink fabric: the fabric rows load but have no series.
+    assert "DCGM_FI_DEV_FABRIC_HEALTH_MASK{" not in text
+    assert log.count("DCGM_FI_DEV_FABRIC_FROM_DCGM_9") == 1
+    assert f"{csv}:4: DCGM_FI_DEV_FABRIC_FROM_DCGM_9: not a field of any DCGM release this exporter knows" in log

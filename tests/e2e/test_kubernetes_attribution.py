@@ -135,6 +135,10 @@ def test_virtual_gpus_repeat_the_shared_device_once_per_pod(cluster: NodeCluster
         [device_used] = [value for labels, value in used if "pod" not in labels]
         own = {labels["pod"]: value for labels, value in used if "pod" in labels}
         assert own == {"chat-0": 5 * GIB_IN_MIB, "embed-0": 3 * GIB_IN_MIB, "rerank-0": 1 * GIB_IN_MIB}
+        # Each pod's own series carries pod_uid without --kubernetes-enable-pod-uid, as dcgm-exporter's do;
+        # the repeated device readings (GPU_TEMP above) follow the flag and have none.
+        assert all(labels.get("pod_uid") for labels, _ in used if "pod" in labels)
+        assert not any("pod_uid" in labels for labels, _ in shared)
         assert device_used >= sum(own.values())
         # Their peaks likewise: the device's once, then each pod's own peak (steady memory here: its own
         # memory), never the device's peak under a pod's labels.

@@ -36,6 +36,16 @@ def test_malformed_counters_csv(tmp_path: Path) -> None:
     assert_one_clear_line(output, f"{csv}:3", "DCGM_FI_DEV_POWER_USAGE", "expected 3 columns")
 
 
+@pytest.mark.parametrize("name", ["DCGM_FI_DEV GPU_TEMP", "gpu_temperature"])
+def test_counters_csv_row_that_is_no_dcgm_name_at_all(tmp_path: Path, name: str) -> None:
+    """Not a newer DCGM field (those are skipped with a warning): a row no DCGM release could have."""
+    csv = tmp_path / "counters.csv"
+    csv.write_text(f"DCGM_FI_DEV_SM_CLOCK, gauge, SM clock.\n{name}, gauge, GPU temperature (in C).\n")
+    code, output = exit_of(["--simulate", "default", "-f", str(csv)])
+    assert code == EXIT_CONFIG_ERROR
+    assert_one_clear_line(output, f"{csv}:2", name, "not a DCGM field name")
+
+
 def test_counters_csv_with_an_unknown_metric_type(tmp_path: Path) -> None:
     csv = tmp_path / "counters.csv"
     csv.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\nDCGM_FI_DEV_SM_CLOCK, gaug, SM clock.\n")

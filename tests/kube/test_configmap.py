@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from exporter.app import App
+from exporter.cli import build_app
+from exporter.config import load_config
 from exporter.kube.configmap import ConfigMapCounters, ConfigMapUnavailableError
 from exporter.metrics.counters import CounterFileError, CounterSet
 from tests.nvml.fake_sampling import captured_logs
@@ -47,10 +50,37 @@ def test_an_unreachable_api_server_is_unavailable_not_a_crash(tmp_path: Path) ->
 
 
 def test_a_csv_mistake_names_the_configmap_and_line(tmp_path: Path) -> None:
-    with ConfigMapServer("DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV_NOPE, gauge, typo\n") as server, \
+    with ConfigMapServer("DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV GPU_TEMP, gauge, typo\n") as server, \
             pytest.raises(CounterFileError) as caught:
         _source(server, tmp_path).read()
-    assert str(caught.value).startswith(f"configmap {NAMESPACE}/{NAME} (key metrics):2: DCGM_FI_DEV_NOPE:")
+    assert str(caught.value).startswith(f"configmap {NAMESPACE}/{NAME} (key metrics):2: DCGM_FI_DEV GPU_TEMP:")
+
+
+def test_the_skipped_rows_metric_follows_a_reload(tmp_path: Path) -> None:
+    """gpu_pod_exporter_counters_skipped_rows describes the counters in use: after the ConfigMap changes, the
+    next /metrics says what the new CSV skipped (here a newer DCGM's field), and the warning names its line."""
+    loaded = load_config(["--address", "127.0.0.1:0"], {})
+    with ConfigMapServer(TEMP_ONLY) as server, captured_logs() as logs:
+        source = _source(server, tmp_path)
+        app = build_app(loaded, source.read())
+        try:
+            source.on_change = app.set_counters
+            assert 'gpu_pod_exporter_counters_skipped_rows{reason="unknown_field"} 0' in _metrics(app)
+            server.metrics = TEMP_ONLY + "DCGM_FI_DEV_FABRIC_FUTURE_THING, gauge, newer\n" \
+                + "DCGM_FI_DEV_GPU_TEMP, gauge, again\n"
+            assert source.refresh()
+            text = _metrics(app)
+            assert 'gpu_pod_exporter_counters_skipped_rows{reason="unknown_field"} 1' in text
+            assert 'gpu_pod_exporter_counters_skipped_rows{reason="duplicate"} 1' in text
+            assert 'gpu_pod_exporter_counters_skipped_rows{reason="not_readable_through_nvml"} 0' in text
+        finally:
+            app.stop()
+    assert any(message.startswith(f"configmap {NAMESPACE}/{NAME} (key metrics):2: DCGM_FI_DEV_FABRIC_FUTURE_THING: "
+                                  "not a field of any DCGM release") for message in logs.messages())
+
+
+def _metrics(app: App) -> str:
+    return app.cache.refresh().body(openmetrics=False, compressed=False).decode()
 
 
 def test_refresh_applies_a_change_once_and_keeps_the_counters_on_a_broken_one(

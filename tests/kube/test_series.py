@@ -316,6 +316,20 @@ def test_virtual_gpus_give_each_pod_its_own_memory_and_utilization() -> None:
     assert virtual_gpu_samples(_three_pods_share_gpu1(), DEVICE1, "DCGM_FI_DEV_FB_USED", _config()) is None
 
 
+def test_virtual_gpus_per_pod_series_always_carry_pod_uid() -> None:
+    """dcgm-exporter sets pod_uid on each pod's own GPU_UTIL / FB_USED series (pull request 594) whether or not
+    --kubernetes-enable-pod-uid is set; the per-pod copies of other fields follow the flag as before."""
+    config = _config(kubernetes_virtual_gpus=True)
+    for field in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL"):
+        found = virtual_gpu_samples(_three_pods_share_gpu1(), DEVICE1, field, config)
+        assert found is not None
+        assert [(labels["pod"], labels.get("pod_uid")) for labels, _ in found] == [
+            ("eval-0", "uid-eval"), ("nb", None), ("batch-0", None)]  # a pod without a known UID: left out
+        assert list(found[0][0]) == ["container", "namespace", "pod", "pod_uid", "vgpu"]
+    copies = workload_label_sets(_three_pods_share_gpu1(), DEVICE1, config)
+    assert all("pod_uid" not in labels for labels in copies)
+
+
 def test_virtual_gpus_never_copy_the_device_total_while_process_data_is_unknown() -> None:
     unknown = _three_pods_share_gpu1(process_gpus=frozenset(), utilization_gpus=frozenset())
     config = _config(kubernetes_virtual_gpus=True)

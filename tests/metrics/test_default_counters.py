@@ -41,6 +41,16 @@ RULE_FILES = sorted((REPO / "deploy" / "rules").glob("*.yaml"))
 DASHBOARD_VARIABLES = {"datasource": "prometheus", "cluster": "", "Hostname": "node", "gpu": "0", "modelName": "model",
                        "team": "team", "namespace": "namespace", "instance": "instance"}
 NOT_SERVED_UPSTREAM_ROWS = {"DCGM_FI_DEV_VGPU_LICENSE_STATUS"}  # only meaningful inside a vGPU guest
+# Types that dcgm-exporter corrected after 4.8.2, which our default and catalog follow: NVLink bandwidth is a rate,
+# a gauge from 4.8.3 on (dcgm-exporter PR 658, "correct Prometheus type for NVLink bandwidth fields from counter to
+# gauge"). The 4.8.2 reference file and the packaged 4.8 lists keep counter, as released.
+TYPES_CORRECTED_IN_483 = {"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "gauge"}
+
+
+def as_of_483(row: tuple[str, str, str]) -> tuple[str, str, str]:
+    """A 4.8.2 row with the type dcgm-exporter 4.8.3 gives it."""
+    name, prom_type, help_text = row
+    return name, TYPES_CORRECTED_IN_483.get(name, prom_type), help_text
 
 
 def rows(counters: CounterSet) -> list[tuple[str, str, str]]:
@@ -88,7 +98,7 @@ def test_dcgm_exporter_lists_have_exactly_the_48_rows(name: str) -> None:
 
 def test_the_product_default_starts_with_the_48_rows_unchanged() -> None:
     default = rows(load_counters(None))
-    upstream = [row for row in upstream_rows() if row[0] not in NOT_SERVED_UPSTREAM_ROWS]
+    upstream = [as_of_483(row) for row in upstream_rows() if row[0] not in NOT_SERVED_UPSTREAM_ROWS]
     assert default[:len(upstream)] == upstream
     assert load_counters(None).warnings == ()
     assert PRODUCT_DEFAULT.read_text(encoding="utf-8") == default_counters_text()  # the packaged file
@@ -147,7 +157,18 @@ def test_the_catalog_describes_upstream_rows_as_dcgm_exporter_does() -> None:
         spec = CATALOG.lookup(name)
         assert spec is not None, name
         if name not in NOT_SERVED_UPSTREAM_ROWS:
-            assert (spec.prom_type, spec.help) == (prom_type, help_text), name
+            assert (spec.prom_type, spec.help) == as_of_483((name, prom_type, help_text))[1:], name
+
+
+def test_nvlink_bandwidth_is_served_as_a_gauge_by_default_and_as_the_csv_says_otherwise() -> None:
+    """The default CSV (and the chart's copy) says gauge, as dcgm-exporter 4.8.3+; a 4.8.2 CSV saying counter keeps
+    counter: the type served is the row's, the catalog does not force one."""
+    default = {row.name: row.prom_type for row in load_counters(None).metrics}
+    assert default["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == "gauge"
+    chart = REPO / "deploy" / "helm" / "gpu-pod-exporter" / "files" / "default-counters.csv"
+    assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, gauge," in chart.read_text(encoding="utf-8")
+    old = {row.name: row.prom_type for row in load_counters(str(UPSTREAM_48)).metrics}
+    assert old["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == "counter"
 
 
 def test_the_image_paths_in_etc_are_links_to_the_packaged_lists() -> None:

@@ -6,7 +6,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from ctypes import c_uint
+from ctypes import byref, c_uint
 from typing import Any
 
 import pynvml
@@ -827,6 +827,8 @@ DEVICE_CALLS: dict[str, Callable[[Any], object]] = {
     "nvmlDeviceGetHandleByPciBusId_v2": lambda h: pynvml.nvmlDeviceGetHandleByPciBusId(
         pynvml.nvmlDeviceGetPciInfo(h).busId),
     "nvmlDeviceGetIndex": pynvml.nvmlDeviceGetIndex,
+    "nvmlDeviceGetGpuFabricInfoV": lambda h: pynvml.nvmlDeviceGetGpuFabricInfoV(
+        h, byref(pynvml.c_nvmlGpuFabricInfo_v3_t())),
     "nvmlDeviceGetUUID": pynvml.nvmlDeviceGetUUID,
     "nvmlDeviceGetName": pynvml.nvmlDeviceGetName,
     "nvmlDeviceGetPciInfo_v3": pynvml.nvmlDeviceGetPciInfo_v3,
