@@ -33,9 +33,9 @@ BUILTIN_VARIABLES: dict[str, str] = {
 
 # Variables that Grafana derives from the data rather than from a user's choice, with the value
 # they take on this exporter's default output. ``host_label`` is the node label's spelling
-# (``label_names()`` filtered to Hostname|hostname): a test of the dcgm-exporter 4.8.3 spelling
-# passes ``{"host_label": "hostname"}``.
-DERIVED_VARIABLES: dict[str, str] = {"host_label": "Hostname"}
+# (``label_names()`` filtered to Hostname|hostname): ``hostname`` by default (dcgm-exporter 4.8.3 on); a
+# test of the 4.8.2 spelling passes ``{"host_label": "Hostname"}``.
+DERIVED_VARIABLES: dict[str, str] = {"host_label": "hostname"}
 
 # ${name}, ${name:format}, [[name]], [[name:format]] and $name (Grafana's three syntaxes).
 _VARIABLE = re.compile(r"\$\{(\w+)(?::[\w-]+)?\}|\[\[(\w+)(?::[\w-]+)?\]\]|\$(\w+)")

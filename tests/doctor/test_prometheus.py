@@ -30,7 +30,7 @@ from tests.e2e.prometheus_harness import RULE_FILES, PrometheusHarness, require_
 # dcgm-exporter 4.8's own list (what -f /etc/dcgm-exporter/default-counters.csv exports): it lacks rows the
 # shipped rules read, which the built-in default has.
 DCGM_EXPORTER_48_COUNTERS = REPO_ROOT / "exporter" / "metrics" / "data" / "dcgm-exporter" / "default-counters.csv"
-NODE = "hgx-node-01"  # the default scenario's simulated node: the Hostname label of every GPU series
+NODE = "hgx-node-01"  # the default scenario's simulated node: the hostname label of every GPU series
 TARGET_LABELS = {"pod": "gpu-pod-exporter-x7k2p", "namespace": "gpu-monitoring", "container": "gpu-pod-exporter"}
 
 
@@ -83,7 +83,7 @@ def nodes() -> Iterator[dict[str, Node]]:
             started[name] = Node(exporter, prometheus, counters)
         for node in started.values():
             node.prometheus.wait_for_targets_up(deadline_s=60)
-            node.prometheus.wait_for(f'DCGM_FI_DEV_GPU_TEMP{{Hostname="{NODE}"}}', lambda found: len(found) == 8,
+            node.prometheus.wait_for(f'DCGM_FI_DEV_GPU_TEMP{{hostname="{NODE}"}}', lambda found: len(found) == 8,
                                      deadline_s=60)
         yield started
 
@@ -102,7 +102,7 @@ def test_a_well_scraped_node(nodes: dict[str, Node]) -> None:
     needed = counters["data"]["needed"]
     assert "DCGM_FI_DEV_GPU_TEMP" in needed and "gpu_pod_exporter_nvml_up" in needed
     absent = node.absent(needed)
-    assert "gpu_pod_exporter_nvml_up" not in absent  # self-metrics carry no Hostname: found by the target
+    assert "gpu_pod_exporter_nvml_up" not in absent  # self-metrics carry no hostname: found by the target
     assert counters["data"].get("missing", []) == absent, counters
     # The CSV has every row the rules read; what is absent is absent by design on this node (H100s retire no
     # pages, Xid series appear with the first Xid), so the row is ok and says why.
@@ -115,7 +115,7 @@ def test_a_well_scraped_node(nodes: dict[str, Node]) -> None:
 @pytest.mark.e2e
 def test_a_servicemonitor_without_honor_labels_is_caught(nodes: dict[str, Node]) -> None:
     node = nodes["lost"]
-    assert node.prometheus.query(f'count({{exported_pod!="", Hostname="{NODE}"}})')  # what the doctor must see
+    assert node.prometheus.query(f'count({{exported_pod!="", hostname="{NODE}"}})')  # what the doctor must see
     run = node.doctor()
     labels = run.row("prometheus", "labels")
     assert labels["verdict"] == "failed" and labels["data"]["series"] > 0

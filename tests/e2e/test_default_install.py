@@ -480,7 +480,7 @@ def subject(sample: Sample) -> str:
     labels = sample.labels
     if "gpu" in labels:
         mig = f"/{labels['GPU_I_ID']}" if labels.get("GPU_I_ID") else ""
-        return f"{labels['Hostname']}/{labels['gpu']}{mig}"
+        return f"{labels['hostname']}/{labels['gpu']}{mig}"
     return labels["instance"]
 
 
@@ -621,7 +621,7 @@ def test_dcgm_exporter_dashboard_queries_answer_from_every_exporter(deployment: 
     # All instances selected: the GPUs of every node with GPUs answer; the MHz clock is scaled to Hz.
     prometheus = deployment.faults.prometheus
     at = time.time()
-    nodes = {s.labels["Hostname"] for s in prometheus.query(temperature.expr, at=at)}
+    nodes = {s.labels["hostname"] for s in prometheus.query(temperature.expr, at=at)}
     assert nodes == {ZOO.hostname, STORM.hostname, HANG.hostname, ATTRIBUTED.hostname, SHARED.hostname}
     scaled = {(s.labels["instance"], s.labels["gpu"]): s.value for s in prometheus.query(sm_clock.expr, at=at)}
     raw = {(s.labels["instance"], s.labels["gpu"]): s.value for s in prometheus.query("DCGM_FI_DEV_SM_CLOCK", at=at)}
@@ -763,22 +763,22 @@ def test_rules_evaluate_without_errors_on_live_data(deployment: Deployment) -> N
 def test_xid_storm_counts_every_xid_as_a_burst_but_none_as_fatal(deployment: Deployment) -> None:
     """100 application Xids (31 and 43 on GPU 0, 13 on GPU 1) in one second: a burst, not a reset case."""
     prometheus = deployment.faults.prometheus
-    burst = prometheus.wait_for(f'({alert_expr(deployment, "GpuXidBurst")}) and on (Hostname) '
-                                f'{{Hostname="{STORM.hostname}"}}', lambda s: len(s) == 2, 20)
+    burst = prometheus.wait_for(f'({alert_expr(deployment, "GpuXidBurst")}) and on (hostname) '
+                                f'{{hostname="{STORM.hostname}"}}', lambda s: len(s) == 2, 20)
     assert {s.labels["gpu"]: s.value for s in burst} == {"0": 60.0, "1": 40.0}
-    storm_xids = f'gpu_xid:dcgm_exp_xid_errors:increase5m{{Hostname="{STORM.hostname}"}}'
+    storm_xids = f'gpu_xid:dcgm_exp_xid_errors:increase5m{{hostname="{STORM.hostname}"}}'
     assert {(s.labels["gpu"], s.labels["xid"]): s.value for s in prometheus.query(storm_xids)} == {
         ("0", "31"): 50.0, ("0", "43"): 10.0, ("1", "13"): 40.0}
     for alert in ("GpuXidFatal", "GpuXidNeedsReset"):
-        assert STORM.hostname not in {s.labels["Hostname"] for s in prometheus.query(alert_expr(deployment, alert))}
-    fired = prometheus.wait_for(f'ALERTS{{alertname="GpuXidBurst", alertstate="firing", Hostname="{STORM.hostname}"}}',
+        assert STORM.hostname not in {s.labels["hostname"] for s in prometheus.query(alert_expr(deployment, alert))}
+    fired = prometheus.wait_for(f'ALERTS{{alertname="GpuXidBurst", alertstate="firing", hostname="{STORM.hostname}"}}',
                                 lambda s: len(s) == 2, 20)
     assert {s.labels["severity"] for s in fired} == {"warning"}
 
 
 def test_alerts_without_for_fire_naming_the_gpu_and_its_pod(deployment: Deployment) -> None:
     firing = deployment.faults.prometheus.wait_for(
-        f'ALERTS{{alertstate="firing", alertname=~"GpuFallenOffBus|GpuXidFatal", Hostname="{ZOO.hostname}"}}',
+        f'ALERTS{{alertstate="firing", alertname=~"GpuFallenOffBus|GpuXidFatal", hostname="{ZOO.hostname}"}}',
         lambda s: len(s) == 3, 20)
     by_alert = {(s.labels["alertname"], s.labels["gpu"], s.labels.get("xid", "")): s.labels for s in firing}
     assert set(by_alert) == {("GpuFallenOffBus", "7", ""), ("GpuXidFatal", "4", "48"), ("GpuXidFatal", "7", "79")}
@@ -789,7 +789,7 @@ def test_alerts_without_for_fire_naming_the_gpu_and_its_pod(deployment: Deployme
 
 def test_maintenance_helper_reads_kube_state_metrics(deployment: Deployment) -> None:
     samples = deployment.faults.prometheus.query("hostname:gpu_node_maintenance:max")
-    assert {s.labels["Hostname"]: s.value for s in samples} == {"cordoned-node": 1.0, "labelled-node": 1.0}
+    assert {s.labels["hostname"]: s.value for s in samples} == {"cordoned-node": 1.0, "labelled-node": 1.0}
 
 
 def zoo_check(deployment: Deployment, source: str, dashboard: str = "gpu-pod-exporter-overview") -> Check:
@@ -804,10 +804,10 @@ def test_unhealthy_gpus_table_counts_every_xid_of_the_day(deployment: Deployment
     prometheus = deployment.faults.prometheus
     at = time.time()
     shown = {s.labels["gpu"]: s.value for s in prometheus.query(column.expr, at=at)
-             if s.labels["Hostname"] == ZOO.hostname}
+             if s.labels["hostname"] == ZOO.hostname}
     # Every Xid counter was born during this test, so the last 24 h hold all of it.
     totals = {s.labels["gpu"]: s.value for s in prometheus.query(
-        f'sum by (gpu) (DCGM_EXP_XID_ERRORS_TOTAL{{Hostname="{ZOO.hostname}"}})', at=at)}
+        f'sum by (gpu) (DCGM_EXP_XID_ERRORS_TOTAL{{hostname="{ZOO.hostname}"}})', at=at)}
     assert set(shown) == {"4", "6", "7"}  # unhealthy GPUs with Xids (GPU 5 has none)
     assert shown == {gpu: totals[gpu] for gpu in shown}
     assert shown["4"] >= 2.0 and shown["7"] == 1.0  # Xids 48 + 63 (recurring); the one Xid 79
@@ -986,4 +986,4 @@ def test_nothing_stored_needs_utf8_names(installed: Installed) -> None:
         labels = set(side.prometheus.api("labels"))
         assert {name for name in names if not LEGACY_METRIC_NAME.match(name)} == set()
         assert {label for label in labels if not LEGACY_LABEL_NAME.match(label)} == set()
-        assert len(names) > 50 and {"gpu", "UUID", "Hostname", "pod", "namespace"} <= labels
+        assert len(names) > 50 and {"gpu", "UUID", "hostname", "pod", "namespace"} <= labels

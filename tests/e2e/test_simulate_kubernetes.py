@@ -34,7 +34,7 @@ def test_default_scenario_shows_pod_labels(process_attribution: bool) -> None:
 
         wait_for(attributed, 20.0, "the simulated pods with teams" + (" and memory" if process_attribution else ""))
         by_gpu = {labels["gpu"]: labels for labels, _ in exporter.samples("DCGM_FI_DEV_GPU_UTIL")}
-        assert {labels["Hostname"] for labels in by_gpu.values()} == {"hgx-node-01"}
+        assert {labels["hostname"] for labels in by_gpu.values()} == {"hgx-node-01"}
         for gpu in "0123":
             assert (by_gpu[gpu]["pod"], by_gpu[gpu]["namespace"], by_gpu[gpu]["container"], by_gpu[gpu]["team"]) == (
                 f"llm-finetune-worker-{gpu}", "ml-training", "trainer", "research")

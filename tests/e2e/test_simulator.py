@@ -9,7 +9,7 @@ from exporter.metrics.counters import load_counters
 from tests.e2e.exporter_process import parse_samples, running_exporter, wait_for
 from tests.e2e.tools import require_program
 
-BASE_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"]
+BASE_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname", "DCGM_FI_DRIVER_VERSION"]
 WORKLOAD_LABELS = {"container", "namespace", "pod", "pod_uid", "team", "vgpu"}
 XID_LABELS = {"err_code", "err_msg"}  # dcgm-exporter's extra labels on DCGM_FI_DEV_XID_ERRORS
 # Per-row labels of the exporter's own counts (dcgm-exporter's names for them).
@@ -56,7 +56,7 @@ def test_simulate_serves_every_default_metric_for_eight_gpus_with_dcgm_labels() 
             keys = list(labels)
             assert keys[: len(BASE_LABELS)] == BASE_LABELS, (row.name, keys)
             assert set(keys[len(BASE_LABELS):]) <= WORKLOAD_LABELS | XID_LABELS | COUNT_LABELS, (row.name, keys)
-            assert labels["Hostname"] == "gpu-node-1"
+            assert labels["hostname"] == "gpu-node-1"
             assert labels["device"] == f"nvidia{labels['gpu']}"
             assert labels["modelName"] == "NVIDIA H100 80GB HBM3"
             assert labels["UUID"].startswith("GPU-")

@@ -118,10 +118,10 @@ def test_nothing_in_a_cluster_s_own_tsdb_carries_the_cluster_label(fleet: Fleet)
 
 
 def test_both_clusters_have_the_same_node_and_gpus(fleet: Fleet) -> None:
-    gpus = by_cluster(fleet.query.query("max by (cluster, Hostname, UUID) (DCGM_FI_DEV_FB_USED)"))
+    gpus = by_cluster(fleet.query.query("max by (cluster, hostname, UUID) (DCGM_FI_DEV_FB_USED)"))
     assert set(gpus) == set(CLUSTERS)
-    assert gpus["a"] == gpus["b"]  # a complete collision: same Hostname, same UUIDs
-    assert {dict(labels)["Hostname"] for labels in gpus["a"]} == {ZOO_NODE}
+    assert gpus["a"] == gpus["b"]  # a complete collision: same hostname, same UUIDs
+    assert {dict(labels)["hostname"] for labels in gpus["a"]} == {ZOO_NODE}
 
 
 def test_every_rule_evaluates_without_errors(fleet: Fleet) -> None:

@@ -475,7 +475,7 @@ def test_a_fatal_xid_reaches_the_node_through_the_operator_generated_route(stack
     delivered = [a for a in stack.alertmanager.alerts() if a["labels"]["alertname"] == "GpuXidFatal"]
     assert delivered and all(any(r["name"].startswith(f"{NAMESPACE}/{REMEDIATOR}/") for r in a["receivers"])
                              for a in delivered), delivered
-    assert delivered[0]["labels"]["Hostname"] == NODE and delivered[0]["labels"]["pod"] == "trainer-0"
+    assert delivered[0]["labels"]["hostname"] == NODE and delivered[0]["labels"]["pod"] == "trainer-0"
     order = ("xid", "firing", "alertmanager", "received", "tainted")
     assert all(s in stages.seen for s in ("scraping", *order)), (stages.seen, stages.errors)
     # the chain is timed from a Prometheus already scraping the exporter (not from its discovery)
@@ -494,7 +494,7 @@ def test_a_fatal_xid_reaches_the_node_through_the_operator_generated_route(stack
 
 def _gpu_series(prometheus: ops.GeneratedPrometheus) -> dict[str, dict[str, str]]:
     """GPU index -> every label of its DCGM_FI_DEV_GPU_UTIL series."""
-    found = prometheus.wait_for(f'DCGM_FI_DEV_GPU_UTIL{{Hostname="{NODE}"}}',
+    found = prometheus.wait_for(f'DCGM_FI_DEV_GPU_UTIL{{hostname="{NODE}"}}',
                                 lambda s: len(s) == len(GPUS), deadline_s=60)
     return {s.labels["gpu"]: s.labels for s in found}
 

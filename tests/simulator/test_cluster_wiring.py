@@ -77,7 +77,7 @@ def test_the_app_runs_against_the_simulated_node(tmp_path: Path, process_attribu
                 if 'gpu="1"' in line] == [True]
         [temperature] = [line for line in _served_lines(allocated, "DCGM_FI_DEV_GPU_TEMP") if 'gpu="1"' in line]
         assert all(part in temperature for part in (
-            'container="trainer"', 'namespace="ml"', 'pod="trainer-0"', 'team="research"', 'Hostname="sim-7"'))
+            'container="trainer"', 'namespace="ml"', 'pod="trainer-0"', 'team="research"', 'hostname="sim-7"'))
         assert Path(app.config.pod_resources_socket).is_socket()
         if process_attribution:
             def container_memory() -> str | None:

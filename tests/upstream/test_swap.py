@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from exporter.config import OPTIONS
-from tests.e2e.exporter_process import ExporterProcess, free_port
+from tests.e2e.exporter_process import ExporterProcess, free_port, wait_for
 from upstream.matrix import example_value, releases
 
 pytestmark = pytest.mark.e2e
@@ -28,7 +28,7 @@ LEFT_OUT = {"web-systemd-socket"}
 NOT_DEFAULT = {"cpu-devices": "g", "switch-devices": "g", "dcgm-log-level": "ERROR", "dump-directory": "/var/tmp/dumps",
                "dump-retention": "48", "dump-compression": "false", "gpu-bind-unbind-poll-interval": "5s",
                "remote-hostengine-info": "localhost:5556", "watch-max-keep-age": "10m", "watch-max-keep-samples": "2",
-               "max-concurrent-scrapes": "16", "container-runtime-socket": "/run/docker.sock"}
+               "max-concurrent-scrapes": "8", "container-runtime-socket": "/run/docker.sock"}
 
 
 def _values(tmp_path: Path, port: int) -> dict[str, str]:
@@ -120,7 +120,11 @@ def test_the_releases_example_daemonset_runs_unchanged_with_that_releases_node_l
         env["GPU_POD_EXPORTER_DCGM_EXPORTER_COMPAT"] = record["exporter_version"]
     spelling, other = ("Hostname", "hostname") if old else ("hostname", "Hostname")
     for exporter in _started(list(daemonset["args"]), env, port):
-        temps = exporter.samples("DCGM_FI_DEV_GPU_TEMP")
+        # DCGM_EXPORTER_KUBERNETES=true: the pods arrive with the kubelet's first List, after /health is up.
+        def attributed(started: ExporterProcess = exporter) -> list[tuple[dict[str, str], float]] | None:
+            found = started.samples("DCGM_FI_DEV_GPU_TEMP")
+            return found if any(labels.get("pod") for labels, _ in found) else None
+
+        temps = wait_for(attributed, 60, "pods on the GPU series")
         assert len(temps) == 8
         assert all(labels[spelling] == "hgx-node-01" and other not in labels for labels, _ in temps)
-        assert any(labels.get("pod") for labels, _ in temps)  # DCGM_EXPORTER_KUBERNETES=true: pods attributed
