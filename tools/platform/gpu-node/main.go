@@ -12,6 +12,11 @@
 // each --resource, with the given device IDs (whole-GPU UUIDs, time-slicing replicas
 // GPU-<uuid>::<n>, MIG UUIDs, GKE's nvidia<N>: the caller chooses), registers with the kubelet at
 // <dir>/kubelet.sock, and registers again whenever that socket is created anew (a kubelet restart).
+//
+//	gpu-node dra --node NAME --kubeconfig F --registry <root-dir>/plugins_registry --data DIR --gpu INDEX:UUID …
+//
+// dra is a DRA driver (gpu.nvidia.com) on k8s.io/dynamic-resource-allocation/kubeletplugin: it
+// publishes the GPUs in a ResourceSlice of the node's pool and prepares the claims the kubelet hands it.
 package main
 
 import (
@@ -21,7 +26,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: gpu-node cri|deviceplugin [flags]")
+		fmt.Fprintln(os.Stderr, "usage: gpu-node cri|deviceplugin|dra [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -30,6 +35,8 @@ func main() {
 		err = runCRI(os.Args[2:])
 	case "deviceplugin":
 		err = runDevicePlugin(os.Args[2:])
+	case "dra":
+		err = runDRA(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q: cri or deviceplugin", os.Args[1])
 	}
