@@ -219,6 +219,28 @@ def test_get_and_get_allocatable_resources(nodes: list[KubeletNode]) -> None:
     with pytest.raises(grpc.RpcError) as missing:
         rpc(node, lambda s: s.Get(api_pb2.GetPodResourcesRequest(pod_name="nope", pod_namespace=WORKLOADS), timeout=10))
     record_difference("Get of an unknown pod", f"{missing.value.code().name}: {missing.value.details()}")
+    # The rate limit: 40 Lists at once on one channel, against a burst of 10.
+    codes: list[str] = []
+    with grpc.insecure_channel(f"unix://{node.pod_resources_socket}") as channel:
+        stub = api_pb2_grpc.PodResourcesListerStub(channel)
+        calls = [stub.List.future(api_pb2.ListPodResourcesRequest(), timeout=10) for _ in range(40)]
+        for call in calls:
+            try:
+                call.result()
+                codes.append("OK")
+            except grpc.RpcError as exc:
+                codes.append(f"{exc.code().name}: {exc.details()}")
+    rejected = sorted({c for c in codes if c != "OK"})
+    record_difference("40 concurrent Lists", f"{codes.count('OK')} OK, rejected: {rejected}")
+    assert codes.count("OK") >= 10  # the burst is always served
+    # The raw shape of one pod's entry: container order, one entry per device ID or one per
+    # container, topology.
+    raw = rpc(node, lambda s: s.List(api_pb2.ListPodResourcesRequest(), timeout=10))
+    entry = next(p for p in raw.pod_resources if p.name == "infer-one")
+    record_difference("List entry of infer-one", str([(c.name, [(d.resource_name, list(d.device_ids),
+                                                                   d.HasField("topology")) for d in c.devices])
+                                                       for c in entry.containers]))
+    record_difference("pods List names", str(sorted(f"{p.namespace}/{p.name}" for p in raw.pod_resources)))
 
 
 def test_mig_devices(admin: Api, nodes: list[KubeletNode]) -> None:

@@ -122,6 +122,9 @@ func runCRI(args []string) error {
 	// What fake.RemoteRuntime.Start sets before it serves: the runtime and its network ready.
 	r.RuntimeService.FakeStatus = &kubeapi.RuntimeStatus{Conditions: []*kubeapi.RuntimeCondition{
 		{Type: kubeapi.RuntimeReady, Status: true}, {Type: kubeapi.NetworkReady, Status: true}}}
+	// Every image "pulls" and has a size: the fake's default size 0 reads to the kubelet as an image
+	// without one ("Id or size of image ... is not set"), and the container never starts.
+	r.ImageService.SetFakeImageSize(1 << 20)
 	srv := grpc.NewServer()
 	kubeapi.RegisterRuntimeServiceServer(srv, r)
 	kubeapi.RegisterImageServiceServer(srv, r)
