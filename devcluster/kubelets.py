@@ -168,6 +168,15 @@ def load(state_dir: Path) -> list[KubeletNode]:
     return [KubeletNode(**n) for n in json.loads(path.read_text(encoding="utf-8"))]
 
 
+def missing_prerequisites() -> str:
+    """What this machine lacks to run real kubelet nodes, in words ("" when nothing)."""
+    if os.geteuid() != 0:
+        return "root (the kubelet manages cgroups and mounts; each runs in its own mount namespace)"
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        return "unshare(1) and mount(8) (util-linux)"
+    return ""
+
+
 def start(cluster: Cluster, count: int, *, modes: Sequence[str] = ("whole",), gpus: Sequence[Gpu] | None = None,
           dra: bool = False, log: Callable[[str], None] = print, deadline_s: float = 180.0) -> list[KubeletNode]:
     """Add ``count`` real kubelet nodes to ``cluster``; node i advertises ``modes[i % len(modes)]``
@@ -176,10 +185,9 @@ def start(cluster: Cluster, count: int, *, modes: Sequence[str] = ("whole",), gp
 
     Returns once every node is Ready in the API server and its device plugin's resource shows in
     the node's allocatable."""
-    if os.geteuid() != 0:
-        raise ClusterError("real kubelet nodes need root (the kubelet, mount namespaces); run as root")
-    if shutil.which("unshare") is None or shutil.which("mount") is None:
-        raise ClusterError("real kubelet nodes need unshare(1) and mount(8) (util-linux)")
+    missing = missing_prerequisites()
+    if missing:
+        raise ClusterError(f"real kubelet nodes need {missing}")
     for mode in modes:
         device_resources(mode, [])  # ClusterError for an unknown mode, before anything starts
     gpu_list = list(gpus) if gpus is not None else default_gpus()
