@@ -33,6 +33,7 @@ from devcluster.control_plane import Cluster
 from devcluster.kubelets import Gpu, KubeletNode
 from exporter.kube.podresources import api_pb2, api_pb2_grpc
 from exporter.kube.podresources.listing import gpu_resource_filter, listing_from_response
+from simulator.fakekubelet import RATE_LIMIT_MESSAGE
 from tests.deploy.chart_support import CHART_DIR
 from tests.doctor.conftest import clean_environment
 from tests.doctor.support import doctor
@@ -240,7 +241,10 @@ def test_get_and_get_allocatable_resources(nodes: list[KubeletNode]) -> None:
                 codes.append(f"{exc.code().name}: {exc.details()}")
     rejected = sorted({c for c in codes if c != "OK"})
     record_difference("40 concurrent Lists", f"{codes.count('OK')} OK, rejected: {rejected}")
-    assert codes.count("OK") >= 10  # the burst is always served
+    # One bucket for every method (the calls just before took tokens too): what is rejected is
+    # rejected as our fake rejects it; how many depends on timing, so it is printed, not asserted.
+    assert codes.count("OK") >= 1
+    assert set(rejected) <= {f"RESOURCE_EXHAUSTED: {RATE_LIMIT_MESSAGE}"}, rejected
     # The raw shape of one pod's entry: container order, one entry per device ID or one per
     # container, topology.
     raw = rpc(node, lambda s: s.List(api_pb2.ListPodResourcesRequest(), timeout=10))
@@ -263,7 +267,10 @@ def test_mig_devices(admin: Api, nodes: list[KubeletNode]) -> None:
 
 def test_finished_deleted_and_recreated_pods(admin: Api, nodes: list[KubeletNode]) -> None:
     node = nodes[0]
-    create(admin, pod_manifest("batch-once", node, {"nvidia.com/gpu": 1}, command=["exit-after=3s"], restart="Never"))
+    # kubelet-0's four whole GPUs are held by train-two and infer-one: the batch pod takes a MIG device.
+    create(admin, pod_manifest("batch-once", node, {"nvidia.com/mig-1g.10gb": 1}, command=["exit-after=3s"],
+                               restart="Never"))
+    record("running, before it finishes", "batch-once", "main", devices_of(node, "batch-once")["main"])
     wait_phase(admin, "batch-once", "Succeeded")
     # What List says of a pod whose containers have all exited: recorded, then the rule the
     # exporter relies on asserted (a finished pod holds no GPU in its answer).
