@@ -349,9 +349,23 @@ def test_time_slicing_replicas_and_gke_names(cluster: Cluster, admin: Api, nodes
         poll("both time-slicing pods on their GPUs' series", on_parents, 90)
     record("time-slicing", "slice-a", "main", a)
     record("time-slicing", "slice-b", "main", b)
-    for name in ("slice-a", "slice-b"):
+    # A native sidecar (restartable init container) holding a replica beside the main container:
+    # the container order List gives, which our fake reproduces (sidecars first).
+    manifest = pod_manifest("slice-sidecar", node, {"nvidia.com/gpu": 1})
+    manifest["spec"]["initContainers"] = [{**manifest["spec"]["containers"][0], "name": "sidecar",
+                                           "restartPolicy": "Always"}]
+    create(admin, manifest)
+    wait_phase(admin, "slice-sidecar", "Running")
+    both = poll("both containers of slice-sidecar listed",
+                lambda: (d := listed(node).get((WORKLOADS, "slice-sidecar"))) and len(d) == 2 and d, 60)
+    record_difference("container order of a pod with a native sidecar", str(list(both)))
+    for container, ids in both.items():
+        record("native sidecar", "slice-sidecar", container, ids)
+    assert list(both) == ["sidecar", "main"], both
+    for name in ("slice-a", "slice-b", "slice-sidecar"):
         delete(admin, name)
-    poll("the time-slicing pods gone", lambda: all(phase(admin, n) == "Gone" for n in ("slice-a", "slice-b")), 120)
+    poll("the time-slicing pods gone",
+         lambda: all(phase(admin, n) == "Gone" for n in ("slice-a", "slice-b", "slice-sidecar")), 120)
     # GKE's device plugin names GPUs nvidia<minor>: the same node's plugin, re-registered.
     gke = kubelets.device_resources("gke", [Gpu(g.uuid, g.minor) for g in GPUS])
     kubelets.start_device_plugin(cluster, node, gke)
