@@ -1,8 +1,9 @@
 """``scripts/cluster``: a real Kubernetes control plane on loopback for the platform test tier.
 
     scripts/cluster up [--nodes FILE] [--state-dir DIR]   start it; the kubeconfig path is the last line
-        [--kubelets N] [--device-mode MODE ...]           plus N real kubelet nodes (kubelet-0 ...), each with
-                                                          a fake CRI and a device plugin (devcluster/kubelets.py)
+        [--kubelets N] [--device-mode MODE ...] [--dra]   plus N real kubelet nodes (kubelet-0 ...), each with
+                                                          a fake CRI, a device plugin and optionally a DRA
+                                                          driver (devcluster/kubelets.py)
     scripts/cluster down [--state-dir DIR]                stop exactly what `up` started there
     scripts/cluster bin NAME                              the path of a built binary (built if missing)
     scripts/cluster build                                 build every binary now (CI's first step)
@@ -31,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--device-mode", action="append", choices=kubelets.DEVICE_MODES,
                       help="what node i's device plugin advertises, cycling through the modes given "
                            "(default: whole GPUs by UUID)")
+    p_up.add_argument("--dra", action="store_true",
+                      help="with --kubelets: each node also runs the DRA driver (gpu.nvidia.com ResourceSlices)")
     p_down = sub.add_parser("down", help="stop what `up` started")
     for p in (p_up, p_down):
         p.add_argument("--state-dir", type=Path, default=control_plane.default_state_dir())
@@ -53,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
             cluster = control_plane.up(args.state_dir, args.nodes, log=log)
             if args.kubelets:
                 try:
-                    kubelets.start(cluster, args.kubelets, modes=args.device_mode or ("whole",), log=log)
+                    kubelets.start(cluster, args.kubelets, modes=args.device_mode or ("whole",), dra=args.dra,
+                                   log=log)
                 except BaseException:
                     control_plane.down(args.state_dir)
                     raise
