@@ -258,7 +258,7 @@ def build(name: str, log: bool = True) -> Path:
 
 #: Components by their cold build's cost, largest first (docs/testing.md): ``build_all`` starts the
 #: longest first, so the two lanes finish close together.
-COST_ORDER = ("kubernetes", "kubelet", "thanos", "prometheus", "helm", "prometheus-operator", "etcd", "kwok",
+COST_ORDER = ("kubernetes", "thanos", "kubelet", "prometheus", "helm", "prometheus-operator", "etcd", "kwok",
               "alertmanager", "gpu-node")
 
 
