@@ -1,6 +1,9 @@
 """``scripts/cluster``: a real Kubernetes control plane on loopback for the platform test tier.
 
     scripts/cluster up [--nodes FILE] [--state-dir DIR]   start it; the kubeconfig path is the last line
+        [--kubelets N] [--device-mode MODE ...] [--dra]   plus N real kubelet nodes (kubelet-0 ...), each with
+                                                          a fake CRI, a device plugin and optionally a DRA
+                                                          driver (devcluster/kubelets.py)
     scripts/cluster down [--state-dir DIR]                stop exactly what `up` started there
     scripts/cluster bin NAME                              the path of a built binary (built if missing)
     scripts/cluster build                                 build every binary now (CI's first step)
@@ -16,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from devcluster import build, control_plane, nodes
+from devcluster import build, control_plane, kubelets, nodes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +27,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="start etcd, kube-apiserver, controller-manager, scheduler and kwok")
     p_up.add_argument("--nodes", type=Path, help="nodes file (default: devcluster/data/nodes.yaml)")
+    p_up.add_argument("--kubelets", type=int, default=0, metavar="N",
+                      help="also start N real kubelet nodes (root; see devcluster/kubelets.py)")
+    p_up.add_argument("--device-mode", action="append", choices=kubelets.DEVICE_MODES,
+                      help="what node i's device plugin advertises, cycling through the modes given "
+                           "(default: whole GPUs by UUID)")
+    p_up.add_argument("--dra", action="store_true",
+                      help="with --kubelets: each node also runs the DRA driver (gpu.nvidia.com ResourceSlices)")
     p_down = sub.add_parser("down", help="stop what `up` started")
     for p in (p_up, p_down):
         p.add_argument("--state-dir", type=Path, default=control_plane.default_state_dir())
@@ -44,6 +54,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "up":
             start = time.monotonic()
             cluster = control_plane.up(args.state_dir, args.nodes, log=log)
+            if args.kubelets:
+                try:
+                    kubelets.start(cluster, args.kubelets, modes=args.device_mode or ("whole",), dra=args.dra,
+                                   log=log)
+                except BaseException:
+                    control_plane.down(args.state_dir)
+                    raise
             log(f"cluster up in {time.monotonic() - start:.1f} s; `scripts/cluster down` stops it")
             print(cluster.kubeconfig)
         else:

@@ -53,6 +53,12 @@ BINARIES: dict[str, Binary] = {b.name: b for b in (
     Binary("kube-apiserver", "kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver"),
     Binary("kube-controller-manager", "kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager"),
     Binary("kube-scheduler", "kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler"),
+    # The real kubelet nodes of ``scripts/cluster up --kubelets N`` (issue 40): its own wrapper at
+    # the control plane's pin, so adding it left the control plane's cache key as it was.
+    Binary("kubelet", "kubelet", "k8s.io/kubernetes/cmd/kubelet"),
+    # Our own node-side programs for those nodes (tools/platform/gpu-node: a fake CRI whose
+    # containers exit as declared, a device plugin).
+    Binary("gpu-node", "gpu-node", "gpu-pod-exporter/tools/platform/gpu-node"),
     Binary("etcd", "etcd", "go.etcd.io/etcd/server/v3"),
     Binary("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok"),
     Binary("helm", "helm", "helm.sh/helm/v4/cmd/helm"),
@@ -156,7 +162,7 @@ def ldflags(component: str) -> str:
     flags = "-s -w"
     if component in VERSION_STAMPED:
         flags += f" -X github.com/prometheus/common/version.Version={release_version(component)}"
-    if component == "kubernetes":
+    if component in ("kubernetes", "kubelet"):
         version = pinned_version(component, "k8s.io/kubernetes")
         major, minor = version.lstrip("v").split(".")[:2]
         stamp = "k8s.io/component-base/version"
@@ -252,7 +258,8 @@ def build(name: str, log: bool = True) -> Path:
 
 #: Components by their cold build's cost, largest first (docs/testing.md): ``build_all`` starts the
 #: longest first, so the two lanes finish close together.
-COST_ORDER = ("kubernetes", "thanos", "prometheus", "helm", "prometheus-operator", "etcd", "kwok", "alertmanager")
+COST_ORDER = ("kubernetes", "thanos", "kubelet", "prometheus", "helm", "prometheus-operator", "etcd", "kwok",
+              "alertmanager", "gpu-node")
 
 
 def build_jobs() -> int:

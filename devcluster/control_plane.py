@@ -41,6 +41,8 @@ START_DEADLINE_S = 180.0  # a loaded 2-core machine: the API server alone can ta
 
 #: The order ``up`` starts them in; ``down`` stops them in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+#: The programs of real kubelet nodes (devcluster/kubelets.py), stopped by ``down`` too.
+NODE_PROGRAMS = ("kubelet", "gpu-node")
 
 
 class ClusterError(Exception):
@@ -118,13 +120,15 @@ class _Processes:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str, argv: list[str]) -> None:
+    def start(self, name: str, argv: list[str], exe: str | None = None) -> None:
+        """Start ``argv``; ``exe`` is what its command line's first word will be once running (a
+        wrapper that execs, such as unshare, names its target here), argv[0] when not given."""
         log = (self.logs / f"{name}.log").open("ab")
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)
         log.close()
         self.procs[name] = proc
-        (self.pids / f"{name}.pid").write_text(f"{proc.pid}\n{argv[0]}\n", encoding="utf-8")
+        (self.pids / f"{name}.pid").write_text(f"{proc.pid}\n{exe or argv[0]}\n", encoding="utf-8")
         (self.pids / f"{name}.argv.json").write_text(json.dumps(argv), encoding="utf-8")
 
     def check(self, name: str) -> None:
@@ -326,8 +330,10 @@ def down(state_dir: Path, grace_s: float = 20.0) -> list[str]:
     interrupted between start and pidfile, a state directory tidied by hand) is still found by its
     command line, which names files in this state directory, and stopped too.
     """
+    from devcluster import kubelets  # noqa: PLC0415 (kubelets builds on this module)
+
     pids = state_dir / "pids"
-    stopped: list[str] = []
+    stopped: list[str] = kubelets.stop_all(state_dir, grace_s)
     for name in reversed(COMPONENTS):
         path = pids / f"{name}.pid"
         if not path.exists():
@@ -354,7 +360,8 @@ def _strays(state_dir: Path) -> list[tuple[int, str]]:
             argv = [a.decode(errors="replace") for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
         except OSError:
             continue
-        if argv and Path(argv[0]).name in COMPONENTS and any(m in a for a in argv[1:] for m in markers):
+        if argv and Path(argv[0]).name in (*COMPONENTS, *NODE_PROGRAMS) and any(
+                m in a for a in argv[1:] for m in markers):
             found.append((int(proc.name), Path(argv[0]).name))
     return found
 

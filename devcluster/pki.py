@@ -63,6 +63,20 @@ class Authority:
         self.pair.cert.write_bytes(self._cert.public_bytes(serialization.Encoding.PEM))
         _write_key(self.pair.key, self._key)
 
+    @classmethod
+    def load(cls, directory: Path) -> Authority:
+        """The authority whose ca.crt and ca.key an earlier ``Authority(directory)`` wrote (to sign
+        certificates for nodes added to a running cluster)."""
+        self = cls.__new__(cls)
+        self.directory = directory
+        self.pair = Pair(directory / "ca.crt", directory / "ca.key")
+        self._cert = x509.load_pem_x509_certificate(self.pair.cert.read_bytes())
+        key = serialization.load_pem_private_key(self.pair.key.read_bytes(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{self.pair.key}: not the EC key Authority writes")
+        self._key = key
+        return self
+
     def issue(self, stem: str, common_name: str, organizations: tuple[str, ...] = (),
               server_names: tuple[str, ...] = (), server_ips: tuple[str, ...] = ()) -> Pair:
         """A leaf certificate: a server one when names or IPs are given, else a client one."""

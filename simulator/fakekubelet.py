@@ -12,6 +12,8 @@ imitates the real kubelet's behaviour that clients trip over (its
 * a node-wide token bucket (100 QPS, burst 10 by default) answering ``RESOURCE_EXHAUSTED``
   "rejected by rate limit";
 * ``Get`` for an unknown pod answering ``UNKNOWN`` "pod X in namespace Y not found";
+* ``GetAllocatableResources`` answering every device the node advertises (``allocatable``), held
+  by a pod or not, as the real kubelet does (it used to answer the held devices only);
 * optional padding that makes the List answer arbitrarily large (to prove the 16 MiB limit);
 * DRA claims (``FakeClaim``) in ``dynamic_resources``, as a 1.31+ kubelet names their devices
   (driver, pool, device, CDI names; ``share_id`` as 1.35 adds it), or as a 1.27-1.30 kubelet does
@@ -127,6 +129,7 @@ class FakeKubelet:
         pods: Iterable[FakePod] = (),
         *,
         numa_nodes: Mapping[str, Sequence[int]] | None = None,
+        allocatable: Iterable[tuple[str, str]] = (),
         rate_limit_qps: float = 100.0,
         rate_limit_burst: int = 10,
         seed: int | None = None,
@@ -135,6 +138,9 @@ class FakeKubelet:
         self._pods: dict[tuple[str, str], FakePod] = {(pod.namespace, pod.name): pod for pod in pods}
         self._numa_nodes: dict[str, tuple[int, ...]] = {
             device: tuple(nodes) for device, nodes in (numa_nodes or {}).items()}
+        # (resource, device ID) the node's device plugins advertise, held or not (a real kubelet's
+        # GetAllocatableResources answers every one of them: tests/platform/test_kubelet.py).
+        self._allocatable: set[tuple[str, str]] = set(allocatable)
         self._bucket = _TokenBucket(rate_limit_qps, rate_limit_burst)
         self._random = random.Random(seed)  # noqa: S311 - shuffling answers, not security
         self._lock = threading.Lock()
@@ -290,8 +296,8 @@ class FakeKubelet:
 
     def allocatable_response(self) -> api_pb2.AllocatableResourcesResponse:
         with self._lock:
-            devices = sorted({device for pod in self._pods.values() for container in pod.containers
-                              for device in container.devices})
+            devices = sorted(self._allocatable | {device for pod in self._pods.values()
+                                                  for container in pod.containers for device in container.devices})
         return api_pb2.AllocatableResourcesResponse(devices=[
             api_pb2.ContainerDevices(resource_name=resource, device_ids=[device_id])
             for resource, device_id in devices])

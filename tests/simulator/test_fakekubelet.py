@@ -112,6 +112,19 @@ def test_get_and_allocatable(kubelet: FakeKubelet) -> None:
         assert {entry.device_ids[0] for entry in allocatable.devices} == {GPU_A, GPU_B, GPU_C, f"{MIG}::2"}
 
 
+def test_allocatable_lists_unheld_devices_too(tmp_path: Path) -> None:
+    """A real kubelet's GetAllocatableResources answers every advertised device, held or not
+    (tests/platform/test_kubelet.py); the fake did the held ones only."""
+    spare = "GPU-eeeeeeee-0000-1111-2222-333333333333"
+    fake = FakeKubelet(tmp_path / "k.sock", [FakePod("ml", "p", (FakeContainer("c", (("nvidia.com/gpu", GPU_A),)),))],
+                       allocatable=[("nvidia.com/gpu", GPU_A), ("nvidia.com/gpu", spare)])
+    answer = fake.allocatable_response()
+    assert [(e.resource_name, list(e.device_ids)) for e in answer.devices] == [
+        ("nvidia.com/gpu", [GPU_A]), ("nvidia.com/gpu", [spare])]
+    fake.remove_pod("ml", "p")
+    assert {e.device_ids[0] for e in fake.allocatable_response().devices} == {GPU_A, spare}
+
+
 def test_padding_makes_a_huge_answer(kubelet: FakeKubelet) -> None:
     kubelet.set_response_padding(20_000_000)
     assert kubelet.list_response().ByteSize() >= 20_000_000
