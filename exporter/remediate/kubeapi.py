@@ -128,6 +128,24 @@ class KubeApi:
             raise classify(exc) from None
         return _json(response)
 
+    def list_resource_quotas(self) -> list[JsonObject]:
+        """Every ResourceQuota of the cluster (``report quota`` reads their GPU keys)."""
+        answer = self._call("list resource quotas", lambda: self.core.list_resource_quota_for_all_namespaces(
+            **_options()))
+        return list(answer.get("items") or [])
+
+    def apply_resource_quota(self, body: JsonObject, *, field_manager: str, dry_run: bool) -> JsonObject:
+        """Server-side apply of a partial ResourceQuota (``report quota --apply``), forcing ownership of its keys.
+
+        ``dry_run``: the API server runs every stage (validation, admission, conflicts) and persists
+        nothing (``dryRun=All``), the answer being the object as it would be.
+        """
+        metadata = body["metadata"]
+        extra: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
+        return self._call("apply resource quota", lambda: self.core.patch_namespaced_resource_quota(
+            metadata["name"], metadata["namespace"], body, field_manager=field_manager, force=True,
+            _content_type="application/apply-patch+yaml", **extra, **_options()))
+
     def create_repair_request(self, body: JsonObject) -> JsonObject:
         """Create a cluster-scoped ``GpuRepairRequest`` (exporter/remediate/repair.py); 409: it exists."""
         return self._call("create repair request", lambda: self._custom().create_cluster_custom_object(
