@@ -215,7 +215,7 @@ def render_yaml(plan: QuotaPlan) -> str:
     head = [f"# GPU quota plan, {('cluster ' + plan.cluster) if plan.cluster else 'this Prometheus'}, "
             f"{format_time(plan.window_start)} to {format_time(plan.window_end)}.",
             f"# Apply: kubectl apply --server-side --field-manager {FIELD_MANAGER} --force-conflicts -f <this file>"]
-    head += [f"# left alone ({row.namespace}/{row.quota} {row.resource}): {row.why}"
+    head += [f"# {row.namespace}/{row.quota} {row.resource}: {row.why}"
              for row in plan.rows if row.action == NO_DATA]
     documents = []
     for body in patches(plan):

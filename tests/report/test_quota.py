@@ -19,6 +19,7 @@ Hand computation with the default 20 % headroom, rounded up to whole devices:
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from exporter.report import quotacli
 from exporter.report.quota import QuotaError, device_count, quota_entries
 from tests.report.conftest import Backfilled
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DRA_KEY = "gpu.nvidia.com.deviceclass.resource.k8s.io/devices"
 GPU_KEY = "requests.nvidia.com/gpu"
 
@@ -125,7 +127,7 @@ def test_the_yaml_is_one_partial_resourcequota_per_object_to_lower(backfilled: B
          "spec": {"hard": hard}}
         for namespace, hard in [("batch", {GPU_KEY: "1"}), ("idle-team", {GPU_KEY: "0"}),
                                 ("ml-training", {DRA_KEY: "3", GPU_KEY: "3"}), ("sandbox", {GPU_KEY: "2"})]]
-    assert "# left alone (notebooks/gpus requests.nvidia.com/gpu)" in out
+    assert "# notebooks/gpus requests.nvidia.com/gpu: left alone: utilisation was measured for 77.8 %" in out
     assert "--server-side --field-manager gpu-pod-exporter-quota --force-conflicts" in out
 
 
@@ -133,6 +135,9 @@ def test_text_names_the_left_alone_namespaces(backfilled: Backfilled, core: Fake
                                               capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(backfilled, capsys)
     assert code == 0
+    document = (REPO_ROOT / "docs" / "cost.md").read_text(encoding="utf-8")
+    shown = document.split("<!-- quota-sample: tests/report/test_quota.py -->\n```text\n", 1)[1].split("\n```", 1)[0]
+    assert shown == out.rstrip("\n"), "docs/cost.md shows this plan: paste the new output there"
     assert "5 quota keys to lower, 16 devices taken back." in out  # 2 + 5 + 5 + 1 + 3
     assert "Left alone, too little data: notebooks." in out
 
