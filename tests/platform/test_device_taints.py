@@ -23,6 +23,7 @@ waiting); every API call is real.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -41,7 +42,7 @@ from tests.platform.support import ensure_namespace, poll
 from tests.platform.test_remediation import Clock, kwok_node, make, notify, our_taint, xid
 
 NODE = "dra-taint-gpu-0"
-NAMESPACE = "ml-dra-taint"
+SERIAL = itertools.count()
 GROUP = "/apis/resource.k8s.io/v1"
 RULES = "/apis/resource.k8s.io/v1beta2/devicetaintrules"
 UUIDS = {index: f"GPU-dra-taint-{index:04d}-0000-0000-000000000000" for index in range(3)}
@@ -68,14 +69,14 @@ def allocated_device(admin: Api, pod: dict[str, Any]) -> str | None:
         claim_name = next((c.get("resourceClaimName") for c in spec_claims if c.get("resourceClaimName")), None)
     if claim_name is None:
         return None
-    claim = admin.get(f"{GROUP}/namespaces/{NAMESPACE}/resourceclaims/{claim_name}")
+    claim = admin.get(f"{GROUP}/namespaces/{pod['metadata']['namespace']}/resourceclaims/{claim_name}")
     results = (claim.get("status", {}).get("allocation") or {}).get("devices", {}).get("results") or []
     return str(results[0]["device"]) if results else None
 
 
-def running(admin: Api) -> dict[str, str]:
+def running(admin: Api, ns: str) -> dict[str, str]:
     """Running, not terminating pods of the workload -> their allocated device."""
-    pods = admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=app%3Ddra-trainer")["items"]
+    pods = admin.get(f"/api/v1/namespaces/{ns}/pods?labelSelector=app%3Ddra-trainer")["items"]
     found = {}
     for pod in pods:
         if pod.get("status", {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp"):
@@ -90,14 +91,14 @@ def rules_of_node(admin: Api) -> list[dict[str, Any]]:
             if (r["metadata"].get("annotations") or {}).get(dt.NODE_LABEL) == NODE]
 
 
-def unschedulable(admin: Api, name: str) -> bool:
-    pod = admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
+def unschedulable(admin: Api, ns: str, name: str) -> bool:
+    pod = admin.get(f"/api/v1/namespaces/{ns}/pods/{name}")
     return not pod["spec"].get("nodeName") and any(
         c["type"] == "PodScheduled" and c["status"] == "False" for c in pod.get("status", {}).get("conditions") or [])
 
 
 @pytest.fixture
-def dra_node(cluster: Cluster, admin: Api) -> Iterator[tuple[Api, Path]]:
+def dra_node(cluster: Cluster, admin: Api) -> Iterator[tuple[Api, Path, str]]:
     kwok_node(admin, NODE, gpus=0)
     admin.apply_create(f"{GROUP}/deviceclasses", {
         "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": dra_devices.DRIVER},
@@ -105,39 +106,41 @@ def dra_node(cluster: Cluster, admin: Api) -> Iterator[tuple[Api, Path]]:
     admin.create(f"{GROUP}/resourceslices", resource_slice(
         f"{NODE}-gpus", dra_devices.DRIVER, NODE, [dra_devices.gpu_device(i, UUIDS[i]) for i in range(3)],
         node_name=NODE))
-    ensure_namespace(admin, NAMESPACE)
+    ns = f"ml-dra-taint-{next(SERIAL)}"  # a deleted namespace terminates for a while: one per test
+    ensure_namespace(admin, ns)
     try:
-        yield admin, cluster.kubeconfig
+        yield admin, cluster.kubeconfig, ns
     finally:
         for rule in rules_of_node(admin):
             admin.delete(f"{RULES}/{rule['metadata']['name']}")
-        admin.delete(f"/api/v1/namespaces/{NAMESPACE}")
+        admin.delete(f"/api/v1/namespaces/{ns}")
         admin.delete(f"{GROUP}/resourceslices/{NODE}-gpus")
         admin.delete(f"/api/v1/nodes/{NODE}")
 
 
-def test_the_api_server_serves_device_taint_rules_where_the_remediator_looks(dra_node: tuple[Api, Path]) -> None:
-    _, kubeconfig = dra_node
+def test_the_api_server_serves_device_taint_rules_where_the_remediator_looks(
+        dra_node: tuple[Api, Path, str]) -> None:
+    _, kubeconfig, _ = dra_node
     api = KubeApi(load_core_api(str(kubeconfig)))
     assert api.device_taint_rule_version(dt.VERSIONS) == "v1beta2"  # 1.36: not in v1, v1beta2 before v1alpha3
 
 
 def test_one_gpu_is_quarantined_by_a_device_taint_rule_and_the_node_stays_in_service(
-        dra_node: tuple[Api, Path], tmp_path: Path) -> None:
-    admin, kubeconfig = dra_node
-    admin.create(f"{GROUP}/namespaces/{NAMESPACE}/resourceclaimtemplates", {
+        dra_node: tuple[Api, Path, str], tmp_path: Path) -> None:
+    admin, kubeconfig, ns = dra_node
+    admin.create(f"{GROUP}/namespaces/{ns}/resourceclaimtemplates", {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "gpu"},
         "spec": {"spec": gpu_claim_spec()}})
-    admin.create(f"/apis/apps/v1/namespaces/{NAMESPACE}/replicasets", {
+    admin.create(f"/apis/apps/v1/namespaces/{ns}/replicasets", {
         "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "dra-trainer"},
         "spec": {"replicas": 2, "selector": {"matchLabels": LABELS}, "template": {
             "metadata": {"labels": LABELS}, "spec": pod_spec({"resourceClaimTemplateName": "gpu"})}}})
-    admin.create(f"/apis/policy/v1/namespaces/{NAMESPACE}/poddisruptionbudgets", {
+    admin.create(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "dra-trainer"},
         "spec": {"minAvailable": 2, "selector": {"matchLabels": LABELS}}})
-    first = poll("both replicas run, each on an allocated GPU", lambda: (r := running(admin)) and len(r) == 2 and r)
+    first = poll("both replicas run, each on an allocated GPU", lambda: (r := running(admin, ns)) and len(r) == 2 and r)
     poll("the PDB counts both replicas healthy", lambda: admin.get(
-        f"/apis/policy/v1/namespaces/{NAMESPACE}/poddisruptionbudgets/dra-trainer").get("status", {})
+        f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/dra-trainer").get("status", {})
         .get("currentHealthy") == 2)
     victim, bad_device = sorted(first.items())[0]
     survivor = next(name for name in first if name != victim)
@@ -151,7 +154,7 @@ def test_one_gpu_is_quarantined_by_a_device_taint_rule_and_the_node_stays_in_ser
               "limits": {"cooldown": "0s", "max_tainted_percent": 100}, "drain": {"mode": "evict"}}
     remediator = make(policy, kubeconfig, tmp_path, clock)
     alert = xid(NODE, clock.now - timedelta(minutes=1), UUID=UUIDS[bad_index], gpu=str(bad_index), pod=victim,
-                namespace=NAMESPACE)
+                namespace=ns)
     notify(remediator, alert)
 
     # quarantined: one rule for exactly that device, NoSchedule while its pod drains; no node taint, no cordon
@@ -167,57 +170,67 @@ def test_one_gpu_is_quarantined_by_a_device_taint_rule_and_the_node_stays_in_ser
     assert condition["status"] == "True"
 
     # the drain respects the PDB: 429 first, the eviction once one disruption is allowed
-    assert set(running(admin)) == {victim, survivor}
+    assert set(running(admin, ns)) == {victim, survivor}
     assert remediator.metrics.actions.labels("evict", "deferred")._value.get() == 1
-    admin.request("PATCH", f"/apis/policy/v1/namespaces/{NAMESPACE}/poddisruptionbudgets/dra-trainer",
+    admin.request("PATCH", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/dra-trainer",
                   {"spec": {"minAvailable": 1}}, "application/merge-patch+json")
     poll("the PDB allows one disruption", lambda: admin.get(
-        f"/apis/policy/v1/namespaces/{NAMESPACE}/poddisruptionbudgets/dra-trainer")["status"].get(
+        f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/dra-trainer")["status"].get(
         "disruptionsAllowed") == 1)
 
     def drained() -> bool:
         clock.advance(seconds=20)
         remediator.run_once()
-        return remediator.metrics.actions.labels("evict", "applied")._value.get() == 1
+        return bool(remediator.metrics.actions.labels("evict", "applied")._value.get() == 1)
 
     poll("the victim is evicted through the Eviction API", drained, deadline_s=60)
-    poll("the victim is gone", lambda: victim not in running(admin))
-    assert running(admin).get(survivor) == first[survivor]  # the healthy GPU's replica is untouched
+    poll("the victim is gone", lambda: victim not in running(admin, ns))
+    assert running(admin, ns).get(survivor) == first[survivor]  # the healthy GPU's replica is untouched
     [rule] = rules_of_node(admin)
     assert rule["spec"]["taint"]["effect"] == "NoExecute"  # drained: the effect the policy asked for
 
+    def eviction_status() -> dict[str, Any] | None:  # the controller-manager's device-taint-eviction controller
+        current = admin.get(f"{RULES}/{rule['metadata']['name']}")
+        return next((c for c in current.get("status", {}).get("conditions") or []
+                     if c["type"] == "EvictionInProgress" and c.get("observedGeneration") == current["metadata"]
+                     ["generation"]), None)
+
+    condition = poll("the controller-manager reports on the NoExecute rule", eviction_status)
+    assert condition["status"] == "False", condition  # nothing left for it to delete: the drain did it, PDB-paced
+
     # the replacement's new claim lands on the node's other healthy GPU, never the (now free) bad one
-    after = poll("the ReplicaSet's replacement runs", lambda: (r := running(admin)) and len(r) == 2 and r)
+    after = poll("the ReplicaSet's replacement runs", lambda: (r := running(admin, ns)) and len(r) == 2 and r)
     replacement = next(name for name in after if name not in first)
     assert after[replacement] == free_device != bad_device
-    admin.create(f"{GROUP}/namespaces/{NAMESPACE}/resourceclaims", {
+    admin.create(f"{GROUP}/namespaces/{ns}/resourceclaims", {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "waiting"},
         "spec": gpu_claim_spec()})
-    admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", {
+    admin.create(f"/api/v1/namespaces/{ns}/pods", {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waiting"},
         "spec": pod_spec({"resourceClaimName": "waiting"})})
-    poll("a third claim is unschedulable: the only free GPU is tainted", lambda: unschedulable(admin, "waiting"))
+    poll("a third claim is unschedulable: the only free GPU is tainted", lambda: unschedulable(admin, ns, "waiting"))
 
     # resolved and held: the rule is removed, the node marks cleared, the waiting claim gets the repaired GPU
     notify(remediator, xid(NODE, clock.now - timedelta(minutes=1), status="resolved", ends=clock.now,
-                           UUID=UUIDS[bad_index], gpu=str(bad_index), pod=victim, namespace=NAMESPACE))
+                           UUID=UUIDS[bad_index], gpu=str(bad_index), pod=victim, namespace=ns))
     clock.advance(minutes=11)
     remediator.run_once()
     assert rules_of_node(admin) == []
     node = admin.get(f"/api/v1/nodes/{NODE}")
     assert GPUS_ANNOTATION not in node["metadata"].get("annotations", {})
     pod = poll("the waiting pod is scheduled", lambda: (p := admin.get(
-        f"/api/v1/namespaces/{NAMESPACE}/pods/waiting"))["spec"].get("nodeName") and p)
+        f"/api/v1/namespaces/{ns}/pods/waiting"))["spec"].get("nodeName") and p)
     assert pod["spec"]["nodeName"] == NODE
     assert poll("its claim is allocated", lambda: allocated_device(admin, pod)) == bad_device
 
 
-def test_a_rule_cleared_by_hand_is_not_put_back(dra_node: tuple[Api, Path], tmp_path: Path) -> None:
-    admin, kubeconfig = dra_node
+def test_a_rule_cleared_by_hand_is_not_put_back(dra_node: tuple[Api, Path, str], tmp_path: Path) -> None:
+    admin, kubeconfig, _ = dra_node
     clock = Clock()
     policy = {"mode": "enforce", "device_taints": True, "limits": {"cooldown": "0s", "max_tainted_percent": 100}}
     remediator = make(policy, kubeconfig, tmp_path, clock)
-    notify(remediator, xid(NODE, clock.now - timedelta(minutes=1), UUID=UUIDS[1], gpu="1"))
+    starts = clock.now - timedelta(minutes=1)
+    notify(remediator, xid(NODE, starts, UUID=UUIDS[1], gpu="1"))
     remediator.run_once()
     [rule] = rules_of_node(admin)
     assert rule["spec"]["deviceSelector"]["device"] == "gpu-1" and rule["spec"]["taint"]["effect"] == "NoSchedule"
@@ -227,7 +240,7 @@ def test_a_rule_cleared_by_hand_is_not_put_back(dra_node: tuple[Api, Path], tmp_
     admin.request("PATCH", f"/api/v1/nodes/{NODE}", {"metadata": {"annotations": {
         GPUS_ANNOTATION: None, STATE_ANNOTATION: None}}}, "application/merge-patch+json")
     for _ in range(3):  # Alertmanager's repeats of the same occurrence change nothing
-        notify(remediator, xid(NODE, clock.now - timedelta(minutes=1), UUID=UUIDS[1], gpu="1"))
+        notify(remediator, xid(NODE, starts, UUID=UUIDS[1], gpu="1"))
         clock.advance(minutes=5)
         remediator.run_once()
     assert rules_of_node(admin) == []
