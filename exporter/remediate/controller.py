@@ -829,7 +829,8 @@ class Remediator:
                                       gpu_nodes=0)
         if restricting:
             nodes = self.api.list_nodes()
-            gpu_nodes = sum(1 for n in nodes if has_gpus(n, self.policy.limits.gpu_resources))
+            gpu_node_names = {n["metadata"]["name"] for n in nodes if has_gpus(n, self.policy.limits.gpu_resources)}
+            gpu_nodes = len(gpu_node_names | self._dra_gpu_nodes())
             restricted = {n["metadata"]["name"] for n in nodes if restricted_by_us(n)}
             restricted |= {name for name, marks in self._shadow.items() if marks.restricts}
             tainted_after = len(restricted - {node}) + 1
@@ -935,6 +936,15 @@ class Remediator:
             if devices:
                 desired = desired.with_gpu(replace(mark, devices=devices))
         return desired
+
+    def _dra_gpu_nodes(self) -> set[str]:
+        """Nodes whose GPUs are published through DRA (they have no nvidia.com/gpu allocatable), so that the
+        share limit counts them as GPU nodes; none unless device_taints is on and the rules are served."""
+        if not self.policy.device_taints or self._device_rules_served() is None:
+            return set()
+        return {node for node in (str((item.get("spec") or {}).get("nodeName") or "")
+                                  for item in self.api.list_resource_slices()
+                                  if dt.publishes_gpus(item)) if node}
 
     def _drained(self, node: str) -> bool:
         with self._lock:

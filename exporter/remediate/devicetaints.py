@@ -83,6 +83,15 @@ def devices_of_gpu(slices: Iterable[Mapping[str, Any]], node: str, uuid: str) ->
     return tuple(sorted(set(found), key=lambda d: (d.driver, d.pool, d.device)))
 
 
+def publishes_gpus(obj: Mapping[str, Any]) -> bool:
+    """Does this ResourceSlice publish a GPU (a device of type gpu or mig, or with a GPU/MIG UUID)?"""
+    try:
+        content = slice_from_json(obj)
+    except ValueError:
+        return False
+    return any(d.type in ("gpu", "mig") or d.uuid.startswith(("GPU-", "MIG-")) for d in content.devices)
+
+
 def rule_name(node: str, device: DeviceRef) -> str:
     """A stable DNS-subdomain name for the rule of ``device`` on ``node`` (readable part + hash)."""
     digest = hashlib.sha256("/".join((node, *device.to_json())).encode()).hexdigest()[:10]

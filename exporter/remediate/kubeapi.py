@@ -130,10 +130,11 @@ class KubeApi:
             raise classify(exc) from None
         return _json(response)
 
-    def list_resource_slices(self, node: str) -> list[JsonObject]:
-        """The node's ResourceSlices (resource.k8s.io/v1): which of its GPUs are published through DRA."""
+    def list_resource_slices(self, node: str | None = None) -> list[JsonObject]:
+        """The node's ResourceSlices (resource.k8s.io/v1), or every one: which GPUs are published through DRA."""
+        selector = {"field_selector": f"spec.nodeName={node}"} if node else {}
         answer = self._call("list resource slices", lambda: self._custom().list_cluster_custom_object(
-            DRA_GROUP, "v1", "resourceslices", field_selector=f"spec.nodeName={node}", **_options()))
+            DRA_GROUP, "v1", "resourceslices", **selector, **_options()))
         return list(answer.get("items") or [])
 
     def device_taint_rule_version(self, versions: tuple[str, ...]) -> str | None:
