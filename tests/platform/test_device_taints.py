@@ -13,9 +13,10 @@ ResourceClaimTemplate, under a PodDisruptionBudget. A fatal Xid on the GPU of on
   once it allows one; then the rule becomes NoExecute;
 * the ReplicaSet's replacement pod gets a new claim: the real scheduler allocates the node's last
   healthy GPU (the bad one is free by then, but tainted); one more claim stays unschedulable;
-* the alert resolves and the hold passes: the rule is deleted, and the waiting claim lands on the
-  repaired GPU. A second episode is cleared by hand as docs/remediation.md says (delete the rule
-  and the node's annotations): the remediator does not put it back.
+* the alert resolves and the hold passes: a real validation Job runs on the node; once it succeeded
+  the rule is deleted, and the waiting claim lands on the repaired GPU. A second episode is cleared
+  by hand as docs/remediation.md says (delete the rule and the node's annotations): the remediator
+  does not put it back.
 
 The remediator runs in-process with an injected clock (holds and backoff windows pass without
 waiting); every API call is real.
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +152,9 @@ def test_one_gpu_is_quarantined_by_a_device_taint_rule_and_the_node_stays_in_ser
     policy = {"mode": "enforce", "device_taints": True,
               "alerts": {"GpuXidFatal": {"actions": ["event", "taint", "annotate", "condition"],
                                          "taint_effect": "NoExecute", "untaint_after": "10m"}},
-              "limits": {"cooldown": "0s", "max_tainted_percent": 100}, "drain": {"mode": "evict"}}
+              "limits": {"cooldown": "0s", "max_tainted_percent": 100}, "drain": {"mode": "evict"},
+              "validation": {"image": "registry.example/gpu-diag:1", "namespace": ns,
+                             "command": ["dcgmi", "diag", "-r", "2"]}}
     remediator = make(policy, kubeconfig, tmp_path, clock)
     alert = xid(NODE, clock.now - timedelta(minutes=1), UUID=UUIDS[bad_index], gpu=str(bad_index), pod=victim,
                 namespace=ns)
@@ -210,10 +213,31 @@ def test_one_gpu_is_quarantined_by_a_device_taint_rule_and_the_node_stays_in_ser
         "spec": pod_spec({"resourceClaimName": "waiting"})})
     poll("a third claim is unschedulable: the only free GPU is tainted", lambda: unschedulable(admin, ns, "waiting"))
 
-    # resolved and held: the rule is removed, the node marks cleared, the waiting claim gets the repaired GPU
+    # resolved and held: a real validation Job on the node; once it succeeded the rule is removed, the node's
+    # marks cleared, and the waiting claim gets the repaired GPU
     notify(remediator, xid(NODE, clock.now - timedelta(minutes=1), status="resolved", ends=clock.now,
                            UUID=UUIDS[bad_index], gpu=str(bad_index), pod=victim, namespace=ns))
     clock.advance(minutes=11)
+    remediator.run_once()
+    [job] = admin.get(f"/apis/batch/v1/namespaces/{ns}/jobs")["items"]
+    job_pod = poll("the validation pod runs on the node", lambda: next(
+        (p for p in admin.get(f"/api/v1/namespaces/{ns}/pods?labelSelector=job-name={job['metadata']['name']}")
+         ["items"] if p["spec"].get("nodeName") == NODE and p.get("status", {}).get("phase") == "Running"), None))
+    clock.advance(seconds=10)
+    remediator.run_once()
+    assert len(rules_of_node(admin)) == 1  # validating: still out
+    finished = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    admin.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{job_pod['metadata']['name']}/status", {
+        "status": {"phase": "Succeeded", "containerStatuses": [{
+            "name": "validate", "image": "registry.example/gpu-diag:1", "imageID": "", "ready": False,
+            "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                                                        "startedAt": finished, "finishedAt": finished}}}]}},
+        "application/strategic-merge-patch+json")  # what the kubelet reports when the diagnostic passes
+    poll("the Job controller marks the Job complete", lambda: any(
+        c["type"] == "Complete" and c["status"] == "True" for c in admin.get(
+            f"/apis/batch/v1/namespaces/{ns}/jobs/{job['metadata']['name']}").get("status", {})
+        .get("conditions") or []))
+    clock.advance(seconds=10)
     remediator.run_once()
     assert rules_of_node(admin) == []
     node = admin.get(f"/api/v1/nodes/{NODE}")
