@@ -187,6 +187,10 @@ class KubeApi:
     def apply_resource_quota(self, body: JsonObject, *, field_manager: str, dry_run: bool) -> JsonObject:
         """Server-side apply of a partial ResourceQuota (``report quota --apply``), forcing ownership of its keys.
 
+        The body stays a dict: both client generations serialize it as JSON for
+        ``application/apply-patch+yaml`` (kubernetes 30.1.0, the floor, names that content type in its
+        rest.py; the pydantic generation accepts only a dict or a model as the body).
+
         ``dry_run``: the API server runs every stage (validation, admission, conflicts) and persists
         nothing (``dryRun=All``), the answer being the object as it would be.
         """
