@@ -930,7 +930,7 @@ class Remediator:
                 if mark.taint_effect and not mark.devices and mark.uuid != NODE_LEVEL]
         if not todo or self._device_rules_served() is None:
             return desired
-        slices = self.api.list_resource_slices(node)
+        slices = self._slices(node)
         for mark in todo:
             devices = dt.devices_of_gpu(slices, node, mark.uuid)
             if devices:
@@ -943,8 +943,21 @@ class Remediator:
         if not self.policy.device_taints or self._device_rules_served() is None:
             return set()
         return {node for node in (str((item.get("spec") or {}).get("nodeName") or "")
-                                  for item in self.api.list_resource_slices()
-                                  if dt.publishes_gpus(item)) if node}
+                                  for item in self._slices(None) if dt.publishes_gpus(item)) if node}
+
+    def _slices(self, node: str | None) -> list[dict[str, Any]]:
+        """ResourceSlices (of ``node``, or all); none when the remediator may not read them (403, 404), so that
+        a missing RBAC rule leaves the GPU to the node taint rather than in service. Transient errors raise:
+        the node's change waits for the next pass."""
+        try:
+            return self.api.list_resource_slices(node)
+        except ApiError as exc:
+            if exc.status not in (403, 404):
+                raise
+            self._states.once(("slices", exc.status), logging.WARNING,
+                              "cannot read ResourceSlices (the chart grants it with remediation.deviceTaints); "
+                              "GPUs are quarantined by node taints", error=str(exc))
+            return []
 
     def _drained(self, node: str) -> bool:
         with self._lock:

@@ -162,3 +162,19 @@ def test_the_share_limit_counts_dra_only_nodes_as_gpu_nodes(tmp_path: Path) -> N
     held = [e for e in cluster.events if e["reason"] == "GpuRemediationSuppressed"]
     assert [e["involvedObject"]["name"] for e in held] == [names[2]]
     assert "max_tainted_percent" in held[0]["message"] or "of 10 GPU nodes" in held[0]["message"]
+
+
+def test_without_the_right_to_read_slices_the_gpu_still_gets_the_node_taint(tmp_path: Path) -> None:
+    """A missing RBAC rule must not leave a broken GPU in service: the node taint, and a warning."""
+    cluster = Cluster(["n1"])
+
+    def forbidden(node: str | None = None) -> list[dict[str, Any]]:
+        raise ApiError(403, "resourceslices.resource.k8s.io is forbidden")
+
+    cluster.list_resource_slices = forbidden  # type: ignore[method-assign]
+    target, now = remediator(cluster, tmp_path, ENFORCE)
+    fire(target, "n1", 2, now[0] - timedelta(minutes=1))
+    target.run_once()
+    assert cluster.rules == {}
+    assert cluster.nodes["n1"]["spec"]["taints"] == [{"key": TAINT_KEY, "value": "2", "effect": "NoSchedule"}]
+
