@@ -188,3 +188,11 @@ def test_unreadable_quota_values_are_named_and_left_alone() -> None:
                                     quota("b", "q", {GPU_KEY: "2"})], [GPU_KEY])
     assert [(e.namespace, e.hard) for e in entries] == [("b", 2)]
     assert notes == ["a/q requests.nvidia.com/gpu: '1.5' is not a whole number of devices; left alone"]
+
+
+def test_an_unreachable_prometheus_is_one_line_and_exit_1(core: FakeCore, capsys: pytest.CaptureFixture[str]) -> None:
+    code = quotacli.main(["--prometheus", "http://127.0.0.1:9", "--retries", "0", "--timeout", "2s",
+                          "--cluster", "east"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("gpu-pod-exporter report quota: error: ") and len(err.strip().splitlines()) == 1
+    assert core.applied == []
