@@ -170,6 +170,10 @@ def _insecure() -> ssl.SSLContext:
     return ctx
 
 
+# Kubernetes 1.36: DRADeviceTaints is on by default, DRADeviceTaintRules (beta, on an off-by-default API) is not.
+DEVICE_TAINT_GATES = "--feature-gates=DRADeviceTaintRules=true"
+
+
 def up(state_dir: Path, nodes_file: Path | None = None, log: Callable[[str], None] = print) -> Cluster:
     """Start a cluster in ``state_dir`` (which must not hold a running one) and create its nodes."""
     if (state_dir / "pids").is_dir() and any(_running(p) for p in (state_dir / "pids").glob("*.pid")):
@@ -223,7 +227,12 @@ def up(state_dir: Path, nodes_file: Path | None = None, log: Callable[[str], Non
             # the DRA API's beta versions too (off by default): a cluster of Kubernetes 1.32 or 1.33
             # serves ResourceSlices only there, and the exporter reads them there
             # (tests/platform/test_resourceslices.py compares what each version answers).
-            "--runtime-config", "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",
+            "--runtime-config", "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true,"
+            # DeviceTaintRules (per-GPU quarantine, tests/platform/test_device_taints.py): served in 1.36 only in
+            # v1beta2 and only when asked for; the scheduler and the controller-manager's device-taint-eviction
+            # controller act on them with the DRADeviceTaintRules gate (DEVICE_TAINT_GATES). Nothing else
+            # creates such rules, so no other test's cluster behaves differently.
+            "resource.k8s.io/v1beta2/devicetaintrules=true", DEVICE_TAINT_GATES,
             # compaction only when a test asks (etcd's /v3/kv/compaction): its 410s are then the test's.
             "--etcd-compaction-interval=0",
             # a new Node gets no node.kubernetes.io/not-ready taint: the node-lifecycle controller that
@@ -254,7 +263,7 @@ def up(state_dir: Path, nodes_file: Path | None = None, log: Callable[[str], Non
             # no kubelets: the node-lifecycle controller would taint kwok's nodes whenever a heartbeat
             # is late on a loaded machine; nothing here tests node health timing.
             "--controllers", "*,-node-lifecycle-controller,-node-ipam-controller",
-            "--v=1"])
+            DEVICE_TAINT_GATES, "--v=1"])
         sched_port = free_port()
         sched_cfg = state_dir / "kube-scheduler.yaml"
         sched_cfg.write_text(json.dumps({
@@ -265,7 +274,7 @@ def up(state_dir: Path, nodes_file: Path | None = None, log: Callable[[str], Non
             str(bins["kube-scheduler"]), "--config", str(sched_cfg),
             "--authentication-kubeconfig", str(sched_conf), "--authorization-kubeconfig", str(sched_conf),
             "--bind-address", "127.0.0.1", "--secure-port", str(sched_port),
-            "--cert-dir", str(state_dir / "scheduler-certs"), "--v=1"])
+            "--cert-dir", str(state_dir / "scheduler-certs"), DEVICE_TAINT_GATES, "--v=1"])
         procs.wait_for("kube-controller-manager", "/healthz",
                        lambda: _http_ok(f"https://127.0.0.1:{kcm_port}/healthz", _insecure()))
         procs.wait_for("kube-scheduler", "/healthz",

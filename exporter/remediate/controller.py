@@ -37,6 +37,7 @@ from exporter.backoff import Backoff as DrainBackoff
 from exporter.backoff import BackoffPolicy
 from exporter.logs import StateLog, get_logger
 from exporter.metrics.hostname_label import node_name
+from exporter.remediate import devicetaints as dt
 from exporter.remediate import drain as drains
 from exporter.remediate import events as ev
 from exporter.remediate import repair
@@ -138,15 +139,17 @@ class _Episode:
     phase_written: bool = False
 
 
-def mark_for(policy: Policy, uuid: str, gpu: str, alerts: Mapping[str, str], since: str) -> GpuMark:
-    """A GPU's mark from the alerts that hold it (fingerprint -> name) and what their policies ask."""
+def mark_for(policy: Policy, uuid: str, gpu: str, alerts: Mapping[str, str], since: str, *,
+             devices: tuple[dt.DeviceRef, ...] = ()) -> GpuMark:
+    """A GPU's mark from the alerts that hold it (fingerprint -> name) and what their policies ask; ``devices``:
+    its DRA devices, once looked up (they stay with the mark)."""
     policies = [p for p in (policy.for_alert(name) for name in alerts.values()) if p is not None]
     effects = [p.taint_effect for p in policies if p.does("taint")]
     strongest = max(effects, key=("PreferNoSchedule", "NoSchedule", "NoExecute").index) if effects else None
     return GpuMark(uuid=uuid, gpu=gpu, alerts=MappingProxyType(dict(alerts)), since=since, taint_effect=strongest,
                    cordon=any(p.does("cordon") for p in policies),
                    annotate=any(p.does("annotate") for p in policies),
-                   condition=any(p.does("condition") for p in policies))
+                   condition=any(p.does("condition") for p in policies), devices=devices)
 
 
 def _fingerprints(*states: Marks) -> list[str]:
@@ -189,6 +192,8 @@ class Remediator:
         self._drains: dict[str, _Drain] = {}
         self._episodes: dict[str, _Episode] = {}
         self._uids: dict[str, str] = {}  # node name -> uid, for Events recorded away from the node object
+        self._rule_version: str | None = None  # the resource.k8s.io version serving DeviceTaintRules
+        self._rule_version_known = False
         self._synced = False
         self._stop = api.stop
         self._thread: threading.Thread | None = None
@@ -535,7 +540,7 @@ class Remediator:
         enforce = self.policy.changes_nodes
         current = read_marks(obj) if enforce else \
             self._shadow.get(node, Marks(last_transition=self._transitions.get(node)))
-        desired = self._desired(obj, current, marks, due)
+        desired = self._with_devices(node, self._desired(obj, current, marks, due))
         before = restricted_by_us(obj) if enforce else current.restricts
         after = desired.restricts
         transition = before != after
@@ -655,6 +660,7 @@ class Remediator:
                             fingerprints=drain.fingerprints, state="drained",
                             identity=f"drained|{rfc3339(drain.started)}|{','.join(sorted(drain.uuids))}",
                             warning=False)
+                self._rules_after_drain(node)
 
     # -- hand-off and re-admission -------------------------------------------------------------------
 
@@ -802,13 +808,15 @@ class Remediator:
             existing = desired.gpus.get(uuid)
             alerts = {**(existing.alerts if existing else {}), **mark.alerts}
             desired = desired.with_gpu(mark_for(self.policy, uuid, mark.gpu or (existing.gpu if existing else ""),
-                                                alerts, existing.since if existing else mark.since))
+                                                alerts, existing.since if existing else mark.since,
+                                                devices=existing.devices if existing else mark.devices))
         for uuid, fingerprints in due.items():
             existing = desired.gpus.get(uuid)
             if existing is None or not fingerprints:
                 continue
             remaining = {fp: name for fp, name in existing.alerts.items() if fp not in fingerprints}
-            desired = desired.with_gpu(mark_for(self.policy, uuid, existing.gpu, remaining, existing.since)) \
+            desired = desired.with_gpu(mark_for(self.policy, uuid, existing.gpu, remaining, existing.since,
+                                                devices=existing.devices)) \
                 if remaining else desired.without_gpu(uuid)
         unschedulable = bool(obj.get("spec", {}).get("unschedulable"))
         cordoned = desired.wants_cordon and (current.cordoned_by_us or not unschedulable)
@@ -821,7 +829,8 @@ class Remediator:
                                       gpu_nodes=0)
         if restricting:
             nodes = self.api.list_nodes()
-            gpu_nodes = sum(1 for n in nodes if has_gpus(n, self.policy.limits.gpu_resources))
+            gpu_node_names = {n["metadata"]["name"] for n in nodes if has_gpus(n, self.policy.limits.gpu_resources)}
+            gpu_nodes = len(gpu_node_names | self._dra_gpu_nodes())
             restricted = {n["metadata"]["name"] for n in nodes if restricted_by_us(n)}
             restricted |= {name for name, marks in self._shadow.items() if marks.restricts}
             tainted_after = len(restricted - {node}) + 1
@@ -865,9 +874,10 @@ class Remediator:
         if not self.policy.changes_nodes:
             if desired == current:
                 return False
+            rules = dt.describe(dt.rule_changes(self._rule_bodies(node, current), self._rule_bodies(node, desired)))
             shadow_obj = {**obj, "spec": {**obj.get("spec", {}), "taints": [
                 t for t in obj.get("spec", {}).get("taints") or [] if t.get("key") != TAINT_KEY]}}
-            what = self._describe_change(desired, shadow=current)
+            what = self._describe_change(desired, shadow=current) + (f", {rules}" if rules else "")
             self._shadow[node] = desired
             self._count_actions(current, desired, shadow_obj, "dry_run")
             self._audit(node, uid, ev.REASON_DRY_RUN,
@@ -875,17 +885,18 @@ class Remediator:
                         fingerprints=_fingerprints(desired, current), state=_state(desired),
                         identity=desired.state_json(), warning=False)
             return True
+        rules = self._write_rules(node, current, desired)  # first: the node's marks say what they quarantine
         patch = node_patch(obj, current, desired)
         status = condition_patch(obj, desired, now)
-        if patch is None and status is None:
+        if patch is None and status is None and not rules:
             return False
         if patch is not None:
             self.api.patch_node(node, patch)  # ApiConflictError propagates: read again, decide again
         if status is not None:
             self.api.patch_node_status(node, status)
         self._count_actions(current, desired, obj, "applied")
-        what = self._describe_change(desired, shadow=current, obj=obj)
-        if transition or (patch is not None and "spec" in patch):
+        what = self._describe_change(desired, shadow=current, obj=obj) + (f", {rules}" if rules else "")
+        if transition or (patch is not None and "spec" in patch) or rules:
             reason = ev.REASON_TAINTED if restricting else ev.REASON_UNTAINTED
             self._audit(node, uid, reason, f"gpu-pod-exporter remediate: {what}.", now,
                         fingerprints=_fingerprints(desired, current), state=_state(desired),
@@ -894,6 +905,102 @@ class Remediator:
             log.info(f"node changed: {what}", extra={"fields": {
                 "node": node, "fingerprints": ",".join(_fingerprints(desired, current))}})
         return True
+
+    # -- per-GPU quarantine on DRA nodes (exporter/remediate/devicetaints.py) ------------------------
+
+    def _device_rules_served(self) -> str | None:
+        """The resource.k8s.io version serving DeviceTaintRules, asked once; None: node taints only."""
+        if not self._rule_version_known:
+            self._rule_version = self.api.device_taint_rule_version(dt.VERSIONS)
+            self._rule_version_known = True
+            if self._rule_version is None:
+                log.warning("device_taints is on but the API server serves no DeviceTaintRule (Kubernetes 1.36: "
+                            "--runtime-config resource.k8s.io/v1beta2/devicetaintrules=true and the "
+                            "DRADeviceTaintRules feature gate); GPUs are quarantined by node taints")
+            else:
+                log.info("DRA GPUs are quarantined by DeviceTaintRules", extra={"fields": {
+                    "api": f"{dt.GROUP}/{self._rule_version}"}})
+        return self._rule_version
+
+    def _with_devices(self, node: str, desired: Marks) -> Marks:
+        """Look up, once per GPU, the DRA devices of newly tainted GPUs; a GPU without any keeps the node taint."""
+        if not self.policy.device_taints:
+            return desired
+        todo = [mark for mark in desired.gpus.values()
+                if mark.taint_effect and not mark.devices and mark.uuid != NODE_LEVEL]
+        if not todo or self._device_rules_served() is None:
+            return desired
+        slices = self._slices(node)
+        for mark in todo:
+            devices = dt.devices_of_gpu(slices, node, mark.uuid)
+            if devices:
+                desired = desired.with_gpu(replace(mark, devices=devices))
+        return desired
+
+    def _dra_gpu_nodes(self) -> set[str]:
+        """Nodes whose GPUs are published through DRA (they have no nvidia.com/gpu allocatable), so that the
+        share limit counts them as GPU nodes; none unless device_taints is on and the rules are served."""
+        if not self.policy.device_taints or self._device_rules_served() is None:
+            return set()
+        return {node for node in (str((item.get("spec") or {}).get("nodeName") or "")
+                                  for item in self._slices(None) if dt.publishes_gpus(item)) if node}
+
+    def _slices(self, node: str | None) -> list[dict[str, Any]]:
+        """ResourceSlices (of ``node``, or all); none when the remediator may not read them (403, 404), so that
+        a missing RBAC rule leaves the GPU to the node taint rather than in service. Transient errors raise:
+        the node's change waits for the next pass."""
+        try:
+            return self.api.list_resource_slices(node)
+        except ApiError as exc:
+            if exc.status not in (403, 404):
+                raise
+            self._states.once(("slices", exc.status), logging.WARNING,
+                              "cannot read ResourceSlices (the chart grants it with remediation.deviceTaints); "
+                              "GPUs are quarantined by node taints", error=str(exc))
+            return []
+
+    def _drained(self, node: str) -> bool:
+        with self._lock:
+            drain = self._drains.get(node)
+            return drain is not None and drain.done
+
+    def _rule_bodies(self, node: str, marks: Marks) -> list[dict[str, Any]]:
+        version = self._rule_version or dt.VERSIONS[0]
+        drained = self._drained(node)
+        return [dt.rule_body(version, node, mark.uuid, mark.gpu, device,
+                             effect=dt.device_effect(mark.taint_effect or "NoSchedule",
+                                              drain_configured=self.policy.drain is not None, drained=drained))
+                for mark in marks.device_marks for device in mark.devices]
+
+    def _write_rules(self, node: str, current: Marks, desired: Marks) -> str:
+        """Make the node's DeviceTaintRules those of ``desired``; what was done ("" when nothing)."""
+        if not (current.device_marks or desired.device_marks) or self._device_rules_served() is None:
+            return ""
+        version = str(self._rule_version)
+        existing = [rule for rule in self.api.list_device_taint_rules(version, f"{dt.MANAGED_BY[0]}={dt.MANAGED_BY[1]}")
+                    if (rule.get("metadata", {}).get("annotations") or {}).get(dt.NODE_LABEL) == node]
+        changes = dt.rule_changes(existing, self._rule_bodies(node, desired))
+        for body in changes.apply:
+            self.api.apply_device_taint_rule(version, body)
+            self.metrics.count("taint", "applied")
+        for name in changes.delete:
+            self.api.delete_device_taint_rule(version, name)
+            self.metrics.count("untaint", "applied")
+        return dt.describe(changes)
+
+    def _rules_after_drain(self, node: str) -> None:
+        """The drain is done: rules whose policy asks NoExecute get it now (nothing is left for it to delete)."""
+        if not self.policy.device_taints or not self.policy.changes_nodes:
+            return
+        try:
+            marks = read_marks(self.api.get_node(node))
+            done = self._write_rules(node, marks, marks)
+        except ApiError as exc:
+            self._note_error("cannot update the node's DeviceTaintRules after the drain", exc, node=node)
+            return
+        if done:
+            log.info("remediation transition", extra={"fields": {"node": node, "event": "DeviceTaintRules",
+                                                                 "state": "drained", "why": done}})
 
     def _count_actions(self, current: Marks, desired: Marks, obj: Mapping[str, Any], result: str) -> None:
         had_taint = our_taint(obj) is not None or current.taint_effect is not None

@@ -2,8 +2,9 @@
 
 Only what the least-privilege role allows: read and patch nodes (and the node status, for our
 condition), list the pods of a node, create Events, create pod evictions
-(the drain), create GpuRepairRequests (the hand-off) and create/read the
-validation Job. Every call goes through ``CoreV1Api`` with
+(the drain), create GpuRepairRequests (the hand-off), create/read the
+validation Job, and, with ``device_taints``, list ResourceSlices and write DeviceTaintRules. For
+``report quota``: list ResourceQuotas and, with ``--apply``, apply them. Every call goes through ``CoreV1Api`` with
 ``_preload_content=False`` and the answer is parsed as plain JSON, so the code behaves the same
 on the client's old (<= 30) and new (pydantic) generations and never fails on a field the model
 does not know.
@@ -37,6 +38,7 @@ log = get_logger("remediate.kubeapi")
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read
 FIELD_MANAGER = "gpu-pod-exporter-remediate"
+DRA_GROUP = "resource.k8s.io"
 REPAIR_GROUP, REPAIR_VERSION, REPAIR_PLURAL = "remediation.gpu-pod-exporter.io", "v1alpha1", "gpurepairrequests"
 
 JsonObject = dict[str, Any]
@@ -127,6 +129,76 @@ class KubeApi:
         except Exception as exc:  # noqa: BLE001 - sorted by classify
             raise classify(exc) from None
         return _json(response)
+
+    def list_resource_slices(self, node: str | None = None) -> list[JsonObject]:
+        """The node's ResourceSlices (resource.k8s.io/v1), or every one: which GPUs are published through DRA."""
+        selector = {"field_selector": f"spec.nodeName={node}"} if node else {}
+        answer = self._call("list resource slices", lambda: self._custom().list_cluster_custom_object(
+            DRA_GROUP, "v1", "resourceslices", **selector, **_options()))
+        return list(answer.get("items") or [])
+
+    def device_taint_rule_version(self, versions: tuple[str, ...]) -> str | None:
+        """The first of ``versions`` in which the API server serves DeviceTaintRules (its discovery), or None.
+
+        Kubernetes 1.36 serves them in v1beta2 only with ``--runtime-config`` and the
+        ``DRADeviceTaintRules`` feature gate; without them a rule would be refused (or ignored), so the
+        caller falls back to the node taint.
+        """
+        def discover(version: str) -> Callable[[], Any]:
+            return lambda: self._custom().get_api_resources(DRA_GROUP, version, **_options())
+
+        for version in versions:
+            try:
+                answer = self._call("discover resource.k8s.io", discover(version))
+            except ApiError as exc:
+                if exc.status == 404:
+                    continue
+                raise
+            if any(item.get("name") == "devicetaintrules" for item in answer.get("resources") or []):
+                return version
+        return None
+
+    def list_device_taint_rules(self, version: str, label_selector: str) -> list[JsonObject]:
+        answer = self._call("list device taint rules", lambda: self._custom().list_cluster_custom_object(
+            DRA_GROUP, version, "devicetaintrules", label_selector=label_selector, **_options()))
+        return list(answer.get("items") or [])
+
+    def apply_device_taint_rule(self, version: str, body: JsonObject) -> JsonObject:
+        """Server-side apply (ours alone: forced), so that writing the same rule again changes nothing."""
+        return self._call("apply device taint rule", lambda: self._custom().patch_cluster_custom_object(
+            DRA_GROUP, version, "devicetaintrules", body["metadata"]["name"], body, field_manager=FIELD_MANAGER,
+            force=True, _content_type="application/apply-patch+yaml", **_options()))
+
+    def delete_device_taint_rule(self, version: str, name: str) -> None:
+        """Delete a rule; one that is gone already (a person deleted it) is no error."""
+        try:
+            self._call("delete device taint rule", lambda: self._custom().delete_cluster_custom_object(
+                DRA_GROUP, version, "devicetaintrules", name, **_options()))
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+    def list_resource_quotas(self) -> list[JsonObject]:
+        """Every ResourceQuota of the cluster (``report quota`` reads their GPU keys)."""
+        answer = self._call("list resource quotas", lambda: self.core.list_resource_quota_for_all_namespaces(
+            **_options()))
+        return list(answer.get("items") or [])
+
+    def apply_resource_quota(self, body: JsonObject, *, field_manager: str, dry_run: bool) -> JsonObject:
+        """Server-side apply of a partial ResourceQuota (``report quota --apply``), forcing ownership of its keys.
+
+        The body stays a dict: both client generations serialize it as JSON for
+        ``application/apply-patch+yaml`` (kubernetes 30.1.0, the floor, names that content type in its
+        rest.py; the pydantic generation accepts only a dict or a model as the body).
+
+        ``dry_run``: the API server runs every stage (validation, admission, conflicts) and persists
+        nothing (``dryRun=All``), the answer being the object as it would be.
+        """
+        metadata = body["metadata"]
+        extra: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
+        return self._call("apply resource quota", lambda: self.core.patch_namespaced_resource_quota(
+            metadata["name"], metadata["namespace"], body, field_manager=field_manager, force=True,
+            _content_type="application/apply-patch+yaml", **extra, **_options()))
 
     def create_repair_request(self, body: JsonObject) -> JsonObject:
         """Create a cluster-scoped ``GpuRepairRequest`` (exporter/remediate/repair.py); 409: it exists."""

@@ -14,6 +14,12 @@ What the remediator writes on a node, and only that (everything else on the node
 * the node condition ``UnhealthyGPU`` (status True with the alert and GPUs as reason and message,
   False once cleared), the Kubernetes-native place for "why" (``kubectl describe node``).
 
+A GPU published through DRA (its mark carries ``devices``, with ``device_taints`` in the policy) is
+quarantined by DeviceTaintRules (``devicetaints``) instead of the node taint: it is left out of the
+taint's value and effect, but it still restricts the node (the breaker, the episode and the
+re-admission gate count it), and its mark, annotation and condition stay on the node, which
+remains the one place the remediator's state lives.
+
 Taints are a list without a merge key, so a strategic-merge patch replaces the whole list: the
 patch carries the node's full list with only our entry changed, plus ``metadata.resourceVersion``
 so that the API server answers 409 Conflict if anyone changed the node in between (the caller
@@ -28,6 +34,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
+
+from exporter.remediate.devicetaints import DeviceRef
 
 TAINT_KEY = "gpu-pod-exporter/unhealthy-gpu"
 GPUS_ANNOTATION = "gpu-pod-exporter/unhealthy-gpus"
@@ -68,11 +76,20 @@ class GpuMark:
     cordon: bool = False
     annotate: bool = False
     condition: bool = False
+    devices: tuple[DeviceRef, ...] = ()  # published through DRA: quarantined by DeviceTaintRules
+
+    @property
+    def node_taint(self) -> str | None:
+        """The effect this GPU adds to the node taint: none when DeviceTaintRules quarantine it."""
+        return None if self.devices else self.taint_effect
 
     def to_json(self) -> JsonObject:
-        return {"gpu": self.gpu, "alerts": dict(self.alerts), "since": self.since,
-                "taint_effect": self.taint_effect, "cordon": self.cordon, "annotate": self.annotate,
-                "condition": self.condition}
+        data: JsonObject = {"gpu": self.gpu, "alerts": dict(self.alerts), "since": self.since,
+                            "taint_effect": self.taint_effect, "cordon": self.cordon, "annotate": self.annotate,
+                            "condition": self.condition}
+        if self.devices:
+            data["devices"] = [device.to_json() for device in self.devices]
+        return data
 
     @staticmethod
     def from_json(uuid: str, data: Mapping[str, Any]) -> GpuMark:
@@ -83,7 +100,9 @@ class GpuMark:
                        since=str(data.get("since", "")),
                        taint_effect=effect if effect in EFFECT_STRENGTH else None,
                        cordon=data.get("cordon") is True, annotate=data.get("annotate") is True,
-                       condition=data.get("condition") is True)
+                       condition=data.get("condition") is True,
+                       devices=tuple(d for d in (DeviceRef.from_json(x) for x in data.get("devices") or [])
+                                     if d is not None))
 
 
 @dataclass(frozen=True)
@@ -96,8 +115,14 @@ class Marks:
 
     @property
     def taint_effect(self) -> str | None:
-        effects = [mark.taint_effect for mark in self.gpus.values() if mark.taint_effect]
+        """The node taint's effect: the strongest of the GPUs not quarantined by DeviceTaintRules."""
+        effects = [mark.node_taint for mark in self.gpus.values() if mark.node_taint]
         return max(effects, key=EFFECT_STRENGTH.__getitem__) if effects else None
+
+    @property
+    def device_marks(self) -> list[GpuMark]:
+        """The GPUs quarantined by DeviceTaintRules."""
+        return [mark for _, mark in sorted(self.gpus.items()) if mark.devices and mark.taint_effect]
 
     @property
     def wants_cordon(self) -> bool:
@@ -106,10 +131,10 @@ class Marks:
     @property
     def restricts(self) -> bool:
         """Does this state take capacity away (our taint or our cordon)?"""
-        return self.taint_effect is not None or self.cordoned_by_us
+        return self.taint_effect is not None or self.cordoned_by_us or bool(self.device_marks)
 
     def taint_value(self) -> str:
-        indexes = sorted((mark.gpu for mark in self.gpus.values() if mark.taint_effect),
+        indexes = sorted((mark.gpu for mark in self.gpus.values() if mark.node_taint),
                          key=lambda gpu: (not gpu.isdigit(), int(gpu) if gpu.isdigit() else 0, gpu))
         value = "_".join(gpu if gpu.replace("-", "").isalnum() else "unknown" for gpu in indexes) or "unknown"
         return value[:MAX_LABEL_VALUE].rstrip("_")
@@ -156,9 +181,11 @@ def our_taint(node: Mapping[str, Any]) -> JsonObject | None:
 
 
 def restricted_by_us(node: Mapping[str, Any]) -> bool:
-    """Does the node carry our taint, or a cordon we made? (What the breaker counts.)"""
-    return our_taint(node) is not None or (read_marks(node).cordoned_by_us
-                                           and bool(node.get("spec", {}).get("unschedulable")))
+    """Does the node carry our taint, a cordon we made, or GPUs under our DeviceTaintRules? (What the breaker
+    counts.)"""
+    marks = read_marks(node)
+    return our_taint(node) is not None or bool(marks.device_marks) or (
+        marks.cordoned_by_us and bool(node.get("spec", {}).get("unschedulable")))
 
 
 def has_gpus(node: Mapping[str, Any], prefixes: tuple[str, ...]) -> bool:

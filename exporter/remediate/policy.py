@@ -23,6 +23,7 @@ alerts. Schema (docs/remediation.md explains each)::
       pod_label: gpu-pod-exporter/drain
       unmanaged_pods: false
     repair_request: false        # create a GpuRepairRequest (CRD) once the node is quarantined and drained
+    device_taints: false         # DRA clusters: a DeviceTaintRule per unhealthy GPU instead of the node taint
     validation:                  # absent: re-admission needs only the hold (untaint_after)
       image: registry.example/gpu-diag:1   # a Job with this image must succeed on the node first
       namespace: gpu-monitoring
@@ -91,6 +92,7 @@ class Policy:
     drain: DrainPolicy | None = None  # None: no drain
     repair_request: bool = False
     validation: Validation | None = None  # None: no validation Job before re-admission
+    device_taints: bool = False  # GPUs published through DRA: DeviceTaintRules (exporter/remediate/devicetaints.py)
 
     def for_alert(self, name: str) -> AlertPolicy | None:
         return self.alerts.get(name)
@@ -119,7 +121,7 @@ def _parse_file(path: str) -> Policy:
     if root is None:
         return Policy(source=path)
     top = root.mapping(("mode", "node_label", "cluster", "alerts", "limits", "drain", "repair_request",
-                        "validation"))
+                        "validation", "device_taints"))
     defaults = Policy()
     return Policy(
         mode=top["mode"].plain(_choice(MODES)) if "mode" in top else defaults.mode,
@@ -130,7 +132,8 @@ def _parse_file(path: str) -> Policy:
         source=path,
         drain=_drain(top["drain"]) if "drain" in top else None,
         repair_request=top["repair_request"].plain(_boolean) if "repair_request" in top else False,
-        validation=_validation(top["validation"]) if "validation" in top else None)
+        validation=_validation(top["validation"]) if "validation" in top else None,
+        device_taints=top["device_taints"].plain(_boolean) if "device_taints" in top else False)
 
 
 def _validation(value: YamlValue) -> Validation:

@@ -1,11 +1,11 @@
 """``gpu-pod-exporter remediate status``: every node the remediator touched, its state and why.
 
 Read from the nodes themselves (what the remediator wrote there: its state and phase annotations,
-its taint), so the answer is the same whichever replica asks and survives restarts; no state of a
-running remediator is needed. States (docs/remediation.md, "State machine"): ``quarantined``,
-``draining``, ``repair-requested``, ``validating`` (from the phase annotation), ``marked`` (GPUs
-annotated, no taint or cordon asked for) and ``healthy again`` (its marks are gone; the last
-transition is kept for the cooldown).
+its taint; a GPU quarantined by a DeviceTaintRule is named with its device), so the answer is the
+same whichever replica asks and survives restarts; no state of a running remediator is needed.
+States (docs/remediation.md, "State machine"): ``quarantined``, ``draining``, ``repair-requested``,
+``validating`` (from the phase annotation), ``marked`` (GPUs annotated, no taint or cordon asked
+for) and ``healthy again`` (its marks are gone; the last transition is kept for the cooldown).
 """
 
 from __future__ import annotations
@@ -15,7 +15,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.remediate.nodestate import PHASE_ANNOTATION, STATE_ANNOTATION, read_marks, restricted_by_us, rfc3339
+from exporter.remediate.nodestate import (
+    PHASE_ANNOTATION,
+    STATE_ANNOTATION,
+    GpuMark,
+    read_marks,
+    restricted_by_us,
+    rfc3339,
+)
 
 
 @dataclass(frozen=True)
@@ -34,7 +41,7 @@ def node_status(node: Mapping[str, Any]) -> NodeStatus | None:
         return None
     marks = read_marks(node)
     gpus = "; ".join(f"GPU {mark.gpu} ({uuid}): {', '.join(sorted(set(mark.alerts.values())))} since {mark.since}"
-                     for uuid, mark in sorted(marks.gpus.items()))
+                     + _device_rule(mark) for uuid, mark in sorted(marks.gpus.items()))
     since = rfc3339(marks.last_transition) if marks.last_transition else ""
     phase = _phase(annotations.get(PHASE_ANNOTATION))
     if phase is not None:
@@ -46,6 +53,12 @@ def node_status(node: Mapping[str, Any]) -> NodeStatus | None:
         return NodeStatus(metadata.get("name", ""), "marked", since, gpus)
     return NodeStatus(metadata.get("name", ""), "healthy again", since, "no GPU marked; last change at " +
                       (since or "an unknown time"))
+
+
+def _device_rule(mark: GpuMark) -> str:
+    if not (mark.devices and mark.taint_effect):
+        return ""
+    return f", quarantined alone by DeviceTaintRule ({', '.join('/'.join(d.to_json()) for d in mark.devices)})"
 
 
 def _phase(raw: object) -> dict[str, str] | None:

@@ -75,20 +75,7 @@ def parser() -> argparse.ArgumentParser:
                     "idle pods. Reads the recording rules of deploy/rules/gpu-pod-exporter-recording.yaml.",
         epilog="Times are RFC 3339 (2025-06-01T00:00:00Z), dates (2025-06-01, midnight UTC) or Unix seconds; "
                "durations are Prometheus durations (90s, 15m, 12h, 7d). See docs/cost.md.")
-    where = p.add_argument_group("what to report")
-    where.add_argument("--prometheus", required=True, metavar="URL",
-                       help="Prometheus-compatible API base URL, with any path prefix "
-                            "(http://prometheus:9090, http://mimir/prometheus, https://thanos-query:10902).")
-    where.add_argument("--range", metavar="DURATION",
-                       help=f"Length of the window ending at --end (default {DEFAULT_RANGE} without --start).")
-    where.add_argument("--start", metavar="TIME", help="Start of the window.")
-    where.add_argument("--end", metavar="TIME", help="End of the window (default: now, rounded down to the step).")
-    where.add_argument("--period", metavar="YYYY-MM|previous-month",
-                       help="A calendar month (UTC) instead of --start/--end/--range; the chargeback compares it "
-                            "with the month before.")
-    where.add_argument("--step", default="1m", metavar="DURATION",
-                       help="Resolution: each point stands for this long (default 1m; the rule evaluation interval "
-                            "makes every evaluation count once).")
+    where = add_window_arguments(p)
     where.add_argument("--by", choices=("team", "namespace"), default="team", help="Rows per team or per namespace.")
     where.add_argument("--cluster", action="append", default=[], metavar="NAME",
                        help="Only this value of the cluster label (repeatable).")
@@ -121,6 +108,31 @@ def parser() -> argparse.ArgumentParser:
     out.add_argument("--export-dir", metavar="DIR",
                      help="Also write the chargeback of the period as chargeback-<start>_<end>.csv and .parquet "
                           "(versioned schema, docs/cost.md) into DIR.")
+    add_connection_arguments(p)
+    return p
+
+
+def add_window_arguments(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """Prometheus and the window: the arguments ``report`` and ``report quota`` share."""
+    where = p.add_argument_group("what to report")
+    where.add_argument("--prometheus", required=True, metavar="URL",
+                       help="Prometheus-compatible API base URL, with any path prefix "
+                            "(http://prometheus:9090, http://mimir/prometheus, https://thanos-query:10902).")
+    where.add_argument("--range", metavar="DURATION",
+                       help=f"Length of the window ending at --end (default {DEFAULT_RANGE} without --start).")
+    where.add_argument("--start", metavar="TIME", help="Start of the window.")
+    where.add_argument("--end", metavar="TIME", help="End of the window (default: now, rounded down to the step).")
+    where.add_argument("--period", metavar="YYYY-MM|previous-month",
+                       help="A calendar month (UTC) instead of --start/--end/--range; the chargeback compares it "
+                            "with the month before.")
+    where.add_argument("--step", default="1m", metavar="DURATION",
+                       help="Resolution: each point stands for this long (default 1m; the rule evaluation interval "
+                            "makes every evaluation count once).")
+    return where
+
+
+def add_connection_arguments(p: argparse.ArgumentParser) -> None:
+    """How to reach Prometheus: the arguments ``report`` and ``report quota`` share."""
     conn = p.add_argument_group("connection")
     conn.add_argument("--tenant", metavar="ID", help="Tenant for Mimir/Cortex/Thanos (X-Scope-OrgID header).")
     conn.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
@@ -139,7 +151,6 @@ def parser() -> argparse.ArgumentParser:
                       help=f"Points per series in one range query (at most {PROMETHEUS_MAX_POINTS:,}).")
     conn.add_argument("--max-samples", type=int, default=5_000_000, metavar="N",
                       help="Series x points in one answer before queries are cut smaller (default 5,000,000).")
-    return p
 
 
 def _read_secret(path: str, flag: str) -> str:
@@ -297,8 +308,18 @@ def _previous_window(args: argparse.Namespace, window: Window, now: float) -> Wi
     return Window(2 * window.start - window.end, window.start, window.step)
 
 
-def make_report(opts: Options) -> Report:
-    """Ask Prometheus and compute the report; PrometheusError when it cannot be asked or holds nothing."""
+@dataclass(frozen=True)
+class Measured:
+    """The report without its chargeback, and what was needed to make it (the chargeback asks again)."""
+
+    report: Report
+    client: PrometheusClient
+    queries: Queries
+    clusters: frozenset[str]  # every cluster label value with allocation data, raw or recorded
+
+
+def measure(opts: Options) -> Measured:
+    """Ask Prometheus and compute the report's tables; PrometheusError when it cannot be asked or holds nothing."""
     client = PrometheusClient(opts.connection, max_points=opts.max_points, max_samples=opts.max_samples)
     queries = Queries(cluster_matcher(opts.settings.clusters), opts.settings.idle_threshold_percent)
     fetched = fetch(client, queries, opts.window)
@@ -310,6 +331,13 @@ def make_report(opts: Options) -> Report:
             + f": neither the exporter's {' / '.join(ALLOCATION_INPUTS)} (run it with -k / --kubernetes) nor the "
               f"recorded {FRACTION.series} ({RULE_FILE}) is there")
     report = build_report(fetched, opts.settings, opts.prices, opts.top_pods)
+    return Measured(report, client, queries, fetched.presence.known_clusters())
+
+
+def make_report(opts: Options) -> Report:
+    """Ask Prometheus and compute the report; PrometheusError when it cannot be asked or holds nothing."""
+    measured = measure(opts)
+    report, client, queries = measured.report, measured.client, measured.queries
     if opts.group_by is None:
         return report
     pool_label = opts.prices.pool_label
@@ -342,6 +370,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from exporter.report.budgets import main as budget_rules  # noqa: PLC0415
 
         return budget_rules(arguments[1:])
+    if arguments[:1] == ["quota"]:
+        from exporter.report.quotacli import main as quota  # noqa: PLC0415
+
+        return quota(arguments[1:])
     try:
         opts = options(arguments, time.time())
         if opts.output_format == "html":

@@ -27,6 +27,9 @@ EXTERNAL_METRICS: dict[str, MetricEntry] = {
     # hostname:gpu_node_maintenance:max (docs/alerts.md "Nodes in maintenance").
     "kube_node_spec_unschedulable": MetricEntry("kube_node_spec_unschedulable", "gauge"),
     "kube_node_labels": MetricEntry("kube_node_labels", "info"),
+    # kube-state-metrics: each ResourceQuota's hard and used values, for GPU quota vs measured need
+    # (group gpu-pod-exporter.gpu-quota, the teams dashboard's quota panel, GpuQuotaMostlyUnused).
+    "kube_resourcequota": MetricEntry("kube_resourcequota", "gauge"),
 }
 
 

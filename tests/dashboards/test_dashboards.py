@@ -167,6 +167,16 @@ def test_team_view_has_memory_versus_utilization_and_energy() -> None:
     assert any("team:gpu_energy_joules:increase5m" in expr for expr in energy)
 
 
+def test_team_view_draws_gpu_quota_beside_measured_need_per_namespace() -> None:
+    """The quota panel reads the recorded quota and the recorded p95 of GPUs in use (group gpu-quota), per namespace."""
+    teams = dashboard_by_uid("gpu-pod-exporter-teams")
+    panel = {p["title"]: p for p in panels_of(teams)}["GPU quota vs measured need (p95, 7 days)"]
+    exprs = sorted(t["expr"] for t in panel["targets"])
+    assert exprs == ['namespace:gpu_in_use:p95_7d{cluster="$cluster", namespace=~"$namespace"}',
+                     'namespace:gpu_quota:hard{cluster="$cluster", namespace=~"$namespace"}']
+    assert {t["legendFormat"] for t in panel["targets"]} == {"{{namespace}} quota", "{{namespace}} need (p95 7d)"}
+
+
 def _link_urls(dashboard: dict[str, Any]) -> list[str]:
     urls: list[str] = []
 

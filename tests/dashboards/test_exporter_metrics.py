@@ -35,7 +35,8 @@ def test_fields_the_exporter_cannot_serve_and_label_fields_are_not_metric_names(
 
 
 def test_the_external_allowlist_is_prometheus_and_kube_state_metrics_only() -> None:
-    assert set(EXTERNAL_METRICS) == {"up", "ALERTS", "kube_node_spec_unschedulable", "kube_node_labels"}
+    assert set(EXTERNAL_METRICS) == {"up", "ALERTS", "kube_node_spec_unschedulable", "kube_node_labels",
+                                     "kube_resourcequota"}
     assert not set(EXTERNAL_METRICS) & set(exporter_metric_entries())
 
 

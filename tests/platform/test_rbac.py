@@ -71,6 +71,9 @@ REMEDIATOR: dict[Access, bool] = {
     ("get", "secrets", "", NAMESPACE, ""): False,
     ("list", "configmaps", "", "", ""): False,
     ("create", "clusterrolebindings", "rbac.authorization.k8s.io", "", ""): False,
+    # per-GPU quarantine is opt-in (remediation.deviceTaints.enabled): no DRA rights by default
+    ("create", "devicetaintrules", "resource.k8s.io", "", ""): False,
+    ("list", "resourceslices", "resource.k8s.io", "", ""): False,
 }
 
 

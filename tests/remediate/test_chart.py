@@ -281,3 +281,24 @@ def test_without_drain_hand_off_or_validation_none_of_their_permissions_exist(en
     assert "CustomResourceDefinition" not in kinds and "Role" not in kinds
     verbs = {(tuple(r["resources"]), tuple(r["verbs"])) for r in enabled.one("ClusterRole", NAME)["rules"]}
     assert (("pods/eviction",), ("create",)) not in verbs
+
+
+def test_device_taints_add_exactly_the_dra_permissions_and_the_policy_key(tmp_path: Path) -> None:
+    """remediation.deviceTaints.enabled: list ResourceSlices, and create (server-side apply creates), patch, list and
+    delete DeviceTaintRules; nothing else, and the policy the remediator loads says device_taints."""
+    values = load_ci_values(REMEDIATION_VALUES)
+    values["remediation"]["deviceTaints"] = {"enabled": True}
+    rendered = render(values, api_versions=APIS)
+    role = rendered.one("ClusterRole", NAME)
+    assert role["rules"][4:] == [
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["devicetaintrules"],
+         "verbs": ["list", "create", "patch", "delete"]},
+    ]
+    kubernetes_validate.validate(role, KUBERNETES_VERSIONS[-1], strict=True)
+    path = tmp_path / "policy.yaml"
+    path.write_text(rendered.one("ConfigMap", NAME)["data"]["policy.yaml"], encoding="utf-8")
+    assert load_policy(str(path)).device_taints is True
+    default = render(load_ci_values(REMEDIATION_VALUES), api_versions=APIS).one("ClusterRole", NAME)
+    assert not any("resource.k8s.io" in rule["apiGroups"] for rule in default["rules"])
+

@@ -39,3 +39,13 @@ def test_the_table_lists_touched_nodes_by_name() -> None:
     lines = table.splitlines()
     assert [line.split()[0] for line in lines] == ["NODE", "a", "b"]
     assert render([node("c", {})]) == "no node carries a mark of gpu-pod-exporter remediate"
+
+
+def test_a_dra_gpu_is_quarantined_without_a_node_taint_and_named_with_its_device() -> None:
+    mark = {"gpu": "3", "alerts": {"f": "GpuXidFatal"}, "since": "2024-05-01T11:59:00Z",
+            "taint_effect": "NoSchedule", "devices": [["gpu.nvidia.com", "n1", "gpu-3"]]}
+    state = json.dumps({"gpus": {"GPU-a": mark}, "cordoned": False, "last_transition": "2024-05-01T12:00:00Z"})
+    status = node_status(node("d", {STATE_ANNOTATION: state}, tainted=False))
+    assert status is not None and status.state == "quarantined"
+    assert status.why == ("GPU 3 (GPU-a): GpuXidFatal since 2024-05-01T11:59:00Z, quarantined alone by "
+                          "DeviceTaintRule (gpu.nvidia.com/n1/gpu-3)")

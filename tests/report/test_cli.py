@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from exporter.report.cli import main, options
+from exporter.report.quotacli import options as quota_options
 from tests.e2e.prometheus_harness import free_port
 from tests.report.test_promclient import Answer, Request, matrix, server
 
@@ -126,7 +127,7 @@ def test_the_exporter_imports_nothing_of_the_report_and_the_report_no_matplotlib
 
 def test_the_readme_s_report_command_is_a_valid_command_line() -> None:
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    [line, chargeback] = [line for line in readme.splitlines() if line.startswith("gpu-pod-exporter report ")]
+    [line, chargeback, quota] = [line for line in readme.splitlines() if line.startswith("gpu-pod-exporter report ")]
     argv = line.split("#", 1)[0].split()[2:]
     opts = options(argv, NOW)
     assert opts.settings.prometheus == "http://prometheus:9090"
@@ -138,3 +139,8 @@ def test_the_readme_s_report_command_is_a_valid_command_line() -> None:
     assert monthly.group_by is not None and str(monthly.group_by) == "label:cost-center"
     assert monthly.settings.pricing_file is not None
     assert monthly.previous is not None and monthly.previous.end == monthly.window.start
+    # the quota plan (issue 43): a valid `report quota` command line writing the YAML patches
+    assert quota.startswith("gpu-pod-exporter report quota ")
+    plan = quota_options(quota.split("#", 1)[0].split()[3:], NOW)
+    assert plan.output == "yaml" and not plan.apply
+    assert plan.report.window.end - plan.report.window.start == 7 * 86400

@@ -36,7 +36,7 @@ def test_there_are_rule_files_with_alerts_and_records() -> None:
     groups = source_groups()
     assert set(groups) == {"gpu-pod-exporter-alerts.yaml", "gpu-pod-exporter-recording.yaml"}
     rules = [rule for file_groups in groups.values() for group in file_groups for rule in group["rules"]]
-    assert sum("alert" in rule for rule in rules) == 25
+    assert sum("alert" in rule for rule in rules) == 26  # 25 GPU and exporter alerts + GpuQuotaMostlyUnused
     assert sum("record" in rule for rule in rules) > 10
 
 

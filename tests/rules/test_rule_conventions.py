@@ -66,7 +66,7 @@ def github_anchors(markdown: str) -> set[str]:
 
 
 def test_the_expected_alerts_exist() -> None:
-    assert len(ALERTS) == 25
+    assert len(ALERTS) == 26
     assert {"GpuAllocatedButIdle", "GpuXidFatal", "GpuEccUncorrectableError", "GpuFallenOffBus",
             "GpuPodExporterDown", "GpuMemoryHeldWithoutAllocation"} <= set(ALERTS)
 
@@ -91,6 +91,9 @@ def test_alerts_name_what_they_are_about(name: str) -> None:
         description = rule["annotations"]["description"]
         if name == "gpu-pod-exporter.exporter":
             assert "$labels.instance" in description or rule["alert"] == "GpuPodExporterAbsent"
+            continue
+        if name == "gpu-pod-exporter.gpu-quota":  # about a namespace's quota, not one GPU
+            assert "$labels.namespace" in description and "$labels.cluster" in description, rule["alert"]
             continue
         for label in ("Hostname", "gpu", "UUID", "modelName", "GPU_I_ID"):
             assert f"$labels.{label}" in description, (rule["alert"], label)

@@ -79,6 +79,7 @@ true
 {{- $_ := set $policy "drain" (dict "mode" $r.drain.mode "deadline" $r.drain.deadline "namespaces" $r.drain.namespaces "pod_label" $r.drain.podLabel "unmanaged_pods" $r.drain.unmanagedPods) -}}
 {{- end -}}
 {{- if $r.repairRequest.enabled }}{{ $_ := set $policy "repair_request" true }}{{ end -}}
+{{- if $r.deviceTaints.enabled }}{{ $_ := set $policy "device_taints" true }}{{ end -}}
 {{- if $r.validation.image -}}
 {{- $validation := dict "image" $r.validation.image "namespace" (include "gpu-pod-exporter.remediate.validationNamespace" .) -}}
 {{- if $r.validation.command }}{{ $_ := set $validation "command" $r.validation.command }}{{ end -}}
