@@ -41,6 +41,7 @@ SHIPPED_RULE_GROUPS: tuple[str, ...] = (
     "gpu-pod-exporter.cost-allocation",
     "gpu-pod-exporter.cost-usage",
     "gpu-pod-exporter.cost-report",
+    "gpu-pod-exporter.gpu-quota",
 )
 # Series names the exporter produces: unambiguous tokens in a PromQL expression.
 EXPORTER_NAME = re.compile(r"\b(DCGM_[A-Z0-9_]+|gpu_pod_exporter_[a-z0-9_]+)\b")

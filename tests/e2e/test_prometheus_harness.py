@@ -127,7 +127,7 @@ def test_our_rule_files_load_and_evaluate_without_errors(prometheus: PrometheusH
     assert {g["name"] for g in groups} == {
         "gpu-pod-exporter.alert-helpers", "gpu-pod-exporter.exporter", "gpu-pod-exporter.gpu-health",
         "gpu-pod-exporter.gpu-usage", "gpu-pod-exporter.cost-allocation", "gpu-pod-exporter.cost-usage",
-        "gpu-pod-exporter.cost-report"}
+        "gpu-pod-exporter.cost-report", "gpu-pod-exporter.gpu-quota"}
     unhealthy = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"]
     assert unhealthy == []
 

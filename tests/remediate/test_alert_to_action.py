@@ -101,15 +101,15 @@ def alertmanager_config(remediators: dict[str, RemediatorProcess], recorder: Pay
     allowlisted = f'alertname=~"{ALLOWLIST}"'
     return {
         "route": {
-            "receiver": "recorder", "group_by": ["alertname", "Hostname"],
+            "receiver": "recorder", "group_by": ["alertname", "hostname"],
             "group_wait": f"{GROUP_WAIT_S:g}s", "group_interval": "1s", "repeat_interval": "3s",
             "routes": [
                 {"receiver": "recorder", "matchers": [allowlisted], "continue": True},
-                {"receiver": "enforce", "matchers": [allowlisted, f'Hostname=~"{"|".join(ENFORCE_NODES)}"'],
+                {"receiver": "enforce", "matchers": [allowlisted, f'hostname=~"{"|".join(ENFORCE_NODES)}"'],
                  "continue": True},
-                {"receiver": "breaker", "matchers": [allowlisted, f'Hostname=~"{"|".join(BREAKER_NODES)}"'],
+                {"receiver": "breaker", "matchers": [allowlisted, f'hostname=~"{"|".join(BREAKER_NODES)}"'],
                  "continue": True},
-                {"receiver": "dryrun", "matchers": [allowlisted, f'Hostname=~"{"|".join(XID_NODES)}"']},
+                {"receiver": "dryrun", "matchers": [allowlisted, f'hostname=~"{"|".join(XID_NODES)}"']},
             ],
         },
         "receivers": [{"name": "recorder", "webhook_configs": [{"url": recorder.url, "send_resolved": True}]},
@@ -192,7 +192,7 @@ def events(api: FakeNodeApiServer, reason: str | None = None, kind: str | None =
 def notifications(stack: Stack, alertname: str, node: str,
                   status: str | None = None) -> list[tuple[float, dict[str, Any]]]:
     return [(at, payload) for at, _, payload in stack.recorder.notifications()
-            if payload["groupLabels"] == {"alertname": alertname, "Hostname": node}
+            if payload["groupLabels"] == {"alertname": alertname, "hostname": node}
             and (status is None or payload["status"] == status)]
 
 
@@ -200,7 +200,7 @@ def firing_since(stack: Stack, alertname: str, node: str) -> float:
     """When Prometheus made the alert active (its activeAt), Unix time."""
     def active() -> float | None:
         for alert in stack.prometheus.alerts():
-            if alert["labels"]["alertname"] == alertname and alert["labels"].get("Hostname") == node:
+            if alert["labels"]["alertname"] == alertname and alert["labels"].get("hostname") == node:
                 return float(_unix(alert["activeAt"]))
         return None
 
@@ -261,7 +261,7 @@ def test_a_replayed_webhook_changes_nothing(stack: Stack) -> None:
     remediator = stack.remediators["enforce"]
     wait_for(lambda: events(api, REASON_TAINTED, "Node", "xid-node"), DEADLINE_S, "the Tainted event")
     [(_, delivered, _)] = [n for n in stack.recorder.notifications()
-                           if n[2]["groupLabels"] == {"alertname": "GpuXidFatal", "Hostname": "xid-node"}][:1]
+                           if n[2]["groupLabels"] == {"alertname": "GpuXidFatal", "hostname": "xid-node"}][:1]
     writes = len(writes_about(api, "xid-node"))
     node = api.node("xid-node")
 
