@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -81,3 +84,36 @@ def delete_namespaces(api: Api, node: str, *namespaces: str) -> None:
             if item["spec"].get("nodeName") == node:
                 delete_now(api, namespace, item["metadata"]["name"])
         api.delete(f"/api/v1/namespaces/{namespace}")
+
+
+@contextmanager
+def chart_exporter_kubeconfig(admin: Api, helm: Callable[..., Any], sa_token: Callable[..., str],
+                              token_kubeconfig: Callable[[str, Path], Path], directory: Path, *, release: str,
+                              namespace: str, chart_dir: Path) -> Iterator[Path]:
+    """The chart installed with the helm CLI (DRA on) and a kubeconfig with the token of the ServiceAccount it
+    creates for the exporter: the identity the exporter runs with in the cluster. Uninstalled on exit."""
+    helm("install", release, str(chart_dir), "-n", namespace, "--create-namespace",
+         "--set", "kubernetesDRA.enabled=true")
+    try:
+        accounts = admin.get(f"/api/v1/namespaces/{namespace}/serviceaccounts"
+                             f"?labelSelector=app.kubernetes.io/instance={release}")["items"]
+        assert len(accounts) == 1, accounts
+        yield token_kubeconfig(sa_token(namespace, accounts[0]["metadata"]["name"]), directory / "kubeconfig")
+    finally:
+        helm("uninstall", release, "-n", namespace, "--wait", "--timeout", "5m")
+
+
+def complete_job_pod(admin: Api, namespace: str, job: dict[str, Any], job_pod: dict[str, Any]) -> None:
+    """Report the Job's pod Succeeded, as the kubelet does when the diagnostic passes (kwok's nodes run
+    nothing), and wait until the real Job controller marks the Job complete."""
+    finished = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    admin.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{job_pod['metadata']['name']}/status", {
+        "status": {"phase": "Succeeded", "containerStatuses": [{
+            "name": "validate", "image": "registry.example/gpu-diag:1", "imageID": "", "ready": False,
+            "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                                                        "startedAt": finished, "finishedAt": finished}}}]}},
+        "application/strategic-merge-patch+json")
+    poll("the Job controller marks the Job complete", lambda: any(
+        c["type"] == "Complete" and c["status"] == "True" for c in admin.get(
+            f"/apis/batch/v1/namespaces/{namespace}/jobs/{job['metadata']['name']}").get("status", {})
+        .get("conditions") or []))

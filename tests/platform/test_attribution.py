@@ -36,7 +36,7 @@ from tests.deploy.chart_support import CHART_DIR
 from tests.e2e.exporter_process import ExporterProcess, running_exporter
 from tests.e2e.kube_cluster import scenario_gpus
 from tests.kube.helpers import DEVICES, GPU0, GPU1, GPU2, MIG_A, MIGS, write_cgroup
-from tests.platform.support import bound_pod, delete_namespaces, ensure_namespace, poll
+from tests.platform.support import bound_pod, chart_exporter_kubeconfig, delete_namespaces, ensure_namespace, poll
 
 SCENARIO = Path(__file__).resolve().parents[1] / "fixtures" / "attribution-node.yaml"
 GPUS = scenario_gpus(SCENARIO)
@@ -50,17 +50,9 @@ def exporter_kubeconfig(admin: Api, helm: Callable[..., Any], sa_token: Callable
                         token_kubeconfig: Callable[[str, Path], Path],
                         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A kubeconfig with the token of the ServiceAccount the chart creates for the exporter."""
-    helm("install", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--create-namespace",
-         "--set", "kubernetesDRA.enabled=true")
-    accounts = admin.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts"
-                         f"?labelSelector=app.kubernetes.io/instance={RELEASE}")["items"]
-    assert len(accounts) == 1, accounts
-    account = accounts[0]["metadata"]["name"]
-    path = token_kubeconfig(sa_token(NAMESPACE, account), tmp_path_factory.mktemp("attr") / "kubeconfig")
-    try:
+    with chart_exporter_kubeconfig(admin, helm, sa_token, token_kubeconfig, tmp_path_factory.mktemp("attr"),
+                                   release=RELEASE, namespace=NAMESPACE, chart_dir=CHART_DIR) as path:
         yield path
-    finally:
-        helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "5m")
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from exporter.remediate.kubeapi import KubeApi, load_core_api
 from exporter.remediate.nodestate import GPUS_ANNOTATION, STATE_ANNOTATION
 from simulator import dra_devices
 from simulator.fakeapiserver import resource_slice
-from tests.platform.support import ensure_namespace, poll
+from tests.platform.support import complete_job_pod, ensure_namespace, poll
 from tests.platform.test_remediation import Clock, kwok_node, make, notify, our_taint, xid
 
 NODE = "dra-taint-gpu-0"
@@ -226,17 +226,7 @@ def test_one_gpu_is_quarantined_by_a_device_taint_rule_and_the_node_stays_in_ser
     clock.advance(seconds=10)
     remediator.run_once()
     assert len(rules_of_node(admin)) == 1  # validating: still out
-    finished = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    admin.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{job_pod['metadata']['name']}/status", {
-        "status": {"phase": "Succeeded", "containerStatuses": [{
-            "name": "validate", "image": "registry.example/gpu-diag:1", "imageID": "", "ready": False,
-            "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed",
-                                                        "startedAt": finished, "finishedAt": finished}}}]}},
-        "application/strategic-merge-patch+json")  # what the kubelet reports when the diagnostic passes
-    poll("the Job controller marks the Job complete", lambda: any(
-        c["type"] == "Complete" and c["status"] == "True" for c in admin.get(
-            f"/apis/batch/v1/namespaces/{ns}/jobs/{job['metadata']['name']}").get("status", {})
-        .get("conditions") or []))
+    complete_job_pod(admin, ns, job, job_pod)  # the diagnostic passes
     clock.advance(seconds=10)
     remediator.run_once()
     assert rules_of_node(admin) == []

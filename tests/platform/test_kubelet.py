@@ -39,7 +39,7 @@ from tests.doctor.conftest import clean_environment
 from tests.doctor.support import doctor
 from tests.e2e.exporter_process import ExporterProcess, running_exporter
 from tests.e2e.kube_cluster import scenario_gpus
-from tests.platform.support import ensure_namespace, poll
+from tests.platform.support import chart_exporter_kubeconfig, ensure_namespace, poll
 
 SCENARIO = Path(__file__).resolve().parents[1] / "fixtures" / "attribution-node.yaml"
 GPUS = scenario_gpus(SCENARIO)
@@ -84,18 +84,10 @@ def exporter_kubeconfig(admin: Api, helm: Callable[..., Any], sa_token: Callable
                         token_kubeconfig: Callable[[str, Path], Path],
                         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The chart installed with the helm CLI; a kubeconfig with its exporter ServiceAccount's token."""
-    helm("install", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--create-namespace",
-         "--set", "kubernetesDRA.enabled=true")
     ensure_namespace(admin, WORKLOADS, {"team": "research"})
-    accounts = admin.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts"
-                         f"?labelSelector=app.kubernetes.io/instance={RELEASE}")["items"]
-    assert len(accounts) == 1, accounts
-    path = token_kubeconfig(sa_token(NAMESPACE, accounts[0]["metadata"]["name"]),
-                            tmp_path_factory.mktemp("realkubelet") / "kubeconfig")
-    try:
+    with chart_exporter_kubeconfig(admin, helm, sa_token, token_kubeconfig, tmp_path_factory.mktemp("realkubelet"),
+                                   release=RELEASE, namespace=NAMESPACE, chart_dir=CHART_DIR) as path:
         yield path
-    finally:
-        helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "5m")
 
 
 def pod_manifest(name: str, node: KubeletNode, resources: dict[str, int], *, command: list[str] | None = None,

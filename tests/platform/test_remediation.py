@@ -37,7 +37,7 @@ from exporter.remediate.nodestate import PHASE_ANNOTATION, TAINT_KEY
 from exporter.remediate.policy import load_policy
 from exporter.remediate.selfmetrics import RemediationMetrics
 from tests.deploy.chart_support import load_ci_values, render
-from tests.platform.support import ensure_namespace, poll
+from tests.platform.support import complete_job_pod, ensure_namespace, poll
 from tests.remediate.test_chart import APIS, REMEDIATION_VALUES
 
 NODE = "remediate-gpu-0"
@@ -263,17 +263,7 @@ def test_a_fatal_xid_on_one_gpu_of_an_8_gpu_node_goes_through_the_whole_state_ma
     clock.advance(seconds=10)
     remediator.run_once()
     assert our_taint(admin.get(f"/api/v1/nodes/{NODE}")) is not None  # still running: still out
-    finished = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    admin.request("PATCH", f"/api/v1/namespaces/{NAMESPACE}/pods/{job_pod['metadata']['name']}/status", {
-        "status": {"phase": "Succeeded", "containerStatuses": [{
-            "name": "validate", "image": "registry.example/gpu-diag:1", "imageID": "", "ready": False,
-            "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed",
-                                                        "startedAt": finished, "finishedAt": finished}}}]}},
-        "application/strategic-merge-patch+json")  # what the kubelet reports when the diagnostic passes
-    poll("the Job controller marks the Job complete", lambda: any(
-        c["type"] == "Complete" and c["status"] == "True" for c in admin.get(
-            f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{job['metadata']['name']}").get("status", {})
-        .get("conditions") or []))
+    complete_job_pod(admin, NAMESPACE, job, job_pod)  # the diagnostic passes
     clock.advance(seconds=10)
     remediator.run_once()
 
