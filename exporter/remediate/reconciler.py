@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from exporter.remediate import changes
+from exporter.remediate import changes, nodestate
 from exporter.remediate import events as ev
 from exporter.remediate.audit import Audit, log
 from exporter.remediate.breaker import Breaker, Verdict
@@ -30,18 +30,7 @@ from exporter.remediate.devicerules import DeviceRuleWriter
 from exporter.remediate.drainpass import DrainPass
 from exporter.remediate.kubeapi import ApiConflictError, ApiError, KubeApi
 from exporter.remediate.ledger import Drain, Episode, NodeLedger, fingerprints, mark_for
-from exporter.remediate.nodestate import (
-    PHASE_ANNOTATION,
-    TAINT_KEY,
-    GpuMark,
-    Marks,
-    condition_patch,
-    has_gpus,
-    node_patch,
-    read_marks,
-    restricted_by_us,
-    rfc3339,
-)
+from exporter.remediate.nodestate import PHASE_ANNOTATION, GpuMark, Marks, read_marks, restricted_by_us, rfc3339
 from exporter.remediate.policy import Policy
 from exporter.remediate.repairpass import RepairPass
 
@@ -249,7 +238,8 @@ class Reconciler:
         tainted_after = gpu_nodes = 0
         if restricting:
             nodes = self.api.list_nodes()
-            gpu_node_names = {n["metadata"]["name"] for n in nodes if has_gpus(n, self.policy.limits.gpu_resources)}
+            resources = self.policy.limits.gpu_resources
+            gpu_node_names = {n["metadata"]["name"] for n in nodes if nodestate.has_gpus(n, resources)}
             gpu_nodes = len(gpu_node_names | self.rules.dra_gpu_nodes())
             restricted = {n["metadata"]["name"] for n in nodes if restricted_by_us(n)} | self.ledger.restricted_shadow()
             tainted_after = len(restricted - {node}) + 1
@@ -296,8 +286,8 @@ class Reconciler:
             return self._report(node, decision, desired, now)
         current, obj = decision.current, decision.obj
         rules = self.rules.write(node, current, desired)  # first: the node's marks say what they quarantine
-        patch = node_patch(obj, current, desired)
-        status = condition_patch(obj, desired, now)
+        patch = nodestate.node_patch(obj, current, desired)
+        status = nodestate.condition_patch(obj, desired, now)
         if patch is None and status is None and not rules:
             return False
         if patch is not None:
@@ -328,7 +318,7 @@ class Reconciler:
         with self.ledger.lock:
             self.ledger.shadow[node] = desired
         ours_removed = {**obj, "spec": {**obj.get("spec", {}), "taints": [
-            t for t in obj.get("spec", {}).get("taints") or [] if t.get("key") != TAINT_KEY]}}
+            t for t in obj.get("spec", {}).get("taints") or [] if t.get("key") != nodestate.TAINT_KEY]}}
         for action in changes.actions(current, desired, ours_removed):
             self.audit.metrics.count(action, "dry_run")
         self.audit.node(node, obj.get("metadata", {}).get("uid", ""), ev.REASON_DRY_RUN,

@@ -677,13 +677,19 @@ def status_of(api: FakeNodeApiServer, tmp_path: Path, capsys: pytest.CaptureFixt
     return {line.split()[0]: line for line in lines[1:]}
 
 
+def drain_gpu3(api: FakeNodeApiServer, tmp_path: Path, clock: Clock, policy: dict[str, Any]) -> Remediator:
+    """The fatal Xid on node-d's GPU 3 (whose pods the alerts name), one pass."""
+    remediator = make(api, tmp_path, clock, policy)
+    notify(remediator, *gpu3_alerts())
+    remediator.run_once()
+    return remediator
+
+
 def test_status_says_draining_and_names_the_pod_disruption_budget_that_blocks_it(
         api: FakeNodeApiServer, tmp_path: Path, clock: Clock, capsys: pytest.CaptureFixture[str]) -> None:
     drain_node(api)
     api.block_evictions("ml", "on-gpu-3", 2, budget="trainer")  # minAvailable reached: 429 naming the budget
-    remediator = make(api, tmp_path, clock, {**DRAIN_POLICY, "repair_request": True})
-    notify(remediator, *gpu3_alerts())
-    remediator.run_once()
+    remediator = drain_gpu3(api, tmp_path, clock, {**DRAIN_POLICY, "repair_request": True})
     line = status_of(api, tmp_path, capsys)["node-d"]
     assert line.split()[1] == "draining", line
     assert "ml/on-gpu-3: eviction refused by PodDisruptionBudget ml/trainer (" in line
@@ -708,9 +714,7 @@ def test_status_says_draining_and_names_the_pod_disruption_budget_that_blocks_it
 def test_a_drain_without_repair_ends_in_drained(api: FakeNodeApiServer, tmp_path: Path, clock: Clock,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     drain_node(api)
-    remediator = make(api, tmp_path, clock, {**DRAIN_POLICY, "drain": {"mode": "evict"}})
-    notify(remediator, *gpu3_alerts())
-    remediator.run_once()
+    drain_gpu3(api, tmp_path, clock, {**DRAIN_POLICY, "drain": {"mode": "evict"}})
     line = status_of(api, tmp_path, capsys)["node-d"]
     assert line.split()[1] == "drained", line
     assert "Drained: no pod on the failed GPUs is left to evict" in line
