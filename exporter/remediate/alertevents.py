@@ -25,6 +25,7 @@ log = get_logger("remediate")
 
 EVENT_ATTEMPTS = 3
 RETRY_AFTER_FAILURE = timedelta(seconds=30)
+NO_SUCH_NODE: list[dict[str, Any]] = []  # the listing of a node that does not exist (compared by identity)
 
 
 def _target(alert: Alert) -> str:
@@ -67,23 +68,22 @@ class AlertEvents:
             listing = pods_by_node[context.node]
             if listing is None:
                 self._retry(context)
-                continue
-            if not listing and not self.node_exists(context.node):
-                continue  # a node the API server does not know: no Event at all
-            try:
-                self._post(context, listing, now)
-                self.audit.ok()
-            except ApiError as exc:
-                self.audit.error("cannot record an alert Event", exc, node=context.node)
-                self._retry(context)
+            elif listing is not NO_SUCH_NODE:  # a node the API server does not know: no Event at all
+                self._record(context, listing, now)
+
+    def _record(self, context: AlertContext, listing: list[dict[str, Any]], now: datetime) -> None:
+        try:
+            self._post(context, listing, now)
+            self.audit.ok()
+        except ApiError as exc:
+            self.audit.error("cannot record an alert Event", exc, node=context.node)
+            self._retry(context)
 
     def _listing(self, node: str) -> list[dict[str, Any]] | None:
-        """The node's pods; [] when there is no such node; None when they cannot be listed now."""
+        """The node's pods; ``NO_SUCH_NODE`` when there is no such node; None when they cannot be listed now."""
         exists = self.node_exists(node)
-        if exists is None:
-            return None
         if not exists:
-            return []
+            return None if exists is None else NO_SUCH_NODE
         try:
             return self.api.list_pods_on_node(node)
         except ApiError as exc:

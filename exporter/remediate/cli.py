@@ -132,6 +132,12 @@ def describe(policy: Policy) -> str:
                  f"(GPU nodes: allocatable {', '.join(limits.gpu_resources)}*)")
     if policy.cluster:
         lines.append(f"cluster: only alerts labelled cluster={policy.cluster}")
+    return "\n".join(lines + _beyond_quarantine(policy))
+
+
+def _beyond_quarantine(policy: Policy) -> list[str]:
+    """The policy's drain, repair, device taints and validation, in words."""
+    lines = []
     if policy.drain is not None:
         drain = policy.drain
         modes = ", ".join(f"{ns}={mode}" for ns, mode in sorted(drain.namespaces.items()))
@@ -145,7 +151,7 @@ def describe(policy: Policy) -> str:
     if policy.validation is not None:
         lines.append(f"validation: Job {policy.validation.image} in {policy.validation.namespace} "
                      "before re-admission")
-    return "\n".join(lines)
+    return lines
 
 
 def status_main(argv: Sequence[str]) -> int:

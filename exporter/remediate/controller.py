@@ -8,7 +8,8 @@ is built"):
 * ``Reconciler``: per node with due work, our marks (taint, cordon, annotation, condition) made
   what the alerts ask, within the ``Breaker``'s limits;
 * ``DrainPass`` and ``RepairPass``: a quarantined node drained, handed to repair, validated;
-* ``Audit``: every Event and transition log line, and whether the API server answers.
+* ``Audit``: every Event and transition log line, and whether the API server answers;
+* ``resume.load``: before the first change, what earlier runs did, learned from the nodes.
 
 A single worker thread (``run_once`` per pass) does the API work in that order. Failures of the
 API server are retried with backoff (``kubeapi``), then the work stays pending and a later pass
@@ -22,6 +23,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
 from exporter.logs import get_logger
+from exporter.remediate import resume
 from exporter.remediate.alertevents import AlertEvents
 from exporter.remediate.alerts import Notification
 from exporter.remediate.audit import Audit
@@ -128,7 +130,8 @@ class Remediator:
     def run_once(self) -> float:
         """One pass over everything due; returns seconds until something else is due (at most recheck)."""
         if not self.reconciler.synced:
-            self.reconciler.sync()
+            self.reconciler.synced = resume.load(self.policy, self.api, self.ledger, self.audit,
+                                                 breaker=self.breaker, now=self.clock())
         self.alert_events.record_contexts()
         self.alert_events.record_dropped()
         for node in self.ledger.due_nodes(self.clock()):

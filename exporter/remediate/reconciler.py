@@ -9,14 +9,11 @@ decision Event; ``dry-run`` and ``events`` make the same decisions against the l
 marks (so the breaker behaves exactly as it would) and report them in a ``GpuRemediationDryRun``
 Event. A node the API server does not know (404) is dropped with its pending work.
 
-``sync()`` first learns from the nodes what earlier runs did (recent transitions for the limits,
-episodes to carry on), so a restarted remediator decides as the old one would have.
+No node changes before ``synced`` (``resume.load``: what earlier runs did, learned from the nodes).
 """
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -29,16 +26,14 @@ from exporter.remediate.breaker import Breaker, Verdict
 from exporter.remediate.devicerules import DeviceRuleWriter
 from exporter.remediate.drainpass import DrainPass
 from exporter.remediate.kubeapi import ApiConflictError, ApiError, KubeApi
-from exporter.remediate.ledger import Drain, Episode, NodeLedger, fingerprints, mark_for
-from exporter.remediate.nodestate import PHASE_ANNOTATION, GpuMark, Marks, read_marks, restricted_by_us, rfc3339
+from exporter.remediate.ledger import NodeLedger, fingerprints, mark_for
+from exporter.remediate.nodestate import GpuMark, Marks, read_marks, restricted_by_us, rfc3339
 from exporter.remediate.policy import Policy
 from exporter.remediate.repairpass import RepairPass
 
 CONFLICT_RETRIES = 5
 RETRY_AFTER_FAILURE = timedelta(seconds=30)
 LATCHED = timedelta(days=3650)
-HANDED_OVER = ("repair-requested", "validating")
-DRAINED = ("drained", *HANDED_OVER)
 
 
 def _state(marks: Marks) -> str:
@@ -72,52 +67,6 @@ class Reconciler:
         self.clock = clock
         self.recheck = recheck
         self.synced = False
-
-    # -- learning from the cluster --------------------------------------------------------------------
-
-    def sync(self) -> None:
-        """Learn from the cluster what earlier runs did: recent transitions (for the limits), marked nodes."""
-        try:
-            nodes = self.api.list_nodes()
-        except ApiError as exc:
-            self.audit.error("cannot list nodes to learn earlier remediations; node changes wait", exc)
-            return
-        now = self.clock()
-        for node in nodes:
-            self._learn(node, now)
-        self.synced = True
-        self.audit.states.change("api", "ok", logging.INFO, "Kubernetes API reachable; earlier remediations loaded",
-                                 nodes=len(nodes), marked=len(self.ledger.marked))
-
-    def _learn(self, node: Mapping[str, Any], now: datetime) -> None:
-        name = node.get("metadata", {}).get("name", "")
-        marks = read_marks(node)
-        with self.ledger.lock:
-            self.ledger.uids[name] = node.get("metadata", {}).get("uid", "")
-            if marks.last_transition is not None:
-                self.ledger.transitions[name] = marks.last_transition
-            if marks.gpus and self.policy.changes_nodes:
-                self.ledger.marked.add(name)
-        if marks.last_transition is not None and now - marks.last_transition < timedelta(hours=1):
-            self.breaker.record(name, marks.last_transition)
-        if self.policy.changes_nodes and restricted_by_us(node):
-            self._resume(name, node, marks, now)
-
-    def _resume(self, name: str, node: Mapping[str, Any], marks: Marks, now: datetime) -> None:
-        """A restarted remediator carries on a node's episode from its phase annotation: no second repair
-        request, the drain resumed (evictions are idempotent) unless the node was drained already."""
-        raw = (node.get("metadata", {}).get("annotations") or {}).get(PHASE_ANNOTATION)
-        try:
-            phase = str(json.loads(raw).get("phase", "")) if raw else ""
-        except (json.JSONDecodeError, AttributeError):
-            phase = ""
-        since = marks.last_transition or now
-        with self.ledger.lock:
-            self.ledger.episodes[name] = Episode(since=since, phase=phase or "quarantined",
-                                                 requested=phase in HANDED_OVER, phase_written=bool(raw))
-            if self.policy.drain is not None:
-                self.ledger.drains[name] = Drain(started=since, uuids=set(marks.gpus),
-                                                 fingerprints=set(fingerprints(marks)), done=phase in DRAINED)
 
     # -- one node -------------------------------------------------------------------------------------
 
@@ -210,13 +159,27 @@ class Reconciler:
 
     def _desired(self, obj: Mapping[str, Any], current: Marks, marks: Mapping[str, GpuMark],
                  due: Mapping[str, set[str]]) -> Marks:
+        desired = self._cleared(self._merged(current, marks), due)
+        unschedulable = bool(obj.get("spec", {}).get("unschedulable"))
+        cordoned = desired.wants_cordon and (current.cordoned_by_us or not unschedulable)
+        return replace(desired, cordoned_by_us=cordoned)
+
+    def _merged(self, current: Marks, marks: Mapping[str, GpuMark]) -> Marks:
+        """``current`` with the pending marks merged in (a GPU keeps its first ``since`` and its devices)."""
         desired = current
         for uuid, mark in marks.items():
             existing = desired.gpus.get(uuid)
-            alerts = {**(existing.alerts if existing else {}), **mark.alerts}
-            desired = desired.with_gpu(mark_for(self.policy, uuid, mark.gpu or (existing.gpu if existing else ""),
-                                                alerts, existing.since if existing else mark.since,
-                                                devices=existing.devices if existing else mark.devices))
+            if existing is None:
+                desired = desired.with_gpu(mark_for(self.policy, uuid, mark.gpu, mark.alerts, mark.since,
+                                                    devices=mark.devices))
+                continue
+            desired = desired.with_gpu(mark_for(self.policy, uuid, mark.gpu or existing.gpu,
+                                                {**existing.alerts, **mark.alerts}, existing.since,
+                                                devices=existing.devices))
+        return desired
+
+    def _cleared(self, desired: Marks, due: Mapping[str, set[str]]) -> Marks:
+        """``desired`` without the alerts whose hold passed (a GPU without any left is unmarked)."""
         for uuid, cleared in due.items():
             existing = desired.gpus.get(uuid)
             if existing is None or not cleared:
@@ -225,9 +188,7 @@ class Reconciler:
             desired = desired.with_gpu(mark_for(self.policy, uuid, existing.gpu, remaining, existing.since,
                                                 devices=existing.devices)) \
                 if remaining else desired.without_gpu(uuid)
-        unschedulable = bool(obj.get("spec", {}).get("unschedulable"))
-        cordoned = desired.wants_cordon and (current.cordoned_by_us or not unschedulable)
-        return replace(desired, cordoned_by_us=cordoned)
+        return desired
 
     # -- the limits -----------------------------------------------------------------------------------
 
@@ -297,16 +258,22 @@ class Reconciler:
         for action in changes.actions(current, desired, obj):
             self.audit.metrics.count(action, "applied")
         what = changes.describe(desired, shadow=current, obj=obj) + (f", {rules}" if rules else "")
-        if decision.transition or (patch is not None and "spec" in patch) or rules:
-            restricting = desired.restricts
-            self.audit.node(node, obj.get("metadata", {}).get("uid", ""),
-                            ev.REASON_TAINTED if restricting else ev.REASON_UNTAINTED,
-                            f"gpu-pod-exporter remediate: {what}.", now, fingerprints=fingerprints(desired, current),
-                            state=_state(desired), identity=desired.state_json(), warning=restricting)
-        else:
-            log.info(f"node changed: {what}", extra={"fields": {
-                "node": node, "fingerprints": ",".join(fingerprints(desired, current))}})
+        self._tell(node, decision, desired, what, visible=bool(rules) or (patch is not None and "spec" in patch),
+                   now=now)
         return True
+
+    def _tell(self, node: str, decision: _Decision, desired: Marks, what: str, *, visible: bool,
+              now: datetime) -> None:
+        """A transition or a change scheduling sees (taint, cordon, rules): an Event; anything else: a log line."""
+        prints = fingerprints(desired, decision.current)
+        if not (decision.transition or visible):
+            log.info(f"node changed: {what}", extra={"fields": {"node": node, "fingerprints": ",".join(prints)}})
+            return
+        restricting = desired.restricts
+        self.audit.node(node, decision.obj.get("metadata", {}).get("uid", ""),
+                        ev.REASON_TAINTED if restricting else ev.REASON_UNTAINTED,
+                        f"gpu-pod-exporter remediate: {what}.", now, fingerprints=prints, state=_state(desired),
+                        identity=desired.state_json(), warning=restricting)
 
     def _report(self, node: str, decision: _Decision, desired: Marks, now: datetime) -> bool:
         """dry-run and events: remember the marks enforce would have made, and say what it would have done."""
