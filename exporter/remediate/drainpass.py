@@ -128,7 +128,8 @@ class DrainPass:
             on_gpu = named_pods(alerts)
             named |= on_gpu
             if not on_gpu:
-                unknown.append((uuid, next((a.labels.get("gpu", "?") for a in alerts), "?")))
+                unknown.append((uuid, next((f"GPU {a.labels.get('gpu', '?')}" for a in alerts),
+                                           "a GPU whose alerts were not received since the remediator started")))
         return named, unknown
 
     def _plan(self, node: str, drain: Drain, pods: list[dict[str, Any]],
@@ -148,8 +149,8 @@ class DrainPass:
         maybe = [f"{d.namespace}/{d.name}" for d in drains.remaining(plan(None)) if (d.namespace, d.name) not in named]
         if not maybe:
             return decisions, []  # no other GPU pod on the node: nothing can be holding those GPUs
-        gpus = ", ".join(f"GPU {gpu} ({uuid})" for uuid, gpu in unknown)
-        return decisions, [f"cannot tell which pods hold {gpus}: its alerts name no pod (an idle GPU, or one "
+        gpus = ", ".join(f"{gpu} ({uuid})" for uuid, gpu in unknown)
+        return decisions, [f"cannot tell which pods hold {gpus}: no alert about it names a pod (an idle GPU, or one "
                            f"shared in the exporter's default mode); left alone, and may hold it: {', '.join(maybe)} "
                            "(run the exporter with --kubernetes-virtual-gpus so that alerts name every pod of a "
                            "shared GPU, or move these pods off by hand)"]

@@ -768,7 +768,7 @@ def test_an_unlabelled_alert_on_a_shared_gpu_is_not_called_drained(api: FakeNode
     assert REASON_DRAINED not in reasons(api, "node-s") and api.objects_of("gpurepairrequests") == []
     line = status_of(api, tmp_path, capsys)["node-s"]
     assert line.split()[1] == "draining", line
-    assert "cannot tell which pods hold GPU 0 (GPU-s0): its alerts name no pod" in line
+    assert "cannot tell which pods hold GPU 0 (GPU-s0): no alert about it names a pod" in line
     assert "may hold it: ml/shared-a, ml/shared-b" in line
 
     # With --kubernetes-virtual-gpus the exporter repeats the series per sharing pod: one alert names each.
