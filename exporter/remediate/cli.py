@@ -35,14 +35,47 @@ DEFAULT_ADDRESS = ":9401"
 NAME = f"{PROGRAM} remediate"
 
 
+DESCRIPTION = """\
+Act on Alertmanager webhooks (POST /alerts) about unhealthy GPUs, as the
+policy (--config) allows and within safety limits: a cooldown per node, at
+most max_nodes_per_hour nodes changed (then a breaker a person closes with
+POST /breaker/close), at most max_tainted_percent of the GPU nodes out.
+
+What it can do, each an action or a key of the policy:
+  Events          on the node and the failed GPU's pods: which GPU, the Xid
+                  and what it means
+  taint           gpu-pod-exporter/unhealthy-gpu=<gpus>:<effect> on the node,
+                  the UnhealthyGPU condition, the unhealthy-gpus annotation;
+                  cordon (opt-in)
+  device_taints   on DRA nodes, a DeviceTaintRule per failed GPU instead of
+                  the node taint
+  drain           evict the failed GPUs' pods through the Eviction API
+                  (PodDisruptionBudgets hold)
+  repair_request  a GpuRepairRequest per node and episode: the hand-off
+  validation      a Job of your image must succeed on the node before the
+                  marks are lifted
+
+Modes: dry-run (the default: only reports, in GpuRemediationDryRun Events,
+what it would do), events (also the alert Events), enforce."""
+
+EPILOG = f"""\
+subcommand:
+  {NAME} status [--kubeconfig FILE]
+                  every node it touched, its state (quarantined, draining and
+                  what blocks it, drained, repair-requested, validating,
+                  healthy again) and why, read from the nodes
+
+docs/remediation.md: the policy, the state machine, the rollout path."""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_CONFIG_ERROR, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=NAME, description="Turn Alertmanager webhooks about unhealthy GPUs into node Events, "
-                     "taints and conditions, within safety limits (docs/remediation.md).")
+    parser = _Parser(prog=NAME, description=DESCRIPTION, epilog=EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     env = os.environ.get
     parser.add_argument("--config", default=env("GPU_POD_EXPORTER_REMEDIATE_CONFIG", ""), metavar="FILE",
                         help="policy file (YAML): mode, allowlisted alerts and their actions, limits "
@@ -99,6 +132,12 @@ def describe(policy: Policy) -> str:
                  f"(GPU nodes: allocatable {', '.join(limits.gpu_resources)}*)")
     if policy.cluster:
         lines.append(f"cluster: only alerts labelled cluster={policy.cluster}")
+    return "\n".join(lines + _beyond_quarantine(policy))
+
+
+def _beyond_quarantine(policy: Policy) -> list[str]:
+    """The policy's drain, repair, device taints and validation, in words."""
+    lines = []
     if policy.drain is not None:
         drain = policy.drain
         modes = ", ".join(f"{ns}={mode}" for ns, mode in sorted(drain.namespaces.items()))
@@ -107,16 +146,19 @@ def describe(policy: Policy) -> str:
                      f"unmanaged pods {'evicted' if drain.unmanaged_pods else 'left alone'}")
     if policy.repair_request:
         lines.append("repair: a GpuRepairRequest per quarantined node")
+    if policy.device_taints:
+        lines.append("device taints: a DeviceTaintRule per failed GPU on DRA nodes (node taint elsewhere)")
     if policy.validation is not None:
         lines.append(f"validation: Job {policy.validation.image} in {policy.validation.namespace} "
                      "before re-admission")
-    return "\n".join(lines)
+    return lines
 
 
 def status_main(argv: Sequence[str]) -> int:
     """``remediate status``: each node the remediator touched, its state and why (read from the nodes)."""
     parser = _Parser(prog=f"{NAME} status", description="Print every node gpu-pod-exporter remediate touched, "
-                     "its state (quarantined, draining, repair-requested, validating, healthy again) and why.")
+                     "its state (quarantined, draining and what blocks it, drained, repair-requested, validating, "
+                     "healthy again) and why, read from the nodes.")
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""), metavar="FILE",
                         help="kubeconfig to use [default: the pod's service account]")
     args = parser.parse_args(list(argv))

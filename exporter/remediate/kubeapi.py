@@ -247,6 +247,25 @@ class KubeApi:
             if self.stop.wait(delay):
                 raise ApiError(error.status, f"{what}: stopped while retrying: {error.message}")
 
+    def evict_pod_explained(self, namespace: str, name: str) -> JsonObject:
+        """``evict_pod``, with the refusal's causes in the error: kube-apiserver's 429 carries, in the Status
+        ``details.causes`` (type ``DisruptionBudget``), the PodDisruptionBudget that refused ("The disruption
+        budget trainer needs 2 healthy pods and has 2 currently"), which ``remediate status`` shows by name."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        try:
+            response = self.core.create_namespaced_pod_eviction(name, namespace, body, field_manager=FIELD_MANAGER,
+                                                                **_options())
+        except Exception as exc:  # noqa: BLE001 - sorted by classify
+            error = classify(exc)
+            causes: list[str] = []
+            with contextlib.suppress(TypeError, ValueError, AttributeError):
+                details = json.loads(getattr(exc, "body", None) or "{}").get("details") or {}
+                causes = [str(c.get("message")) for c in details.get("causes") or [] if c.get("message")]
+            if causes:
+                error = type(error)(error.status, f"{error.message} {' '.join(causes)}", error.retry_after_s)
+            raise error from None
+        return _json(response)
+
 
 def _options() -> dict[str, Any]:
     return {"_preload_content": False, "_request_timeout": REQUEST_TIMEOUT}

@@ -195,23 +195,19 @@ def has_gpus(node: Mapping[str, Any], prefixes: tuple[str, ...]) -> bool:
                for name, quantity in allocatable.items())
 
 
-def node_patch(node: Mapping[str, Any], current: Marks, desired: Marks) -> JsonObject | None:
-    """The strategic-merge patch for ``/nodes/<name>`` from ``current`` to ``desired``; None: no change."""
-    metadata = node.get("metadata", {})
-    spec = node.get("spec", {})
-    patch: JsonObject = {}
-    annotations: JsonObject = {}
-    existing = metadata.get("annotations") or {}
+def _annotation_patch(node: Mapping[str, Any], desired: Marks) -> JsonObject:
+    """Our annotations that differ from the node's (None: remove)."""
+    existing = node.get("metadata", {}).get("annotations") or {}
     # Kept once written (with no GPUs): the time of the last transition outlives the marks, for the cooldown.
     state = desired.state_json() if desired.gpus or desired.cordoned_by_us or desired.last_transition else None
-    if existing.get(STATE_ANNOTATION) != state:
-        annotations[STATE_ANNOTATION] = state
     listed = ",".join(sorted(uuid for uuid, mark in desired.gpus.items() if mark.annotate)) or None
-    if existing.get(GPUS_ANNOTATION) != listed:
-        annotations[GPUS_ANNOTATION] = listed
-    if annotations:
-        patch["metadata"] = {"annotations": annotations}
-    taints = [dict(taint) for taint in spec.get("taints") or [] if taint.get("key") != TAINT_KEY]
+    return {key: value for key, value in ((STATE_ANNOTATION, state), (GPUS_ANNOTATION, listed))
+            if existing.get(key) != value}
+
+
+def _taints(node: Mapping[str, Any], desired: Marks) -> list[JsonObject]:
+    """The node's taints with ours as ``desired`` has it (its timeAdded kept when it does not change)."""
+    taints = [dict(taint) for taint in node.get("spec", {}).get("taints") or [] if taint.get("key") != TAINT_KEY]
     effect = desired.taint_effect
     if effect is not None:
         mine = our_taint(node)
@@ -219,16 +215,34 @@ def node_patch(node: Mapping[str, Any], current: Marks, desired: Marks) -> JsonO
         if mine is not None and mine.get("value") == wanted["value"] and mine.get("effect") == effect:
             wanted = mine  # keep its timeAdded
         taints.append(wanted)
-    if taints != list(spec.get("taints") or []):
-        patch["spec"] = {"taints": taints}
-    unschedulable = bool(spec.get("unschedulable"))
+    return taints
+
+
+def _unschedulable(node: Mapping[str, Any], current: Marks, desired: Marks) -> bool | None:
+    """The cordon to write: True (ours), False (lift ours), None (leave it)."""
+    unschedulable = bool(node.get("spec", {}).get("unschedulable"))
     if desired.cordoned_by_us and not unschedulable:
-        patch.setdefault("spec", {})["unschedulable"] = True
-    elif current.cordoned_by_us and not desired.cordoned_by_us and unschedulable:
-        patch.setdefault("spec", {})["unschedulable"] = False
+        return True
+    if current.cordoned_by_us and not desired.cordoned_by_us and unschedulable:
+        return False
+    return None
+
+
+def node_patch(node: Mapping[str, Any], current: Marks, desired: Marks) -> JsonObject | None:
+    """The strategic-merge patch for ``/nodes/<name>`` from ``current`` to ``desired``; None: no change."""
+    patch: JsonObject = {}
+    annotations = _annotation_patch(node, desired)
+    if annotations:
+        patch["metadata"] = {"annotations": annotations}
+    taints = _taints(node, desired)
+    if taints != list(node.get("spec", {}).get("taints") or []):
+        patch["spec"] = {"taints": taints}
+    cordon = _unschedulable(node, current, desired)
+    if cordon is not None:
+        patch.setdefault("spec", {})["unschedulable"] = cordon
     if not patch:
         return None
-    patch.setdefault("metadata", {})["resourceVersion"] = metadata.get("resourceVersion", "")
+    patch.setdefault("metadata", {})["resourceVersion"] = node.get("metadata", {}).get("resourceVersion", "")
     return patch
 
 

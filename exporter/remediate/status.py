@@ -3,9 +3,11 @@
 Read from the nodes themselves (what the remediator wrote there: its state and phase annotations,
 its taint; a GPU quarantined by a DeviceTaintRule is named with its device), so the answer is the
 same whichever replica asks and survives restarts; no state of a running remediator is needed.
-States (docs/remediation.md, "State machine"): ``quarantined``, ``draining``, ``repair-requested``,
-``validating`` (from the phase annotation), ``marked`` (GPUs annotated, no taint or cordon asked
-for) and ``healthy again`` (its marks are gone; the last transition is kept for the cooldown).
+States (docs/remediation.md, "State machine"): ``quarantined``, ``draining`` (with what blocks the
+drain: the PodDisruptionBudget refusing an eviction, by name; a pod allowed to complete; pods it
+cannot place on a GPU), ``drained``, ``repair-requested``, ``validating`` (from the phase
+annotation), ``marked`` (GPUs annotated, no taint or cordon asked for) and ``healthy again`` (its
+marks are gone; the last transition is kept for the cooldown).
 """
 
 from __future__ import annotations

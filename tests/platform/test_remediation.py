@@ -36,6 +36,7 @@ from exporter.remediate.kubeapi import ApiConflictError, KubeApi, load_core_api
 from exporter.remediate.nodestate import PHASE_ANNOTATION, TAINT_KEY
 from exporter.remediate.policy import load_policy
 from exporter.remediate.selfmetrics import RemediationMetrics
+from exporter.remediate.status import node_status
 from tests.deploy.chart_support import load_ci_values, render
 from tests.platform.support import complete_job_pod, ensure_namespace, poll
 from tests.remediate.test_chart import APIS, REMEDIATION_VALUES
@@ -226,6 +227,10 @@ def test_a_fatal_xid_on_one_gpu_of_an_8_gpu_node_goes_through_the_whole_state_ma
     # draining: the PDB (minAvailable 2) refuses, the remediator backs off; relaxed, the eviction passes
     assert {p["metadata"]["name"] for p in running_pods(admin)} == set(pods)
     assert remediator.metrics.actions.labels("evict", "deferred")._value.get() == 1
+    draining = node_status(admin.get(f"/api/v1/nodes/{NODE}"))  # what `remediate status` prints for the node
+    assert draining is not None and draining.state == "draining", draining
+    assert (f"{NAMESPACE}/{failed_gpu_pod}: eviction refused by PodDisruptionBudget {NAMESPACE}/trainer ("
+            in draining.why), draining.why
     admin.request("PATCH", f"/apis/policy/v1/namespaces/{NAMESPACE}/poddisruptionbudgets/trainer",
                   {"spec": {"minAvailable": 1}}, "application/merge-patch+json")
     poll("the PDB allows one disruption", lambda: admin.get(

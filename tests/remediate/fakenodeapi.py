@@ -77,6 +77,7 @@ class FakeNodeApiServer:
         self._failures: list[int] = []
         self._conflicts = 0
         self._blocked: dict[tuple[str, str], int] = {}
+        self._budgets: dict[tuple[str, str], str] = {}  # pod -> the PodDisruptionBudget its 429 names
         self.objects: dict[tuple[tuple[str, str, str], str], JsonObject] = {}  # ((group, ns, plural), name)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -197,10 +198,13 @@ class FakeNodeApiServer:
         with self._lock:
             self._failures.extend([status] * count)
 
-    def block_evictions(self, namespace: str, name: str, count: int) -> None:
-        """The next ``count`` evictions of the pod answer 429, as a PodDisruptionBudget at its limit does."""
+    def block_evictions(self, namespace: str, name: str, count: int, *, budget: str = "") -> None:
+        """The next ``count`` evictions of the pod answer 429, as a PodDisruptionBudget at its limit does; with
+        ``budget``, the Status names it in ``details.causes`` as kube-apiserver's eviction subresource does."""
         with self._lock:
             self._blocked[(namespace, name)] = self._blocked.get((namespace, name), 0) + count
+            if budget:
+                self._budgets[(namespace, name)] = budget
 
     def conflict_next_patches(self, count: int) -> None:
         with self._lock:
@@ -352,8 +356,13 @@ class FakeNodeApiServer:
             return 404, _status(404, "NotFound", f'pods "{name}" not found')
         if self._blocked.get((namespace, name)):
             self._blocked[(namespace, name)] -= 1
-            return 429, _status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's "
-                                                        "disruption budget.")
+            refusal = _status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's "
+                                                      "disruption budget.")
+            if (namespace, name) in self._budgets:  # pkg/registry/core/pod/storage/eviction.go: the cause
+                refusal["details"] = {"causes": [{"type": "DisruptionBudget", "message": (
+                    f"The disruption budget {self._budgets[(namespace, name)]} needs 1 healthy pods and has 1 "
+                    "currently")}]}
+            return 429, refusal
         del self.pods[(namespace, name)]
         return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 

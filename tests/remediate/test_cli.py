@@ -30,6 +30,17 @@ def test_the_subcommand_is_registered() -> None:
     assert SUBCOMMANDS["remediate"] == "exporter.remediate.cli"
 
 
+def test_help_describes_every_thing_remediate_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 42: the help described only Events and taints after drain, repair and device taints came."""
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    for promise in ("taint", "cordon", "DeviceTaintRule", "Eviction API", "PodDisruptionBudgets hold",
+                    "GpuRepairRequest", "validation", "dry-run", "POST /breaker/close",
+                    "gpu-pod-exporter remediate status", "draining and\n                  what blocks it"):
+        assert promise in out, promise
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
 def test_check_config_prints_the_policy_in_force(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, _ = run(capsys, "--check-config")
     assert code == 0

@@ -18,6 +18,7 @@ import yaml
 
 from exporter.backoff import BackoffPolicy
 from exporter.remediate.alerts import parse_notification
+from exporter.remediate.cli import main as remediate_main
 from exporter.remediate.controller import Remediator
 from exporter.remediate.events import (
     REASON_BREAKER_OPEN,
@@ -663,3 +664,128 @@ def test_a_restarted_remediator_carries_on_the_episode_from_the_node(api: FakeNo
     second.run_once()
     node = api.node("node-d")
     assert taint(api, "node-d") is None and PHASE_ANNOTATION not in node["metadata"]["annotations"]
+
+
+# -- issue 41: `remediate status` is the state machine as it is ------------------------------------------------
+
+def status_of(api: FakeNodeApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    """``gpu-pod-exporter remediate status`` as an operator runs it: node -> its line."""
+    capsys.readouterr()
+    assert remediate_main(["status", "--kubeconfig", str(api.write_kubeconfig(tmp_path / "status-kubeconfig"))]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NODE", "STATE", "SINCE", "WHY"]
+    return {line.split()[0]: line for line in lines[1:]}
+
+
+def drain_gpu3(api: FakeNodeApiServer, tmp_path: Path, clock: Clock, policy: dict[str, Any]) -> Remediator:
+    """The fatal Xid on node-d's GPU 3 (whose pods the alerts name), one pass."""
+    remediator = make(api, tmp_path, clock, policy)
+    notify(remediator, *gpu3_alerts())
+    remediator.run_once()
+    return remediator
+
+
+def test_status_says_draining_and_names_the_pod_disruption_budget_that_blocks_it(
+        api: FakeNodeApiServer, tmp_path: Path, clock: Clock, capsys: pytest.CaptureFixture[str]) -> None:
+    drain_node(api)
+    api.block_evictions("ml", "on-gpu-3", 2, budget="trainer")  # minAvailable reached: 429 naming the budget
+    remediator = drain_gpu3(api, tmp_path, clock, {**DRAIN_POLICY, "repair_request": True})
+    line = status_of(api, tmp_path, capsys)["node-d"]
+    assert line.split()[1] == "draining", line
+    assert "ml/on-gpu-3: eviction refused by PodDisruptionBudget ml/trainer (" in line
+    assert "The disruption budget trainer needs 1 healthy pods" in line
+    assert "batch/job-on-gpu-3: allowed to complete until 2024-05-01 12:30:00 UTC" in line
+    assert REASON_DRAINED not in reasons(api, "node-d") and api.objects_of("gpurepairrequests") == []
+
+    for _ in range(4):  # the budget allows it: evicted; only the batch job (allowed to complete) holds the drain
+        clock.advance(seconds=20)
+        remediator.run_once()
+    line = status_of(api, tmp_path, capsys)["node-d"]
+    assert line.split()[1] == "draining" and "PodDisruptionBudget" not in line
+    assert "batch/job-on-gpu-3: allowed to complete until" in line
+
+    clock.advance(minutes=31)
+    remediator.run_once()
+    line = status_of(api, tmp_path, capsys)["node-d"]
+    assert line.split()[1] == "repair-requested", line
+    assert reasons(api, "node-d")[-2:] == [REASON_DRAINED, REASON_REPAIR_REQUESTED]
+
+
+def test_a_drain_without_repair_ends_in_drained(api: FakeNodeApiServer, tmp_path: Path, clock: Clock,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    drain_node(api)
+    drain_gpu3(api, tmp_path, clock, {**DRAIN_POLICY, "drain": {"mode": "evict"}})
+    line = status_of(api, tmp_path, capsys)["node-d"]
+    assert line.split()[1] == "drained", line
+    assert "Drained: no pod on the failed GPUs is left to evict" in line
+    assert "stays quarantined until its alerts resolve" in line
+
+
+def test_dry_run_with_drain_reports_the_whole_plan_including_the_repair_request(
+        api: FakeNodeApiServer, tmp_path: Path, clock: Clock) -> None:
+    drain_node(api)
+    remediator = make(api, tmp_path, clock, {**LIFECYCLE_POLICY, "mode": "dry-run"})
+    notify(remediator, xid_on_gpu3())
+    remediator.run_once()
+    remediator.run_once()
+    plan = [e["message"] for e in api.event_list() if e["reason"] == REASON_DRY_RUN]
+    assert len(plan) == 3, plan
+    assert plan[0].startswith(f"Mode dry-run: would taint {TAINT_KEY}=3:NoSchedule")
+    assert plan[1].startswith("Mode dry-run: would drain: ") and "ml/on-gpu-3: evict" in plan[1]
+    assert plan[2].startswith("Mode dry-run: would create GpuRepairRequest node-d-")
+    assert "for GPUs 3 (GPU-d3) (evidence: GpuXidFatal)" in plan[2]
+    assert api.writes("PATCH") == [] and api.writes("POST", "/apis/") == []
+    assert not [r for r in api.requests if r.path.endswith("/eviction")]
+
+
+def test_an_alert_about_a_node_that_does_not_exist_writes_nothing(api: FakeNodeApiServer, tmp_path: Path,
+                                                                  clock: Clock) -> None:
+    remediator = make(api, tmp_path, clock, {**LIFECYCLE_POLICY, "mode": "enforce"})
+    ghost = alert("node-ghost", xid="79", pod="trainer-0", namespace="ml", fingerprint="fp-ghost")
+    held_then_resolved = alert("node-ghost-2", uuid="GPU-g2", fingerprint="fp-ghost-2")
+    notify(remediator, ghost, held_then_resolved)
+    notify(remediator, {**held_then_resolved, "status": "resolved", "endsAt": "2024-05-01T12:00:00Z"})
+    for _ in range(3):
+        remediator.run_once()
+        clock.advance(minutes=20)
+    assert api.writes() == []
+    assert api.event_list() == []
+
+
+def test_an_unlabelled_alert_on_a_shared_gpu_is_not_called_drained(api: FakeNodeApiServer, tmp_path: Path,
+                                                                    clock: Clock,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Time-slicing in the exporter's default mode: the Xid series of a shared GPU carries no pod labels, and
+    the API server does not say which pods hold which GPU. Nothing is evicted blindly, nothing called drained."""
+    api.add_node("node-s")
+    api.add_pod("ml", "shared-a", "node-s", owner_kind="ReplicaSet")
+    api.add_pod("ml", "shared-b", "node-s", owner_kind="ReplicaSet")
+    remediator = make(api, tmp_path, clock, {**DRAIN_POLICY, "repair_request": True})
+    notify(remediator, alert("node-s", uuid="GPU-s0", gpu="0"))
+    remediator.run_once()
+    assert taint(api, "node-s") is not None
+    assert not [r for r in api.requests if r.path.endswith("/eviction")]
+    assert REASON_DRAINED not in reasons(api, "node-s") and api.objects_of("gpurepairrequests") == []
+    line = status_of(api, tmp_path, capsys)["node-s"]
+    assert line.split()[1] == "draining", line
+    assert "cannot tell which pods hold GPU 0 (GPU-s0): no alert about it names a pod" in line
+    assert "may hold it: ml/shared-a, ml/shared-b" in line
+
+    # With --kubernetes-virtual-gpus the exporter repeats the series per sharing pod: one alert names each.
+    notify(remediator, *[alert("node-s", uuid="GPU-s0", gpu="0", fingerprint=f"fp-{pod}", pod=pod, namespace="ml",
+                               vgpu=str(index)) for index, pod in enumerate(("shared-a", "shared-b"))])
+    clock.advance(seconds=20)
+    remediator.run_once()
+    assert pods_on(api, "node-s") == set()
+    assert REASON_DRAINED in reasons(api, "node-s") and len(api.objects_of("gpurepairrequests")) == 1
+
+
+def test_an_unlabelled_alert_on_a_node_without_gpu_pods_is_drained_at_once(api: FakeNodeApiServer, tmp_path: Path,
+                                                                           clock: Clock) -> None:
+    api.add_node("node-idle")
+    api.add_pod("kube-system", "gpu-agent", "node-idle", owner_kind="DaemonSet")
+    remediator = make(api, tmp_path, clock, DRAIN_POLICY)
+    notify(remediator, alert("node-idle", uuid="GPU-i0", gpu="0"))
+    remediator.run_once()
+    assert REASON_DRAINED in reasons(api, "node-idle")
+    assert not [r for r in api.requests if r.path.endswith("/eviction")]
