@@ -43,6 +43,7 @@ from typing import Any
 import yaml
 
 from exporter import safeyaml
+from exporter.prometheus.promql import quote
 from exporter.report.pricing import PriceSheet
 from exporter.report.pricingfile import PricingFileError, load_pricing
 from exporter.units import format_duration, parse_prometheus_duration
@@ -103,12 +104,8 @@ def _budget(raw: object) -> float:
     return float(raw)
 
 
-def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def _constants(label: str, values: Sequence[tuple[str, float]]) -> str:
-    return "\nor\n".join(f'label_replace(vector({value!r}), "{label}", {_quote(name)}, "", "")'
+    return "\nor\n".join(f'label_replace(vector({value!r}), "{label}", {quote(name)}, "", "")'
                          for name, value in values)
 
 

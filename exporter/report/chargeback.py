@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from exporter.kube.labels import sanitize_label_name
 from exporter.report.model import Window
 from exporter.report.pricing import PriceSheet
-from exporter.report.promclient import PrometheusClient, Series
+from exporter.prometheus.client import PrometheusClient, Series
 from exporter.report.sources import CLUSTER_LABEL, NODE_LABEL, node_name
 
 UNLABELLED = "unlabelled"

@@ -35,7 +35,7 @@ from exporter.report.model import (
     Window,
 )
 from exporter.report.pricing import PriceSheet
-from exporter.report.promclient import Series
+from exporter.prometheus.client import Series
 from exporter.report.sources import (
     BUSY,
     ENERGY,

@@ -10,7 +10,7 @@ from exporter.report.compute import build_report
 from exporter.report.html import render_html, render_plots
 from exporter.report.model import Settings, Window
 from exporter.report.pricing import PriceSheet
-from exporter.report.promclient import Series
+from exporter.prometheus.client import Series
 from exporter.report.sources import ALLOCATION_INPUTS, SOURCES, UTILIZATION_INPUTS, Presence
 from tests.report.plotting import require_matplotlib
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from promql_parser import parse
 
-from exporter.report.promclient import Connection
+from exporter.prometheus.client import Connection
 from exporter.top.sources import QUERY_FAMILIES, ExporterSource, PrometheusSource, read_all, selector
 from tests.e2e.prometheus_harness import free_port, serve_metrics
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from exporter.report.promclient import Connection, PrometheusClient, PrometheusError, split_url
+from exporter.prometheus.client import Connection, PrometheusClient, PrometheusError, split_url
 from tests.e2e.prometheus_harness import free_port
 
 
@@ -261,5 +261,5 @@ def test_nan_points_are_dropped() -> None:
 
 @pytest.mark.parametrize("url", ["prometheus:9090", "ftp://x", "http://", "http:///path"])
 def test_urls_without_scheme_or_host_are_refused(url: str) -> None:
-    with pytest.raises(ValueError, match="invalid Prometheus URL"):
+    with pytest.raises(ValueError, match="invalid URL"):
         split_url(url)
