@@ -33,9 +33,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from exporter.kube.labels import sanitize_label_name
+from exporter.prometheus.client import PrometheusClient, Series
 from exporter.report.model import Window
 from exporter.report.pricing import PriceSheet
-from exporter.prometheus.client import PrometheusClient, Series
 from exporter.report.sources import CLUSTER_LABEL, NODE_LABEL, node_name
 
 UNLABELLED = "unlabelled"

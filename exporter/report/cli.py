@@ -18,6 +18,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from exporter.prometheus.client import (
+    PROMETHEUS_MAX_POINTS,
+    Connection,
+    PrometheusClient,
+    PrometheusError,
+    split_url,
+)
+from exporter.prometheus.flags import FlagError, add_security_arguments, flag_value, security
 from exporter.report.chargeback import SHARE_MODES, UNLABELLED, GroupBy, build_chargeback, fetch_chargeback
 from exporter.report.collect import Queries, cluster_matcher, fetch
 from exporter.report.compute import build_report
@@ -27,14 +35,6 @@ from exporter.report.model import Report, Settings, Window
 from exporter.report.plots import MissingPlotLibraryError, require_matplotlib
 from exporter.report.pricing import PriceSheet, parse_prices
 from exporter.report.pricingfile import PricingFileError, load_pricing
-from exporter.prometheus.client import (
-    PROMETHEUS_MAX_POINTS,
-    Connection,
-    PrometheusClient,
-    PrometheusError,
-    split_url,
-)
-from exporter.prometheus.flags import FlagError, add_security_arguments, flag_value, security
 from exporter.report.sources import ALLOCATION_INPUTS, FRACTION, RULE_FILE
 from exporter.report.tables import TABLES
 from exporter.report.text import render_csv, render_json, render_text

@@ -17,9 +17,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from exporter.report.model import Window
 from exporter.prometheus.client import PrometheusClient, Series
 from exporter.prometheus.promql import quote
+from exporter.report.model import Window
 from exporter.report.sources import (
     ALLOCATION_INPUTS,
     BUSY,

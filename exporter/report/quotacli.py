@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from exporter.prometheus.client import PrometheusError
+from exporter.prometheus.flags import flag_value
 from exporter.report.cli import (
     EXIT_OK,
     EXIT_RUNTIME,
@@ -35,14 +37,12 @@ from exporter.report.cli import (
     _connection,
     _window,
     add_connection_arguments,
-    check_connection_numbers,
     add_window_arguments,
+    check_connection_numbers,
     measure,
 )
 from exporter.report.model import Settings
 from exporter.report.pricing import PriceSheet
-from exporter.prometheus.client import PrometheusError
-from exporter.prometheus.flags import flag_value
 from exporter.report.quota import (
     DEFAULT_RESOURCES,
     FIELD_MANAGER,

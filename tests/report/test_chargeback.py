@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.prometheus.client import Series
 from exporter.report.chargeback import ChargebackData, GroupBy, build_chargeback, queries
 from exporter.report.model import Window
 from exporter.report.pricing import NodePool, PriceSheet
-from exporter.prometheus.client import Series
 
 WINDOW = Window(0.0, 4 * 3600.0, 3600.0)  # four one-hour points
 PREVIOUS = Window(-4 * 3600.0, 0.0, 3600.0)
