@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 T = TypeVar("T")
 
@@ -22,6 +22,14 @@ SECURITY_FLAGS = ("--tenant", "--header", "--bearer-token-file", "--basic-auth-u
 
 class FlagError(ValueError):
     """A flag's value is wrong; the message starts with the flag."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's own mistakes (``--top-pods x``, an unknown flag) as a FlagError: the command prints one
+    line naming the flag, as for every other mistake, instead of the whole usage."""
+
+    def error(self, message: str) -> NoReturn:
+        raise FlagError(message.removeprefix("argument "))
 
 
 @dataclass(frozen=True)

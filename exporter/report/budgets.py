@@ -45,7 +45,6 @@ Budget file (docs/cost.md, "Budgets")::
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,6 +54,7 @@ from typing import Any
 import yaml
 
 from exporter import safeyaml
+from exporter.prometheus.flags import FlagError, OneLineParser
 from exporter.prometheus.promql import quote
 from exporter.report.pricing import PriceSheet
 from exporter.report.pricingfile import PricingFileError, load_pricing
@@ -244,17 +244,17 @@ def render(budgets: Budgets, prices: PriceSheet | None, budget_path: str, pricin
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description="Prometheus alert rules from a budget file per team: "
+    parser = OneLineParser(prog=PROG, description="Prometheus alert rules from a budget file per team: "
                                      "the window's spend forecast from the recent rate (docs/cost.md, Budgets).")
     parser.add_argument("--budgets", required=True, metavar="FILE", help="The budget file (YAML).")
     parser.add_argument("--pricing", metavar="FILE", help="The pricing file (needed for budgets in money).")
     parser.add_argument("--output", "-o", metavar="FILE", help="Write here instead of standard output.")
-    args = parser.parse_args(list(argv))
     try:
+        args = parser.parse_args(list(argv))
         budgets = load_budgets(args.budgets)
         prices = load_pricing(args.pricing) if args.pricing else None
         text = render(budgets, prices, args.budgets, args.pricing)
-    except (BudgetFileError, PricingFileError) as error:
+    except (BudgetFileError, PricingFileError, FlagError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     if args.output is None:

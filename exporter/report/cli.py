@@ -25,7 +25,7 @@ from exporter.prometheus.client import (
     PrometheusError,
     split_url,
 )
-from exporter.prometheus.flags import FlagError, add_security_arguments, flag_value, security
+from exporter.prometheus.flags import FlagError, OneLineParser, add_security_arguments, flag_value, security
 from exporter.report.chargeback import SHARE_MODES, UNLABELLED, GroupBy, build_chargeback, fetch_chargeback
 from exporter.report.collect import Queries, cluster_matcher, fetch
 from exporter.report.compute import build_report
@@ -69,7 +69,7 @@ class Options:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=PROG,
         description="GPU cost and waste report per team or namespace from Prometheus (Thanos, Mimir): "
                     "allocated, busy and idle GPU-hours, memory, energy, cost, GPUs to give back and the most "

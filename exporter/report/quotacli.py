@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from exporter.prometheus.client import PrometheusError
-from exporter.prometheus.flags import flag_value
+from exporter.prometheus.flags import OneLineParser, flag_value
 from exporter.report.cli import (
     EXIT_OK,
     EXIT_RUNTIME,
@@ -74,7 +74,7 @@ class QuotaOptions:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=QUOTA_PROG,
         description="A GPU ResourceQuota plan per namespace from measured use: the current quota, the p95 of GPUs "
                     "in use over the window (as the report's 'GPUs to give back'), that need with headroom, the "

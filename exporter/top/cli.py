@@ -19,7 +19,7 @@ from typing import TextIO
 
 from exporter import __version__
 from exporter.prometheus.client import Connection, split_url
-from exporter.prometheus.flags import FlagError, add_security_arguments, flag_value, security
+from exporter.prometheus.flags import FlagError, OneLineParser, add_security_arguments, flag_value, security
 from exporter.top.model import IDLE_BELOW_PERCENT, SORTS, Filters
 from exporter.top.sources import ExporterSource, PrometheusSource, Reading, read_all
 from exporter.top.table import gpu_lines, pod_lines, status_lines, summary
@@ -35,7 +35,7 @@ USER_AGENT = f"gpu-pod-exporter-top/{__version__}"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="GPUs and the pods on them, busiest first; allocated but "
+    p = OneLineParser(prog=PROG, description="GPUs and the pods on them, busiest first; allocated but "
                                 "idle GPUs highlighted. Keys: q quit, tab GPUs/pods, s sort, / filter, c clear, "
                                 "r refresh, arrows and page keys move.")
     src = p.add_argument_group("source (one of)")

@@ -109,6 +109,8 @@ def test_the_example_budget_and_pricing_files_give_rules_promtool_accepts(tmp_pa
     ("window: 30d\nteam:\n  a: 1\n", ":2: team: unknown key"),
     ("window: soon\nteams:\n  a: 1\n", ": window: "),
     ("teams:\n  a: 1\n", "unit: cost needs prices: give --pricing FILE"),
+    ("forecast: 40d\nunit: gpuHours\nteams:\n  a: 1\n", ":1: forecast: must be no longer than window"),
+    ("lookback: 31d\nunit: gpuHours\nteams:\n  a: 1\n", ":1: lookback: must be no longer than window"),
 ])
 def test_mistakes_in_the_budget_file_are_one_line_with_exit_2(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], budgets: str, message: str) -> None:

@@ -72,6 +72,18 @@ def test_explicit_windows(argv: list[str], start: float, end: float, step: float
     (["--timeout", "0s"], "--timeout: invalid duration '0s'"),
     (["--ca-file", "/nonexistent/ca.pem"], "--ca-file /nonexistent/ca.pem: no such file"),
     (["--ca-file", "/etc/hostname", "--insecure-skip-verify"], "either --ca-file or --insecure-skip-verify"),
+    (["--top-pods", "many"], "--top-pods: invalid int value: 'many'"),
+    (["--idle-threshold", "low"], "--idle-threshold: invalid float value: 'low'"),
+    (["--format", "pdf"], "--format: invalid choice: 'pdf'"),
+    (["--by", "pod"], "--by: invalid choice: 'pod'"),
+    (["--table", "x"], "--table: invalid choice: 'x'"),
+    (["--share-idle", "x"], "--share-idle: invalid choice: 'x'"),
+    (["--group-fallback", "x"], "--group-fallback: invalid choice: 'x'"),
+    (["--reclaim-by", "x"], "--reclaim-by: invalid choice: 'x'"),
+    (["--retries", "x"], "--retries: invalid int value: 'x'"),
+    (["--max-samples", "x"], "--max-samples: invalid int value: 'x'"),
+    (["--max-points-per-query", "x"], "--max-points-per-query: invalid int value: 'x'"),
+    (["--colour"], "unrecognized arguments: --colour"),
 ])
 def test_mistakes_are_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["--prometheus", f"http://127.0.0.1:{free_port()}", *argv], capsys)

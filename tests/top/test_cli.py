@@ -38,6 +38,10 @@ METRICS = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",modelName="NVIDIA H100 80G
     (["--exporter", "http://e:9400", "--bearer-token-file", "/etc/hostname", "--basic-auth-user", "a"],
      "either --bearer-token-file or basic auth"),
     (["--exporter", "http://e:9400", "--header", "nonsense"], "--header 'nonsense': expected 'Name: value'"),
+    (["--exporter", "http://e:9400", "--idle-below", "x"], "--idle-below: invalid float value: 'x'"),
+    (["--exporter", "http://e:9400", "--view", "x"], "--view: invalid choice: 'x'"),
+    (["--exporter", "http://e:9400", "--sort", "x"], "--sort: invalid choice: 'x'"),
+    (["--exporter", "http://e:9400", "--colour"], "unrecognized arguments: --colour"),
 ])
 def test_a_mistake_is_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv, prompt=refuse_prompt) == 2
