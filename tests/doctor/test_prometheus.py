@@ -21,7 +21,9 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from exporter.doctor.prometheus_checks import SHIPPED_RULE_GROUPS, needed_series
+from exporter.config import Config
+from exporter.doctor.prometheus_checks import SHIPPED_RULE_GROUPS, check_prometheus, needed_series
+from exporter.doctor.report import Verdict
 from tests.doctor.conftest import clean_environment
 from tests.doctor.support import Run, doctor, undocumented_problems
 from tests.e2e.exporter_process import REPO_ROOT, ExporterProcess, free_port
@@ -48,6 +50,13 @@ def test_needed_series_leave_out_recorded_names() -> None:
                                                      "gpu_pod_exporter_nvml_up == 1"}]},
         {"name": "someone-elses", "rules": [{"type": "alerting", "query": "DCGM_FI_DEV_FB_USED > 0"}]}]
     assert needed_series(groups) == ["DCGM_EXP_XID_ERRORS_TOTAL", "DCGM_FI_DEV_GPU_TEMP", "gpu_pod_exporter_nvml_up"]
+
+
+@pytest.mark.parametrize("url", ["http://admin:s3cret@127.0.0.1:{port}", "ftp://admin:s3cret@prometheus"])
+def test_a_url_with_credentials_is_shown_without_its_password(url: str) -> None:
+    [row] = check_prometheus(url.format(port=free_port()), Config(), None, [], 2.0)
+    assert row.check == "reachable" and row.verdict == Verdict.FAILED
+    assert "admin:***@" in row.detail and "s3cret" not in row.detail + row.hint
 
 
 @dataclass
