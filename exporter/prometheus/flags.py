@@ -9,10 +9,12 @@ command runs in a terminal and allows it (``top``). Every mistake is a ``FlagErr
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
+
+from exporter.prometheus.client import Connection
 
 T = TypeVar("T")
 
@@ -30,18 +32,6 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise FlagError(message.removeprefix("argument "))
-
-
-@dataclass(frozen=True)
-class Security:
-    """What the security flags said, secrets read: the fields of a ``Connection`` they fill."""
-
-    headers: dict[str, str] = field(default_factory=dict)
-    tenant: str | None = None
-    basic_auth: tuple[str, str] | None = None
-    bearer_token: str | None = None
-    ca_file: str | None = None
-    insecure_skip_verify: bool = False
 
 
 def add_security_arguments(group: argparse._ArgumentGroup, *, password_prompt: bool = False) -> None:
@@ -82,8 +72,10 @@ def parse_headers(values: Sequence[str]) -> dict[str, str]:
     return headers
 
 
-def security(args: argparse.Namespace, *, prompt: Callable[[str], str] | None = None) -> Security:
-    """The security flags checked and their secrets read.
+def secured(args: argparse.Namespace, *, prompt: Callable[[str], str] | None = None,
+            **settings: Any) -> Callable[[str], Connection]:
+    """The security flags checked and their secrets read (once), as a maker of ``Connection`` to a URL
+    with those credentials and TLS settings and ``settings`` (timeout, retries, ...).
 
     ``prompt`` (``getpass.getpass`` in a terminal): how to ask for the password of ``--basic-auth-user``
     given without ``--basic-auth-password-file``; None: the two flags go together.
@@ -107,7 +99,9 @@ def security(args: argparse.Namespace, *, prompt: Callable[[str], str] | None = 
             password = prompt(f"password of {args.basic_auth_user}: ")
         basic = (args.basic_auth_user, password)
     token = read_secret(args.bearer_token_file, "--bearer-token-file") if args.bearer_token_file else None
-    return Security(parse_headers(args.header), args.tenant, basic, token, args.ca_file, args.insecure_skip_verify)
+    return functools.partial(Connection, headers=parse_headers(args.header), tenant=args.tenant, basic_auth=basic,
+                             bearer_token=token, ca_file=args.ca_file, insecure_skip_verify=args.insecure_skip_verify,
+                             **settings)
 
 
 def flag_value(flag: str, text: str, parse: Callable[[str], T]) -> T:

@@ -25,7 +25,7 @@ from exporter.prometheus.client import (
     PrometheusError,
     split_url,
 )
-from exporter.prometheus.flags import FlagError, OneLineParser, add_security_arguments, flag_value, security
+from exporter.prometheus.flags import FlagError, OneLineParser, add_security_arguments, flag_value, secured
 from exporter.report.chargeback import SHARE_MODES, UNLABELLED, GroupBy, build_chargeback, fetch_chargeback
 from exporter.report.collect import Queries, cluster_matcher, fetch
 from exporter.report.compute import build_report
@@ -256,11 +256,9 @@ def _pricing(args: argparse.Namespace) -> tuple[PriceSheet, float, GroupBy | Non
 def _connection(args: argparse.Namespace, timeout: float) -> tuple[Connection, str]:
     """How to reach Prometheus (secrets read from their files), and its URL as the report prints it."""
     shown_url, _ = flag_value("--prometheus", args.prometheus, split_url)  # what the report prints: no secret
-    secured = security(args)
-    connection = Connection(url=args.prometheus, **dataclasses.asdict(secured), timeout_s=timeout,
-                            retries=args.retries, allow_partial=args.allow_partial,
-                            user_agent="gpu-pod-exporter-report")
-    return connection, shown_url
+    connect = secured(args, timeout_s=timeout, retries=args.retries, allow_partial=args.allow_partial,
+                      user_agent="gpu-pod-exporter-report")
+    return connect(args.prometheus), shown_url
 
 
 def _previous_window(args: argparse.Namespace, window: Window, now: float) -> Window:

@@ -11,15 +11,14 @@ terminal without ``--once``, urwid missing), with one line naming it.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import getpass
 import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from exporter import __version__
-from exporter.prometheus.client import Connection, split_url
-from exporter.prometheus.flags import FlagError, OneLineParser, add_security_arguments, flag_value, security
+from exporter.prometheus.client import split_url
+from exporter.prometheus.flags import FlagError, OneLineParser, add_security_arguments, flag_value, secured
 from exporter.top.model import IDLE_BELOW_PERCENT, SORTS, Filters
 from exporter.top.sources import ExporterSource, PrometheusSource, Reading, read_all
 from exporter.top.table import gpu_lines, pod_lines, status_lines, summary
@@ -76,13 +75,11 @@ def _sources(args: argparse.Namespace, timeout_s: float,
     for flag, url in [("--prometheus", args.prometheus)] if args.prometheus else \
             [("--exporter", url) for url in args.exporter]:
         flag_value(flag, url, split_url)  # an error shows the URL redacted
-    secured = dataclasses.asdict(security(args, prompt=prompt))
     # No retries: a refresh that fails says so at once and the next one tries again.
+    connect = secured(args, prompt=prompt, timeout_s=timeout_s, retries=0, user_agent=USER_AGENT)
     if args.prometheus:
-        return [PrometheusSource(Connection(url=args.prometheus, **secured, timeout_s=timeout_s, retries=0,
-                                            user_agent=USER_AGENT))]
-    return [ExporterSource(Connection(url=url, **secured, timeout_s=timeout_s, retries=0, user_agent=USER_AGENT),
-                           cluster=args.exporter_cluster) for url in args.exporter]
+        return [PrometheusSource(connect(args.prometheus))]
+    return [ExporterSource(connect(url), cluster=args.exporter_cluster) for url in args.exporter]
 
 
 def print_once(reading: Reading, filters: Filters, args: argparse.Namespace, out: TextIO) -> None:
