@@ -135,8 +135,8 @@ def test_a_prometheus_behind_tls_and_basic_auth(tmp_path_factory: pytest.TempPat
                                        extra_flags=[f"--web.config.file={directory / 'web.yml'}"]).launch()
         try:
             url = f"https://127.0.0.1:{prometheus.port}"
-            source = PrometheusSource(Connection(url=url, basic_auth=(USER, PASSWORD), ca_file=str(directory / "ca.crt"),
-                                                 retries=0, timeout_s=5))
+            source = PrometheusSource(Connection(url=url, basic_auth=(USER, PASSWORD),
+                                                 ca_file=str(directory / "ca.crt"), retries=0, timeout_s=5))
             wait_for(lambda: source.read().nodes, 60, "Prometheus over HTTPS to hold the exporter's GPUs")
             code, out, err = top_once("--prometheus", url, "--ca-file", str(directory / "ca.crt"), "--basic-auth-user",
                                       USER, "--basic-auth-password-file", str(directory / "password"))
