@@ -59,7 +59,8 @@ RULES_HINT = ("load the shipped rules: the chart's PrometheusRule (selected by t
 
 def _api(url: str, timeout_s: float) -> PrometheusClient:
     """The shared client, asked once per question: the doctor's timeout bounds each request, no retries."""
-    return PrometheusClient(Connection(url=url, timeout_s=timeout_s, retries=0, user_agent="gpu-pod-exporter-doctor"))
+    return PrometheusClient(Connection(url=url, timeout_s=timeout_s, retries=0, user_agent="gpu-pod-exporter-doctor",
+                                       auth_hint="give the credentials in the URL: https://USER:PASSWORD@HOST"))
 
 
 @dataclass(frozen=True)

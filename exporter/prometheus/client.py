@@ -53,6 +53,10 @@ _TOO_LARGE_HINTS = ("too many samples", "maximum resolution", "exceeded the limi
                     "too many chunks", "too large", "query timed out", "timeout")
 
 
+TLS_HINT = "use --ca-file, or --insecure-skip-verify for a test server"
+AUTH_HINT = "check --bearer-token-file, --basic-auth-user/--basic-auth-password-file or --tenant"
+
+
 class PrometheusError(RuntimeError):
     """The server could not be asked, or it refused; the message says which and what to check."""
 
@@ -76,6 +80,7 @@ class Connection:
     retries: int = 4
     allow_partial: bool = False
     user_agent: str = "gpu-pod-exporter"
+    auth_hint: str = AUTH_HINT  # what a 401/403 tells the user to check: the flags of the command asking
 
 
 @dataclass(frozen=True)
@@ -143,10 +148,6 @@ def http_pool(connection: Connection) -> urllib3.PoolManager:
     if connection.ca_file:
         return urllib3.PoolManager(cert_reqs="CERT_REQUIRED", ca_certs=connection.ca_file, maxsize=2)
     return urllib3.PoolManager(maxsize=2)
-
-
-TLS_HINT = "use --ca-file, or --insecure-skip-verify for a test server"
-AUTH_HINT = "check --bearer-token-file, --basic-auth-user/--basic-auth-password-file or --tenant"
 
 
 class PrometheusClient:
@@ -273,7 +274,7 @@ class PrometheusClient:
         error_type = str(body.get("errorType") or "")
         lowered = detail.lower()
         if status in {401, 403}:
-            raise PrometheusError(f"{url}: HTTP {status} ({detail}): {AUTH_HINT}")
+            raise PrometheusError(f"{url}: HTTP {status} ({detail}): {self.connection.auth_hint}")
         if status == 404:
             raise PrometheusError(f"{url}: HTTP 404: no Prometheus API here; give the URL the API lives "
                                   "under (Mimir: http://<host>/prometheus; Thanos Query: its HTTP port)")

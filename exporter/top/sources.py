@@ -25,7 +25,6 @@ import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.prometheus.client import (
-    AUTH_HINT,
     TLS_HINT,
     Connection,
     PrometheusClient,
@@ -160,6 +159,7 @@ class ExporterSource:
         self._timeout = urllib3.Timeout(total=connection.timeout_s)
         self._headers = {**request_headers(connection, url_credentials), "Accept": "text/plain"}
         self._pool = pool or http_pool(connection)
+        self._auth_hint = connection.auth_hint
         self.requests = 0
 
     def read(self, cluster: str = "", node: str = "") -> Reading:
@@ -174,8 +174,8 @@ class ExporterSource:
             reason = getattr(error, "reason", None) or error
             return Reading(errors=[SourceError(self.name, f"cannot reach the exporter: {reason}")], metrics_reads=1)
         if response.status in (401, 403):
-            return Reading(errors=[SourceError(self.name, f"HTTP {response.status} from the exporter: {AUTH_HINT}")],
-                           metrics_reads=1)
+            message = f"HTTP {response.status} from the exporter: {self._auth_hint}"
+            return Reading(errors=[SourceError(self.name, message)], metrics_reads=1)
         if response.status != 200:
             return Reading(errors=[SourceError(self.name, f"HTTP {response.status} from the exporter")],
                            metrics_reads=1)

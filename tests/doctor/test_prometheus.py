@@ -28,6 +28,7 @@ from tests.doctor.conftest import clean_environment
 from tests.doctor.support import Run, doctor, undocumented_problems
 from tests.e2e.exporter_process import REPO_ROOT, ExporterProcess, free_port
 from tests.e2e.prometheus_harness import RULE_FILES, PrometheusHarness, require_prometheus
+from tests.prometheus.test_client import Answer, server
 
 # dcgm-exporter 4.8's own list (what -f /etc/dcgm-exporter/default-counters.csv exports): it lacks rows the
 # shipped rules read, which the built-in default has.
@@ -57,6 +58,14 @@ def test_a_url_with_credentials_is_shown_without_its_password(url: str) -> None:
     [row] = check_prometheus(url.format(port=free_port()), Config(), None, [], 2.0)
     assert row.check == "reachable" and row.verdict == Verdict.FAILED
     assert "admin:***@" in row.detail and "s3cret" not in row.detail + row.hint
+
+
+def test_a_prometheus_that_wants_credentials_says_how_to_give_them_to_the_doctor() -> None:
+    with server(lambda request: Answer(401, {"status": "error", "error": "Unauthorized"})) as (url, requests):
+        [row] = check_prometheus(url.replace("http://", "http://admin:s3cret@"), Config(), None, [], 2.0)
+    assert requests[0].headers["Authorization"] == "Basic YWRtaW46czNjcmV0"  # admin:s3cret, from the URL
+    assert row.verdict == Verdict.FAILED and "HTTP 401" in row.detail
+    assert "give the credentials in the URL: https://USER:PASSWORD@HOST" in row.detail and "s3cret" not in row.detail
 
 
 @dataclass
