@@ -204,7 +204,7 @@ def _counters_row(api: PrometheusClient, groups: list[dict[str, Any]], targets: 
     needed = needed_series(groups)
     if not needed:
         return skipped(SECTION, "counters", "no shipped rule is loaded, so no counter is needed")
-    expr = _over_targets(targets, f'count by (__name__) ({{__name__=~"{"|".join(needed)}", {{sel}}}})')
+    expr = _over_targets(targets, f"count by (__name__) ({{__name__=~{quote('|'.join(needed))}, {{sel}}}})")
     present = {item["metric"].get("__name__", "") for item in api.query(expr)}
     missing = [name for name in needed if name not in present]
     rows = {row.name: row for row in counters.metrics} if counters is not None else {}

@@ -76,7 +76,7 @@ def selector(cluster: str = "", node: str = "") -> str:
     pushed down as matchers, ``or`` the ``up`` series (value 0) of every exporter target that served
     GPU series in the last ``DOWN_LOOKBACK`` and now fails its scrapes (its GPU series went stale)."""
     names = "|".join(re.escape(name) for name in QUERY_FAMILIES)
-    matchers = [f'__name__=~"{names}"']
+    matchers = [f"__name__=~{quote(names)}"]
     scope = []
     if cluster:
         matchers.append(f"cluster={quote(cluster)}")
