@@ -18,10 +18,6 @@ from exporter.prometheus.client import Connection
 
 T = TypeVar("T")
 
-SECURITY_FLAGS = ("--tenant", "--header", "--bearer-token-file", "--basic-auth-user", "--basic-auth-password-file",
-                  "--ca-file", "--insecure-skip-verify")
-
-
 class FlagError(ValueError):
     """A flag's value is wrong; the message starts with the flag."""
 
@@ -35,7 +31,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def add_security_arguments(group: argparse._ArgumentGroup, *, password_prompt: bool = False) -> None:
-    """The flags of ``SECURITY_FLAGS`` on ``group``."""
+    """``--tenant --header --bearer-token-file --basic-auth-user --basic-auth-password-file --ca-file
+    --insecure-skip-verify`` on ``group``; ``password_prompt``: the command asks for a missing password."""
     group.add_argument("--tenant", metavar="ID", help="Tenant for Mimir/Cortex/Thanos (X-Scope-OrgID header).")
     group.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
                        help="Extra HTTP header (repeatable).")
