@@ -15,11 +15,8 @@ Four questions, each through Prometheus' HTTP API:
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +26,8 @@ from exporter.config import Config
 from exporter.doctor.report import Row, degraded, failed, ok, skipped
 from exporter.kube.series import PROCESS_ATTRIBUTION_FAMILIES
 from exporter.metrics.counters import CounterSet
+from exporter.prometheus.client import Connection, PrometheusClient, PrometheusError, redacted_url
+from exporter.prometheus.promql import quote
 from exporter.web.server import parse_address
 
 SECTION = "prometheus"
@@ -58,38 +57,10 @@ RULES_HINT = ("load the shipped rules: the chart's PrometheusRule (selected by t
               "deploy/rules/*.yaml in rule_files")
 
 
-class PrometheusError(Exception):
-    pass
-
-
-@dataclass(frozen=True)
-class PrometheusApi:
-    url: str
-    timeout_s: float
-
-    def get(self, path: str, **params: str) -> Any:
-        query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        request = urllib.request.Request(self.url.rstrip("/") + path + query,  # noqa: S310 - an http(s) URL checked below
-                                         headers={"Accept": "application/json",
-                                                  "User-Agent": "gpu-pod-exporter-doctor"})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
-                body = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            raise PrometheusError(f"HTTP {exc.code} from {path}") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise PrometheusError(f"{path}: {getattr(exc, 'reason', exc)}") from None
-        if not isinstance(body, dict) or body.get("status") != "success":
-            raise PrometheusError(f"{path}: {body.get('error') if isinstance(body, dict) else 'not JSON'}")
-        return body.get("data")
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        data = self.get("/api/v1/query", query=expr)
-        return list(data.get("result") or ()) if isinstance(data, dict) else []
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
+def _api(url: str, timeout_s: float) -> PrometheusClient:
+    """The shared client, asked once per question: the doctor's timeout bounds each request, no retries."""
+    return PrometheusClient(Connection(url=url, timeout_s=timeout_s, retries=0, user_agent="gpu-pod-exporter-doctor",
+                                       auth_hint="give the credentials in the URL: https://USER:PASSWORD@HOST"))
 
 
 @dataclass(frozen=True)
@@ -101,7 +72,7 @@ class _Target:
     last_error: str
 
     def selector(self) -> str:
-        return f'job="{_escape(self.job)}", instance="{_escape(self.instance)}"'
+        return f"job={quote(self.job)}, instance={quote(self.instance)}"
 
 
 def _over_targets(targets: Iterable[_Target], template: str) -> str:
@@ -111,20 +82,22 @@ def _over_targets(targets: Iterable[_Target], template: str) -> str:
 
 def check_prometheus(url: str, config: Config, counters: CounterSet | None, gpu_rows: Iterable[Row],
                      timeout_s: float) -> list[Row]:
-    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-        return [failed(SECTION, "reachable", f"{url!r} is not an http(s) URL", UNREACHABLE_HINT)]
-    api = PrometheusApi(url, timeout_s)
+    shown = redacted_url(url)
     try:
-        info = api.get("/api/v1/status/buildinfo")
+        api = _api(url, timeout_s)
+    except ValueError:
+        return [failed(SECTION, "reachable", f"{shown!r} is not an http(s) URL", UNREACHABLE_HINT)]
+    try:
+        info = api.get("status/buildinfo")
     except PrometheusError as exc:
-        return [failed(SECTION, "reachable", f"cannot query {url}: {exc}", UNREACHABLE_HINT)]
+        return [failed(SECTION, "reachable", f"cannot query {shown}: {exc}", UNREACHABLE_HINT)]
     version = info.get("version", "?") if isinstance(info, dict) else "?"
-    rows = [ok(SECTION, "reachable", f"{url}: Prometheus {version}", version=version)]
+    rows = [ok(SECTION, "reachable", f"{shown}: Prometheus {version}", version=version)]
     try:
         targets = _our_targets(api, config, node_hostname(config))
         rows.append(_target_row(targets, node_hostname(config)))
         up = [target for target in targets if target.health == "up"]
-        groups = api.get("/api/v1/rules").get("groups") or []
+        groups = api.get("rules").get("groups") or []
         if up:
             rows.append(_labels_row(api, up))
         else:
@@ -140,16 +113,16 @@ def check_prometheus(url: str, config: Config, counters: CounterSet | None, gpu_
     return rows
 
 
-def _our_targets(api: PrometheusApi, config: Config, hostname: str | None) -> list[_Target]:
+def _our_targets(api: PrometheusClient, config: Config, hostname: str | None) -> list[_Target]:
     """The targets delivering this node's series: by the Hostname label of GPU series, else by our port."""
     active = [_Target(str(item.get("labels", {}).get("job", "")), str(item.get("labels", {}).get("instance", "")),
                       str(item.get("scrapeUrl", "")), str(item.get("health", "")), str(item.get("lastError", "")))
-              for item in api.get("/api/v1/targets", state="active").get("activeTargets") or []]
+              for item in api.get("targets", state="active").get("activeTargets") or []]
     pairs: set[tuple[str, str]] = set()
     if hostname:
-        node = _escape(hostname)  # either spelling: dcgm-exporter 4.8.3 and --dcgm-exporter-compat=4.8.3 write hostname
-        expr = (f'count by (job, instance) ({{__name__=~"DCGM_.+", Hostname="{node}"}} '
-                f'or {{__name__=~"DCGM_.+", hostname="{node}"}})')
+        node = quote(hostname)  # either spelling: dcgm-exporter 4.8.3 and --dcgm-exporter-compat=4.8.3 write hostname
+        expr = (f'count by (job, instance) ({{__name__=~"DCGM_.+", Hostname={node}}} '
+                f'or {{__name__=~"DCGM_.+", hostname={node}}})')
         pairs = {(item["metric"].get("job", ""), item["metric"].get("instance", "")) for item in api.query(expr)}
     ours = [target for target in active if (target.job, target.instance) in pairs]
     if not ours:  # nothing scraped from this node: a target on the exporter's port that is down is the suspect
@@ -172,7 +145,7 @@ def _target_row(targets: list[_Target], hostname: str | None) -> Row:
     return ok(SECTION, "target", f"target {names} is up", targets=urls)
 
 
-def _labels_row(api: PrometheusApi, targets: list[_Target]) -> Row:
+def _labels_row(api: PrometheusClient, targets: list[_Target]) -> Row:
     found = api.query(_over_targets(targets, 'count by (job) ({exported_pod!="", {sel}}) or '
                                              'count by (job) ({exported_namespace!="", {sel}})'))
     if found:
@@ -218,7 +191,7 @@ def counter_states(rows: Iterable[Row]) -> dict[str, set[str]]:
     return states
 
 
-def _counters_row(api: PrometheusApi, groups: list[dict[str, Any]], targets: list[_Target],
+def _counters_row(api: PrometheusClient, groups: list[dict[str, Any]], targets: list[_Target],
                   counters: CounterSet | None, states: dict[str, set[str]], *, process_attribution: bool) -> Row:
     """Which series the loaded shipped rules read are absent, and whether that is expected on this node.
 
@@ -231,7 +204,7 @@ def _counters_row(api: PrometheusApi, groups: list[dict[str, Any]], targets: lis
     needed = needed_series(groups)
     if not needed:
         return skipped(SECTION, "counters", "no shipped rule is loaded, so no counter is needed")
-    expr = _over_targets(targets, f'count by (__name__) ({{__name__=~"{"|".join(needed)}", {{sel}}}})')
+    expr = _over_targets(targets, f"count by (__name__) ({{__name__=~{quote('|'.join(needed))}, {{sel}}}})")
     present = {item["metric"].get("__name__", "") for item in api.query(expr)}
     missing = [name for name in needed if name not in present]
     rows = {row.name: row for row in counters.metrics} if counters is not None else {}

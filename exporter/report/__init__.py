@@ -6,8 +6,9 @@ how busy they are, how much memory and energy they use. This package turns those
 bill (GPU-hours, money, kWh) and a reclaim list (GPUs a namespace could give back, the most idle
 pods), as text, CSV, JSON or HTML with plots.
 
-Layout: ``timespec`` (points in time; durations: ``exporter.units``), ``promclient`` (the Prometheus HTTP API:
-chunked range queries, retries, partial answers), ``sources`` (which recorded series feed which column,
+Layout: ``timespec`` (points in time; durations: ``exporter.units``); the Prometheus HTTP API
+(chunked range queries, retries, partial answers) is ``exporter.prometheus.client``, shared with
+``doctor`` and ``top``; ``sources`` (which recorded series feed which column,
 and what to say when a cluster lacks them), ``collect`` (the queries), ``compute`` (pure
 arithmetic on the fetched series), ``model`` (the report's values), ``pricing``, ``text`` /
 ``tables`` / ``html`` / ``plots`` (the formats) and ``cli`` (the ``report`` subcommand).

@@ -20,7 +20,12 @@ prices) are all still there:
   GPUs it is made of. ``--share-idle none`` bills it to the line ``(unallocated)``; ``even`` splits
   each cluster's among the cost groups that held GPUs there; ``proportional`` by their allocated
   GPU cost there (by GPU-hours when nothing was priced).
-* **period over period**: the same bill for the previous period, per cost group and cluster.
+* **period over period**: the same bill for the previous period, per cost group and cluster, with
+  how much of each period the cluster's data covers (the points at which Prometheus had any of its
+  GPUs). A change in percent is shown only when the previous period is covered about as well as
+  this one (``COMPARABLE_COVERAGE``): a previous period with a few seconds of data would otherwise
+  read as "+2,900 %"; the table shows the previous period's coverage and a note says why the change
+  is left out.
 
 The arithmetic (``build_chargeback``) is pure; ``fetch_chargeback`` asks Prometheus.
 """
@@ -33,10 +38,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from exporter.kube.labels import sanitize_label_name
+from exporter.prometheus.client import PrometheusClient, Series
 from exporter.report.model import Window
 from exporter.report.pricing import PriceSheet
-from exporter.report.promclient import PrometheusClient, Series
 from exporter.report.sources import CLUSTER_LABEL, NODE_LABEL, node_name
+from exporter.report.timespec import format_time
 
 UNLABELLED = "unlabelled"
 UNALLOCATED = "(unallocated)"
@@ -44,6 +50,8 @@ UNASSIGNED = "unassigned"
 SHARE_MODES = ("none", "even", "proportional")
 ENERGY_WINDOW_S = 300.0
 EPSILON = 1e-9
+# The change from the previous period is shown when its coverage is at least this share of this period's.
+COMPARABLE_COVERAGE = 0.9
 
 HOLDER_FRACTION = "gpu_container:gpu_fraction:ratio"
 HOLDER_SHARE = "gpu_container:gpu_allocation_share:ratio"
@@ -128,12 +136,24 @@ class GroupTotal:
     unallocated_cost: float | None
     cost: float | None
     previous_cost: float | None
+    coverage_percent: float | None = None  # of the cluster, this period and the previous one
+    previous_coverage_percent: float | None = None
+
+    @property
+    def comparable(self) -> bool:
+        """The previous period's data covers about as much of it as this period's covers of this one."""
+        return comparable(self.coverage_percent, self.previous_coverage_percent)
 
     @property
     def change_percent(self) -> float | None:
-        if self.cost is None or not self.previous_cost:
+        if self.cost is None or not self.previous_cost or not self.comparable:
             return None
         return 100.0 * (self.cost - self.previous_cost) / self.previous_cost
+
+
+def comparable(coverage: float | None, previous: float | None) -> bool:
+    """Whether a change between two periods with these coverages (percent) says something."""
+    return previous is not None and coverage is not None and previous + EPSILON >= COMPARABLE_COVERAGE * coverage
 
 
 @dataclass(frozen=True)
@@ -220,6 +240,20 @@ def fetch_chargeback(client: PrometheusClient, window: Window, group_by: GroupBy
 
 
 # --------------------------------------------------------------------------------- arithmetic
+def coverage_by_cluster(data: ChargebackData) -> dict[str, float]:
+    """Per cluster, the percentage of the period's points at which Prometheus had any of its GPUs
+    (the capacity series) or any holder: what a comparison of two periods can rest on."""
+    seen: dict[str, set[int]] = defaultdict(set)
+    points = data.window.points
+    for series in [*data.capacity, *data.holders.get("fraction", ())]:
+        indices = seen[series.labels.get(CLUSTER_LABEL, "")]
+        for timestamp, _ in series.points:
+            index = round((timestamp - data.window.start) / data.window.step) - 1
+            if 0 <= index < points:
+                indices.add(index)
+    return {cluster: 100.0 * len(indices) / points for cluster, indices in seen.items()} if points else {}
+
+
 def _aligned(series: Series, window: Window) -> list[float]:
     values = [0.0] * window.points
     for timestamp, value in series.points:
@@ -407,6 +441,19 @@ def _totals(lines: Sequence[ChargeLine]) -> dict[tuple[str, str], GroupTotal]:
     return result
 
 
+def _coverage_notes(coverage: Mapping[str, float], previous: Mapping[str, float], window: Window) -> list[str]:
+    """One note per cluster whose previous period has too little data for a change to mean anything."""
+    notes = []
+    for cluster in sorted(set(coverage) | set(previous)):
+        now, before = coverage.get(cluster, 0.0), previous.get(cluster, 0.0)
+        if not comparable(now, before):
+            name = f"cluster {cluster}" if cluster else "the cluster"
+            notes.append(f"chargeback: Prometheus has data of {name} for {before:.3g} % of the previous period "
+                         f"({format_time(window.start)} to {format_time(window.end)}) against {now:.3g} % of this "
+                         "one: its previous costs are partial and no change is shown")
+    return notes
+
+
 def build_chargeback(current: ChargebackData, previous: ChargebackData | None, group_by: GroupBy, *,
                      prices: PriceSheet, share_idle: str, currency: str) -> Chargeback:
     """The bill of ``current`` (pure), with each group's total of ``previous`` beside it."""
@@ -421,14 +468,17 @@ def build_chargeback(current: ChargebackData, previous: ChargebackData | None, g
         old_lines, old_unallocated = _period_lines(previous, group_by, prices, set())
         before = _totals([line for line in old_lines if line.gpu_hours > EPSILON]
                          + _share(old_lines, old_unallocated, share_idle))
+    coverage = coverage_by_cluster(current)
+    previous_coverage = coverage_by_cluster(previous) if previous is not None else {}
     rows = []
     for key in sorted(set(totals) | set(before), key=lambda k: (k[0], k[1] == UNALLOCATED, k[1])):
         now = totals.get(key) or GroupTotal(key[0], key[1], 0.0, 0.0, None, None, None, None, None)
         old = before.get(key)
         rows.append(GroupTotal(now.cluster, now.group, now.gpu_hours, now.idle_gpu_hours, now.gpu_cost,
                                now.energy_cost, now.unallocated_cost, now.cost,
-                               old.cost if old is not None else None))
-    notes = []
+                               old.cost if old is not None else None, coverage.get(key[0], 0.0),
+                               None if previous is None else previous_coverage.get(key[0], 0.0)))
+    notes = _coverage_notes(coverage, previous_coverage, previous.window) if previous is not None else []
     if unpriced:
         notes.append("chargeback: no price for " + ", ".join(sorted(unpriced))
                      + ": its GPU-hours are billed without a cost (add it to the pricing file)")

@@ -18,6 +18,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from exporter.prometheus.client import (
+    PROMETHEUS_MAX_POINTS,
+    Connection,
+    PrometheusClient,
+    PrometheusError,
+    split_url,
+)
+from exporter.prometheus.flags import FlagError, OneLineParser, add_security_arguments, flag_value, secured
 from exporter.report.chargeback import SHARE_MODES, UNLABELLED, GroupBy, build_chargeback, fetch_chargeback
 from exporter.report.collect import Queries, cluster_matcher, fetch
 from exporter.report.compute import build_report
@@ -27,13 +35,6 @@ from exporter.report.model import Report, Settings, Window
 from exporter.report.plots import MissingPlotLibraryError, require_matplotlib
 from exporter.report.pricing import PriceSheet, parse_prices
 from exporter.report.pricingfile import PricingFileError, load_pricing
-from exporter.report.promclient import (
-    PROMETHEUS_MAX_POINTS,
-    Connection,
-    PrometheusClient,
-    PrometheusError,
-    split_url,
-)
 from exporter.report.sources import ALLOCATION_INPUTS, FRACTION, RULE_FILE
 from exporter.report.tables import TABLES
 from exporter.report.text import render_csv, render_json, render_text
@@ -45,8 +46,8 @@ EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 DEFAULT_RANGE = "7d"
 
 
-class UsageError(ValueError):
-    """A user's mistake on the command line; the message names the flag."""
+# A user's mistake on the command line; the message names the flag (the shared flags raise it too).
+UsageError = FlagError
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class Options:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=PROG,
         description="GPU cost and waste report per team or namespace from Prometheus (Thanos, Mimir): "
                     "allocated, busy and idle GPU-hours, memory, energy, cost, GPUs to give back and the most "
@@ -134,14 +135,7 @@ def add_window_arguments(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
 def add_connection_arguments(p: argparse.ArgumentParser) -> None:
     """How to reach Prometheus: the arguments ``report`` and ``report quota`` share."""
     conn = p.add_argument_group("connection")
-    conn.add_argument("--tenant", metavar="ID", help="Tenant for Mimir/Cortex/Thanos (X-Scope-OrgID header).")
-    conn.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
-                      help="Extra HTTP header (repeatable).")
-    conn.add_argument("--bearer-token-file", metavar="FILE", help="File holding a bearer token.")
-    conn.add_argument("--basic-auth-user", metavar="USER", help="Basic-auth user (password from the file below).")
-    conn.add_argument("--basic-auth-password-file", metavar="FILE", help="File holding the basic-auth password.")
-    conn.add_argument("--ca-file", metavar="FILE", help="CA certificates to verify the server with.")
-    conn.add_argument("--insecure-skip-verify", action="store_true", help="Do not verify the server's certificate.")
+    add_security_arguments(conn)
     conn.add_argument("--allow-partial", action="store_true",
                       help="Accept partial answers (Thanos partial_response=true); they are flagged in the report.")
     conn.add_argument("--timeout", default="2m", metavar="DURATION", help="Per-request timeout (default 2m).")
@@ -151,28 +145,6 @@ def add_connection_arguments(p: argparse.ArgumentParser) -> None:
                       help=f"Points per series in one range query (at most {PROMETHEUS_MAX_POINTS:,}).")
     conn.add_argument("--max-samples", type=int, default=5_000_000, metavar="N",
                       help="Series x points in one answer before queries are cut smaller (default 5,000,000).")
-
-
-def _read_secret(path: str, flag: str) -> str:
-    try:
-        value = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as error:
-        raise UsageError(f"{flag} {path}: {error.strerror or error}") from None
-    if not value:
-        raise UsageError(f"{flag} {path}: the file is empty")
-    return value
-
-
-def _headers(values: Sequence[str]) -> dict[str, str]:
-    headers = {}
-    for value in values:
-        name, sep, content = value.partition(":")
-        if not sep:
-            name, sep, content = value.partition("=")
-        if not sep or not name.strip() or any(c in name for c in " \r\n") or any(c in content for c in "\r\n"):
-            raise UsageError(f"--header {value!r}: expected 'Name: value'")
-        headers[name.strip()] = content.strip()
-    return headers
 
 
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
@@ -201,19 +173,13 @@ def _window(args: argparse.Namespace, now: float) -> Window:
     if args.period:
         if args.start or args.end or args.range:
             raise UsageError("--period with --start, --end or --range: give the month or the window, not both")
-        try:
-            step = parse_prometheus_duration(args.step)
-        except ValueError as error:
-            raise UsageError(str(error)) from None
+        step = flag_value("--step", args.step, parse_prometheus_duration)
         first, last, _ = _period(args.period, now)
         return Window(first, first + int((last - first) // step) * step, step)
-    try:
-        step = parse_prometheus_duration(args.step)
-        length = parse_prometheus_duration(args.range) if args.range else None
-        start = parse_time(args.start) if args.start else None
-        end = parse_time(args.end) if args.end else None
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+    step = flag_value("--step", args.step, parse_prometheus_duration)
+    length = flag_value("--range", args.range, parse_prometheus_duration) if args.range else None
+    start = flag_value("--start", args.start, parse_time) if args.start else None
+    end = flag_value("--end", args.end, parse_time) if args.end else None
     if start is not None and length is not None:
         if end is not None:
             raise UsageError("--range with both --start and --end: give two of the three")
@@ -226,7 +192,7 @@ def _window(args: argparse.Namespace, now: float) -> Window:
         raise UsageError(f"the window is empty: --end ({format_time(end)}) is not after --start ({format_time(start)})")
     points = int((end - start) // step)
     if points < 1:
-        raise UsageError(f"the window ({end - start:g} s) is shorter than one --step ({step:g} s)")
+        raise UsageError(f"--step {args.step}: longer than the window ({end - start:g} s)")
     return Window(start, start + points * step, step)
 
 
@@ -256,21 +222,28 @@ def _check_combinations(args: argparse.Namespace) -> None:
     """Numbers in range and flags that exclude or need each other, before anything is read."""
     if not 0 <= args.idle_threshold <= 100:
         raise UsageError(f"--idle-threshold {args.idle_threshold:g}: must be a percentage between 0 and 100")
-    if args.top_pods < 0 or args.retries < 0 or args.max_points_per_query < 1 or args.max_samples < 1:
-        raise UsageError("--top-pods and --retries must be >= 0, --max-points-per-query and --max-samples >= 1")
-    if (args.basic_auth_user is None) != (args.basic_auth_password_file is None):
-        raise UsageError("--basic-auth-user and --basic-auth-password-file go together")
-    if args.bearer_token_file and args.basic_auth_user:
-        raise UsageError("give either --bearer-token-file or basic auth, not both")
+    if args.top_pods < 0:
+        raise UsageError(f"--top-pods {args.top_pods}: must be >= 0")
+    check_connection_numbers(args)
     if args.pricing and args.price_per_gpu_hour:
         raise UsageError("give either --pricing or --price-per-gpu-hour, not both")
+
+
+def check_connection_numbers(args: argparse.Namespace) -> None:
+    """The numbers of ``add_connection_arguments`` in range, each mistake naming its flag."""
+    if args.retries < 0:
+        raise UsageError(f"--retries {args.retries}: must be >= 0")
+    if args.max_points_per_query < 1:
+        raise UsageError(f"--max-points-per-query {args.max_points_per_query}: must be >= 1")
+    if args.max_samples < 1:
+        raise UsageError(f"--max-samples {args.max_samples}: must be >= 1")
 
 
 def _pricing(args: argparse.Namespace) -> tuple[PriceSheet, float, GroupBy | None]:
     """The prices, the query timeout and the chargeback grouping (None: no chargeback section)."""
     try:
         prices = load_pricing(args.pricing) if args.pricing else parse_prices(args.price_per_gpu_hour)
-        timeout = parse_prometheus_duration(args.timeout)
+        timeout = flag_value("--timeout", args.timeout, parse_prometheus_duration)
         chargeback = bool(args.pricing or args.group_by or args.share_idle or args.export_dir)
         group_by = GroupBy.parse(args.group_by or args.by, args.group_fallback) if chargeback else None
     except PricingFileError as error:
@@ -282,21 +255,10 @@ def _pricing(args: argparse.Namespace) -> tuple[PriceSheet, float, GroupBy | Non
 
 def _connection(args: argparse.Namespace, timeout: float) -> tuple[Connection, str]:
     """How to reach Prometheus (secrets read from their files), and its URL as the report prints it."""
-    if args.ca_file and not Path(args.ca_file).is_file():
-        raise UsageError(f"--ca-file {args.ca_file}: no such file")
-    basic = None
-    if args.basic_auth_user is not None:
-        basic = (args.basic_auth_user, _read_secret(args.basic_auth_password_file, "--basic-auth-password-file"))
-    connection = Connection(
-        url=args.prometheus, headers=_headers(args.header), tenant=args.tenant, basic_auth=basic,
-        bearer_token=_read_secret(args.bearer_token_file, "--bearer-token-file") if args.bearer_token_file else None,
-        ca_file=args.ca_file, insecure_skip_verify=args.insecure_skip_verify, timeout_s=timeout,
-        retries=args.retries, allow_partial=args.allow_partial)
-    try:
-        shown_url, _ = split_url(args.prometheus)  # what the report prints: never the credentials
-    except ValueError as error:
-        raise UsageError(f"--prometheus: {error}") from None
-    return connection, shown_url
+    shown_url, _ = flag_value("--prometheus", args.prometheus, split_url)  # what the report prints: no secret
+    connect = secured(args, timeout_s=timeout, retries=args.retries, allow_partial=args.allow_partial,
+                      user_agent="gpu-pod-exporter-report")
+    return connect(args.prometheus), shown_url
 
 
 def _previous_window(args: argparse.Namespace, window: Window, now: float) -> Window:

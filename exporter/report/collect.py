@@ -17,8 +17,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from exporter.prometheus.client import PrometheusClient, Series
+from exporter.prometheus.promql import quote
 from exporter.report.model import Window
-from exporter.report.promclient import PrometheusClient, Series
 from exporter.report.sources import (
     ALLOCATION_INPUTS,
     BUSY,
@@ -58,13 +59,9 @@ def cluster_matcher(clusters: Sequence[str]) -> str:
     if not clusters:
         return ""
     if len(clusters) == 1:
-        return f'{CLUSTER_LABEL}="{_promql_string(clusters[0])}"'
+        return f"{CLUSTER_LABEL}={quote(clusters[0])}"
     alternatives = "|".join(re.escape(name) for name in clusters)
-    return f'{CLUSTER_LABEL}=~"{_promql_string(alternatives)}"'
-
-
-def _promql_string(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f"{CLUSTER_LABEL}=~{quote(alternatives)}"
 
 
 class Queries:

@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from exporter.prometheus.client import Series
 from exporter.report.collect import Fetched
 from exporter.report.model import (
     ClusterCapacity,
@@ -35,7 +36,6 @@ from exporter.report.model import (
     Window,
 )
 from exporter.report.pricing import PriceSheet
-from exporter.report.promclient import Series
 from exporter.report.sources import (
     BUSY,
     ENERGY,

@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from exporter.prometheus.client import PrometheusError
+from exporter.prometheus.flags import OneLineParser, flag_value
 from exporter.report.cli import (
     EXIT_OK,
     EXIT_RUNTIME,
@@ -36,11 +38,11 @@ from exporter.report.cli import (
     _window,
     add_connection_arguments,
     add_window_arguments,
+    check_connection_numbers,
     measure,
 )
 from exporter.report.model import Settings
 from exporter.report.pricing import PriceSheet
-from exporter.report.promclient import PrometheusError
 from exporter.report.quota import (
     DEFAULT_RESOURCES,
     FIELD_MANAGER,
@@ -72,7 +74,7 @@ class QuotaOptions:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=QUOTA_PROG,
         description="A GPU ResourceQuota plan per namespace from measured use: the current quota, the p95 of GPUs "
                     "in use over the window (as the report's 'GPUs to give back'), that need with headroom, the "
@@ -127,12 +129,7 @@ def options(argv: Sequence[str], now: float) -> QuotaOptions:
         raise UsageError(f"--headroom {args.headroom:g}: must be >= 0")
     if args.min_quota < 0:
         raise UsageError(f"--min-quota {args.min_quota}: must be >= 0")
-    if args.retries < 0 or args.max_points_per_query < 1 or args.max_samples < 1:
-        raise UsageError("--retries must be >= 0, --max-points-per-query and --max-samples >= 1")
-    if (args.basic_auth_user is None) != (args.basic_auth_password_file is None):
-        raise UsageError("--basic-auth-user and --basic-auth-password-file go together")
-    if args.bearer_token_file and args.basic_auth_user:
-        raise UsageError("give either --bearer-token-file or basic auth, not both")
+    check_connection_numbers(args)
     if args.dry_run and not args.apply:
         raise UsageError("--dry-run goes with --apply (without --apply nothing is sent to the cluster)")
     if args.kubeconfig and not Path(args.kubeconfig).is_file():
@@ -140,10 +137,7 @@ def options(argv: Sequence[str], now: float) -> QuotaOptions:
     output_file = Path(args.output_file) if args.output_file else None
     if output_file is not None and not output_file.parent.is_dir():
         raise UsageError(f"--output-file {output_file}: the directory {output_file.parent} does not exist")
-    try:
-        timeout = parse_prometheus_duration(args.timeout)
-    except ValueError as error:
-        raise UsageError(f"--timeout: {error}") from None
+    timeout = flag_value("--timeout", args.timeout, parse_prometheus_duration)
     connection, shown_url = _connection(args, timeout)
     clusters = (args.cluster,) if args.cluster is not None else ()
     settings = Settings(prometheus=shown_url, by="namespace", idle_threshold_percent=args.idle_threshold,

@@ -136,11 +136,11 @@ def chargeback_table(report: Report) -> Table:
     columns = (Column("cluster", decimals=None), Column("cost group", decimals=None),
                Column("allocated", "GPU-h"), Column("idle", "GPU-h"), Column("GPU cost", currency),
                Column("energy cost", currency), Column("unallocated share", currency), Column("total", currency),
-               Column("previous period", currency), Column("change", "%", 1))
+               Column("previous period", currency), Column("previous data", "%", 1), Column("change", "%", 1))
     if chargeback is None:
         return Table("chargeback", "Chargeback", columns, (), empty="(no chargeback: give --pricing or --group-by)")
     rows = tuple((t.cluster, t.group, t.gpu_hours, t.idle_gpu_hours, t.gpu_cost, t.energy_cost, t.unallocated_cost,
-                  t.cost, t.previous_cost, t.change_percent) for t in chargeback.totals)
+                  t.cost, t.previous_cost, t.previous_coverage_percent, t.change_percent) for t in chargeback.totals)
 
     def add(values: list[float | None]) -> float | None:
         known = [v for v in values if v is not None]
@@ -148,11 +148,13 @@ def chargeback_table(report: Report) -> Table:
 
     totals = chargeback.totals
     now, before = add([t.cost for t in totals]), add([t.previous_cost for t in totals])
+    known = [t.previous_coverage_percent for t in totals if t.previous_coverage_percent is not None]
+    shown = now is not None and bool(before) and all(t.comparable for t in totals)
     total: tuple[Cell, ...] = ("", "total", math.fsum(t.gpu_hours for t in totals),
                                math.fsum(t.idle_gpu_hours for t in totals), add([t.gpu_cost for t in totals]),
                                add([t.energy_cost for t in totals]), add([t.unallocated_cost for t in totals]),
-                               now, before,
-                               100.0 * (now - before) / before if now is not None and before else None)
+                               now, before, min(known) if known else None,
+                               100.0 * (now - before) / before if shown and now is not None and before else None)
     title = (f"Chargeback by {chargeback.group_by} (unallocated capacity: "
              + {"none": "billed to (unallocated)", "even": "shared evenly among each cluster's cost groups",
                 "proportional": "shared in proportion to each cost group's GPU cost"}[chargeback.share_idle]

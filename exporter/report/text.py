@@ -126,7 +126,7 @@ def report_dict(report: Report) -> dict[str, Any]:
             "previous_period": None if report.chargeback.previous is None else [
                 format_time(report.chargeback.previous.start), format_time(report.chargeback.previous.end)],
             "lines": [{**asdict(line), "cost": line.cost} for line in report.chargeback.lines],
-            "totals": [{**asdict(total), "change_percent": total.change_percent}
+            "totals": [{**asdict(total), "comparable": total.comparable, "change_percent": total.change_percent}
                        for total in report.chargeback.totals],
         },
     }

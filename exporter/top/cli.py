@@ -11,11 +11,14 @@ terminal without ``--once``, urwid missing), with one line naming it.
 from __future__ import annotations
 
 import argparse
+import getpass
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from exporter.report.promclient import Connection, split_url
+from exporter import __version__
+from exporter.prometheus.client import split_url
+from exporter.prometheus.flags import FlagError, OneLineParser, add_security_arguments, flag_value, secured
 from exporter.top.model import IDLE_BELOW_PERCENT, SORTS, Filters
 from exporter.top.sources import ExporterSource, PrometheusSource, Reading, read_all
 from exporter.top.table import gpu_lines, pod_lines, status_lines, summary
@@ -25,12 +28,13 @@ PROG = "gpu-pod-exporter top"
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 
 
-class UsageError(ValueError):
-    """A user's mistake on the command line; the message names the flag."""
+# A user's mistake on the command line; the message names the flag (the shared flags raise it too).
+UsageError = FlagError
+USER_AGENT = f"gpu-pod-exporter-top/{__version__}"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="GPUs and the pods on them, busiest first; allocated but "
+    p = OneLineParser(prog=PROG, description="GPUs and the pods on them, busiest first; allocated but "
                                 "idle GPUs highlighted. Keys: q quit, tab GPUs/pods, s sort, / filter, c clear, "
                                 "r refresh, arrows and page keys move.")
     src = p.add_argument_group("source (one of)")
@@ -49,30 +53,33 @@ def parser() -> argparse.ArgumentParser:
                       help=f"Allocated and used less than this is idle (default {IDLE_BELOW_PERCENT:g}).")
     view.add_argument("--interval", default="2s", metavar="DURATION", help="Refresh period (default 2s).")
     view.add_argument("--once", action="store_true", help="Print one screen as text and exit.")
-    conn = p.add_argument_group("connection")
-    conn.add_argument("--tenant", metavar="ID", help="Tenant for Mimir/Cortex/Thanos (X-Scope-OrgID header).")
-    conn.add_argument("--ca-file", metavar="FILE", help="CA certificates to verify the server with.")
-    conn.add_argument("--insecure-skip-verify", action="store_true", help="Do not verify the server's certificate.")
+    conn = p.add_argument_group("connection (to Prometheus, or to every --exporter: its --web-config-file's TLS "
+                                "and basic auth)")
+    add_security_arguments(conn, password_prompt=True)
     conn.add_argument("--timeout", default="5s", metavar="DURATION", help="Per-request timeout (default 5s).")
     return p
 
 
-def _sources(args: argparse.Namespace, timeout_s: float) -> list[PrometheusSource | ExporterSource]:
+def _ask_password(prompt: str) -> str:
+    """The basic-auth password, typed without echo; only in a terminal (a script gives the file)."""
+    if not sys.stdin.isatty():
+        raise UsageError("--basic-auth-user without --basic-auth-password-file needs a terminal to ask the "
+                         "password in")
+    return getpass.getpass(prompt)
+
+
+def _sources(args: argparse.Namespace, timeout_s: float,
+             prompt: Callable[[str], str]) -> list[PrometheusSource | ExporterSource]:
     if bool(args.prometheus) == bool(args.exporter):
         raise UsageError("give either --prometheus URL or one or more --exporter URL")
+    for flag, url in [("--prometheus", args.prometheus)] if args.prometheus else \
+            [("--exporter", url) for url in args.exporter]:
+        flag_value(flag, url, split_url)  # an error shows the URL redacted
+    # No retries: a refresh that fails says so at once and the next one tries again.
+    connect = secured(args, prompt=prompt, timeout_s=timeout_s, retries=0, user_agent=USER_AGENT)
     if args.prometheus:
-        try:
-            split_url(args.prometheus)
-        except ValueError as error:
-            raise UsageError(f"--prometheus: {error}") from None
-        # No retries: a refresh that fails says so at once and the next one tries again.
-        connection = Connection(url=args.prometheus, tenant=args.tenant, ca_file=args.ca_file,
-                                insecure_skip_verify=args.insecure_skip_verify, timeout_s=timeout_s, retries=0)
-        return [PrometheusSource(connection)]
-    for url in args.exporter:
-        if not url.startswith(("http://", "https://")):
-            raise UsageError(f"--exporter {url!r}: expected http(s)://host:port[/metrics]")
-    return [ExporterSource(url, cluster=args.exporter_cluster, timeout_s=timeout_s) for url in args.exporter]
+        return [PrometheusSource(connect(args.prometheus))]
+    return [ExporterSource(connect(url), cluster=args.exporter_cluster) for url in args.exporter]
 
 
 def print_once(reading: Reading, filters: Filters, args: argparse.Namespace, out: TextIO) -> None:
@@ -87,17 +94,16 @@ def print_once(reading: Reading, filters: Filters, args: argparse.Namespace, out
         out.write(text.rstrip() + "\n")
 
 
-def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int:
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         prompt: Callable[[str], str] = _ask_password) -> int:
     out = sys.stdout if stdout is None else stdout
     try:
         args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-        try:
-            interval_s, timeout_s = parse_prometheus_duration(args.interval), parse_prometheus_duration(args.timeout)
-        except ValueError as error:
-            raise UsageError(str(error)) from None
-        if interval_s <= 0 or not 0 <= args.idle_below <= 100:
-            raise UsageError("--interval must be positive and --idle-below a percentage between 0 and 100")  # noqa: TRY301
-        sources = _sources(args, timeout_s)
+        interval_s = flag_value("--interval", args.interval, parse_prometheus_duration)
+        timeout_s = flag_value("--timeout", args.timeout, parse_prometheus_duration)
+        if not 0 <= args.idle_below <= 100:
+            raise UsageError(f"--idle-below {args.idle_below:g}: must be a percentage between 0 and 100")  # noqa: TRY301
+        sources = _sources(args, timeout_s, prompt)
         filters = Filters({key: getattr(args, key) for key in ("cluster", "node", "namespace", "team")
                            if getattr(args, key)})
     except UsageError as error:

@@ -24,8 +24,16 @@ from dataclasses import dataclass, field
 import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import __version__
-from exporter.report.promclient import Connection, PrometheusClient, PrometheusError
+from exporter.prometheus.client import (
+    TLS_HINT,
+    Connection,
+    PrometheusClient,
+    PrometheusError,
+    http_pool,
+    request_headers,
+    split_url,
+)
+from exporter.prometheus.promql import quote
 from exporter.top.model import NodeView
 from exporter.web.nodeview import Sample, build_view
 
@@ -59,10 +67,6 @@ class Reading:
         return f"{self.metrics_reads} /metrics {'read' if self.metrics_reads == 1 else 'reads'}"
 
 
-def _quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
 # Targets that served GPU series within this window and now fail their scrapes are reported as down.
 DOWN_LOOKBACK = "1h"
 
@@ -72,13 +76,13 @@ def selector(cluster: str = "", node: str = "") -> str:
     pushed down as matchers, ``or`` the ``up`` series (value 0) of every exporter target that served
     GPU series in the last ``DOWN_LOOKBACK`` and now fails its scrapes (its GPU series went stale)."""
     names = "|".join(re.escape(name) for name in QUERY_FAMILIES)
-    matchers = [f'__name__=~"{names}"']
+    matchers = [f"__name__=~{quote(names)}"]
     scope = []
     if cluster:
-        matchers.append(f"cluster={_quote(cluster)}")
-        scope.append(f"cluster={_quote(cluster)}")
+        matchers.append(f"cluster={quote(cluster)}")
+        scope.append(f"cluster={quote(cluster)}")
     if node:
-        matchers.append(f"Hostname={_quote(node)}")
+        matchers.append(f"Hostname={quote(node)}")
     def with_matchers(name: str, terms: list[str]) -> str:
         return name + ("{" + ", ".join(terms) + "}" if terms else "")
 
@@ -108,11 +112,11 @@ def group_nodes(samples: Iterable[tuple[str, Mapping[str, str], float]], *, by: 
 
 
 class PrometheusSource:
-    """A Prometheus-compatible API (Prometheus, Thanos Query, Mimir) through the report's client."""
+    """A Prometheus-compatible API (Prometheus, Thanos Query, Mimir) through the one Prometheus client."""
 
     def __init__(self, connection: Connection, *, clock: Callable[[], float] = time.time) -> None:
-        self.name = connection.url
         self.client = PrometheusClient(connection)
+        self.name = self.client.base_url  # never the credentials of a user:password@ URL
         self._clock = clock
         self.queries = 0
 
@@ -141,24 +145,37 @@ class PrometheusSource:
 
 
 class ExporterSource:
-    """One exporter's ``/metrics`` (one node), parsed with prometheus_client's parser."""
+    """One exporter's ``/metrics`` (one node), parsed with prometheus_client's parser.
 
-    def __init__(self, url: str, *, cluster: str = "", timeout_s: float = 5.0,
-                 pool: urllib3.PoolManager | None = None) -> None:
-        self.name = url if "/metrics" in url else url.rstrip("/") + "/metrics"
+    Reached with the ``Connection``'s TLS and credentials, as the Prometheus client reaches Prometheus
+    (``http_pool``, ``request_headers``): basic auth (or ``user:password@`` in the URL), a bearer token,
+    a CA file or no verification, what the exporter's ``--web-config-file`` asks of a scraper.
+    """
+
+    def __init__(self, connection: Connection, *, cluster: str = "", pool: urllib3.PoolManager | None = None) -> None:
+        base, url_credentials = split_url(connection.url)
+        self.name = base if base.endswith("/metrics") else base + "/metrics"  # no credentials: it is shown
         self.cluster = cluster
-        self._timeout = urllib3.Timeout(total=timeout_s)
-        self._pool = pool or urllib3.PoolManager(num_pools=4,
-                                                 headers={"User-Agent": f"gpu-pod-exporter-top/{__version__}"})
+        self._timeout = urllib3.Timeout(total=connection.timeout_s)
+        self._headers = {**request_headers(connection, url_credentials), "Accept": "text/plain"}
+        self._pool = pool or http_pool(connection)
+        self._auth_hint = connection.auth_hint
         self.requests = 0
 
     def read(self, cluster: str = "", node: str = "") -> Reading:
         self.requests += 1
         try:
-            response = self._pool.request("GET", self.name, timeout=self._timeout, retries=False)
+            response = self._pool.request("GET", self.name, headers=self._headers, timeout=self._timeout,
+                                          retries=False)
+        except urllib3.exceptions.SSLError as error:
+            reason = getattr(error, "reason", None) or error
+            return Reading(errors=[SourceError(self.name, f"TLS error: {reason} ({TLS_HINT})")], metrics_reads=1)
         except urllib3.exceptions.HTTPError as error:
             reason = getattr(error, "reason", None) or error
             return Reading(errors=[SourceError(self.name, f"cannot reach the exporter: {reason}")], metrics_reads=1)
+        if response.status in (401, 403):
+            message = f"HTTP {response.status} from the exporter: {self._auth_hint}"
+            return Reading(errors=[SourceError(self.name, message)], metrics_reads=1)
         if response.status != 200:
             return Reading(errors=[SourceError(self.name, f"HTTP {response.status} from the exporter")],
                            metrics_reads=1)

@@ -21,11 +21,14 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from exporter.doctor.prometheus_checks import SHIPPED_RULE_GROUPS, needed_series
+from exporter.config import Config
+from exporter.doctor.prometheus_checks import SHIPPED_RULE_GROUPS, check_prometheus, needed_series
+from exporter.doctor.report import Verdict
 from tests.doctor.conftest import clean_environment
 from tests.doctor.support import Run, doctor, undocumented_problems
 from tests.e2e.exporter_process import REPO_ROOT, ExporterProcess, free_port
 from tests.e2e.prometheus_harness import RULE_FILES, PrometheusHarness, require_prometheus
+from tests.prometheus.test_client import Answer, server
 
 # dcgm-exporter 4.8's own list (what -f /etc/dcgm-exporter/default-counters.csv exports): it lacks rows the
 # shipped rules read, which the built-in default has.
@@ -48,6 +51,21 @@ def test_needed_series_leave_out_recorded_names() -> None:
                                                      "gpu_pod_exporter_nvml_up == 1"}]},
         {"name": "someone-elses", "rules": [{"type": "alerting", "query": "DCGM_FI_DEV_FB_USED > 0"}]}]
     assert needed_series(groups) == ["DCGM_EXP_XID_ERRORS_TOTAL", "DCGM_FI_DEV_GPU_TEMP", "gpu_pod_exporter_nvml_up"]
+
+
+@pytest.mark.parametrize("url", ["http://admin:s3cret@127.0.0.1:{port}", "ftp://admin:s3cret@prometheus"])
+def test_a_url_with_credentials_is_shown_without_its_password(url: str) -> None:
+    [row] = check_prometheus(url.format(port=free_port()), Config(), None, [], 2.0)
+    assert row.check == "reachable" and row.verdict == Verdict.FAILED
+    assert "admin:***@" in row.detail and "s3cret" not in row.detail + row.hint
+
+
+def test_a_prometheus_that_wants_credentials_says_how_to_give_them_to_the_doctor() -> None:
+    with server(lambda request: Answer(401, {"status": "error", "error": "Unauthorized"})) as (url, requests):
+        [row] = check_prometheus(url.replace("http://", "http://admin:s3cret@"), Config(), None, [], 2.0)
+    assert requests[0].headers["Authorization"] == "Basic YWRtaW46czNjcmV0"  # admin:s3cret, from the URL
+    assert row.verdict == Verdict.FAILED and "HTTP 401" in row.detail
+    assert "give the credentials in the URL: https://USER:PASSWORD@HOST" in row.detail and "s3cret" not in row.detail
 
 
 @dataclass

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
+from exporter.prometheus.client import Series
 from exporter.report.chargeback import ChargebackData, GroupBy, build_chargeback, queries
 from exporter.report.model import Window
 from exporter.report.pricing import NodePool, PriceSheet
-from exporter.report.promclient import Series
+from exporter.report.tables import chargeback_table
 
 WINDOW = Window(0.0, 4 * 3600.0, 3600.0)  # four one-hour points
 PREVIOUS = Window(-4 * 3600.0, 0.0, 3600.0)
@@ -80,6 +83,39 @@ def test_the_previous_period_sits_beside_each_group() -> None:
     assert by_group["a"].change_percent == pytest.approx(100.0)  # 4 now against 2 before
     assert by_group["b"].previous_cost is None  # b held nothing before
     assert by_group["(unallocated)"].previous_cost == pytest.approx(8.0 - 2.0)
+
+
+def test_a_previous_period_with_seconds_of_data_shows_its_coverage_and_no_change() -> None:
+    """The "+2,900 %" of a previous period Prometheus saw for one minute: its coverage is shown, the change is not."""
+    month = 30 * 86400.0
+    window, previous = Window(0.0, month, 3600.0), Window(-month, 0.0, 3600.0)
+    now = [holder(window, [1.0] * window.points, **A)]
+    before = [holder(previous, [1.0] + [0.0] * (previous.points - 1), **A)]
+    glimpse = data(previous, [Series(before[0].labels, before[0].points[:1])])
+    glimpse = ChargebackData(previous, glimpse.holders, [Series(s.labels, s.points[:1]) for s in glimpse.capacity],
+                             [], [], [])
+    result = build_chargeback(data(window, now), glimpse, GroupBy("team"), prices=PriceSheet(default=1.0),
+                              share_idle="none", currency="USD")
+    [a] = [t for t in result.totals if t.group == "a"]
+    assert (a.cost, a.previous_cost) == pytest.approx((720.0, 1.0))
+    assert (a.coverage_percent, a.previous_coverage_percent) == pytest.approx((100.0, 100 / 720))
+    assert a.change_percent is None  # not +71,900 %
+    assert any("data of cluster c1 for 0.139 % of the previous period" in note and "no change is shown" in note
+               for note in result.notes), result.notes
+    table = chargeback_table(SimpleNamespace(chargeback=result, settings=None))  # type: ignore[arg-type]
+    headings = [column.heading for column in table.columns]
+    row = dict(zip(headings, next(r for r in table.rows if r[1] == "a"), strict=True))
+    assert (row["previous data (%)"], row["change (%)"]) == pytest.approx((100 / 720, None))
+    assert table.total is not None and table.total[-1] is None
+
+
+def test_a_previous_period_covered_as_well_shows_the_change() -> None:
+    before = [holder(PREVIOUS, [1, 1, 0, 0], **A)]
+    result = build_chargeback(data(WINDOW, HOLDERS), data(PREVIOUS, before), GroupBy("team"),
+                              prices=PriceSheet(default=1.0), share_idle="none", currency="USD")
+    [a] = [t for t in result.totals if t.group == "a"]
+    assert (a.previous_coverage_percent, a.comparable, a.change_percent) == pytest.approx((100.0, True, 100.0))
+    assert not any("previous period" in note for note in result.notes)
 
 
 def test_the_queries_keep_the_label_the_groups_need() -> None:

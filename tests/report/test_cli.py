@@ -12,7 +12,7 @@ import pytest
 from exporter.report.cli import main, options
 from exporter.report.quotacli import options as quota_options
 from tests.e2e.prometheus_harness import free_port
-from tests.report.test_promclient import Answer, Request, matrix, server
+from tests.prometheus.test_client import Answer, Request, matrix, server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NOW = 1_750_000_123.0
@@ -40,22 +40,50 @@ def test_explicit_windows(argv: list[str], start: float, end: float, step: float
     assert (window.start, window.end, window.step) == (start, end, step)
 
 
+# Every flag of `report` that takes a value a user can get wrong: each mistake names its flag.
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--step", "0s"], "--step|invalid duration '0s'"),
-    (["--step", "1 minute"], "invalid duration '1 minute'"),
-    (["--start", "June"], "invalid time 'June'"),
-    (["--start", "2025-06-01T00:00:00"], "give a time zone"),
-    (["--range", "1d", "--start", "2025-06-01", "--end", "2025-06-02"], "give two of the three"),
-    (["--start", "2025-06-02", "--end", "2025-06-01"], "the window is empty"),
-    (["--start", "2025-06-01", "--end", "2025-06-01T00:00:30Z"], "shorter than one --step"),
-    (["--idle-threshold", "150"], "between 0 and 100"),
-    (["--basic-auth-user", "alice"], "go together"),
+    (["--step", "0s"], "--step: invalid duration '0s': must be longer than zero"),
+    (["--step", "1 minute"], "--step: invalid duration '1 minute'"),
+    (["--range", "0s"], "--range: invalid duration '0s': must be longer than zero"),
+    (["--range", "a week"], "--range: invalid duration 'a week'"),
+    (["--start", "June"], "--start: invalid time 'June'"),
+    (["--start", "2025-06-01T00:00:00"], "--start: invalid time .*give a time zone"),
+    (["--end", "-5"], "--end: invalid time '-5'"),
+    (["--period", "2025-13"], "--period '2025-13': expected YYYY-MM"),
+    (["--period", "2025-06", "--range", "1d"], "--period with --start, --end or --range"),
+    (["--range", "1d", "--start", "2025-06-01", "--end", "2025-06-02"], "--range with both --start and --end"),
+    (["--start", "2025-06-02", "--end", "2025-06-01"], "the window is empty: --end .* is not after --start"),
+    (["--start", "2025-06-01", "--end", "2025-06-01T00:00:30Z"], "--step 1m: longer than the window"),
+    (["--idle-threshold", "150"], "--idle-threshold 150: must be a percentage between 0 and 100"),
+    (["--top-pods", "-1"], "--top-pods -1: must be >= 0"),
+    (["--retries", "-1"], "--retries -1: must be >= 0"),
+    (["--max-points-per-query", "0"], "--max-points-per-query 0: must be >= 1"),
+    (["--max-samples", "0"], "--max-samples 0: must be >= 1"),
+    (["--basic-auth-user", "alice"], "--basic-auth-user and --basic-auth-password-file go together"),
+    (["--basic-auth-password-file", "/etc/hostname"], "--basic-auth-password-file needs --basic-auth-user"),
     (["--bearer-token-file", "/nonexistent/token"], "--bearer-token-file /nonexistent/token: No such file"),
-    (["--header", "no colon"], "expected 'Name: value'"),
-    (["--price-per-gpu-hour", "cheap"], "'cheap' is not a number"),
-    (["--output", "/nonexistent/dir/report.txt"], "the directory /nonexistent/dir does not exist"),
-    (["--timeout", "soon"], "invalid duration 'soon'"),
-    (["--ca-file", "/nonexistent/ca.pem"], "no such file"),
+    (["--header", "no colon"], "--header 'no colon': expected 'Name: value'"),
+    (["--price-per-gpu-hour", "cheap"], "--price-per-gpu-hour 'cheap': 'cheap' is not a number"),
+    (["--pricing", "/nonexistent/pricing.yaml"], "--pricing /nonexistent/pricing.yaml"),
+    (["--group-by", "colour"], "--group-by 'colour': expected team, namespace"),
+    (["--output", "/nonexistent/dir/report.txt"], "--output /nonexistent/dir/report.txt: the directory"),
+    (["--export-dir", "/nonexistent/dir"], "--export-dir /nonexistent/dir: no such directory"),
+    (["--timeout", "soon"], "--timeout: invalid duration 'soon'"),
+    (["--timeout", "0s"], "--timeout: invalid duration '0s'"),
+    (["--ca-file", "/nonexistent/ca.pem"], "--ca-file /nonexistent/ca.pem: no such file"),
+    (["--ca-file", "/etc/hostname", "--insecure-skip-verify"], "either --ca-file or --insecure-skip-verify"),
+    (["--top-pods", "many"], "--top-pods: invalid int value: 'many'"),
+    (["--idle-threshold", "low"], "--idle-threshold: invalid float value: 'low'"),
+    (["--format", "pdf"], "--format: invalid choice: 'pdf'"),
+    (["--by", "pod"], "--by: invalid choice: 'pod'"),
+    (["--table", "x"], "--table: invalid choice: 'x'"),
+    (["--share-idle", "x"], "--share-idle: invalid choice: 'x'"),
+    (["--group-fallback", "x"], "--group-fallback: invalid choice: 'x'"),
+    (["--reclaim-by", "x"], "--reclaim-by: invalid choice: 'x'"),
+    (["--retries", "x"], "--retries: invalid int value: 'x'"),
+    (["--max-samples", "x"], "--max-samples: invalid int value: 'x'"),
+    (["--max-points-per-query", "x"], "--max-points-per-query: invalid int value: 'x'"),
+    (["--colour"], "unrecognized arguments: --colour"),
 ])
 def test_mistakes_are_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["--prometheus", f"http://127.0.0.1:{free_port()}", *argv], capsys)
@@ -68,7 +96,7 @@ def test_mistakes_are_one_line_and_exit_2(argv: list[str], message: str, capsys:
 
 def test_a_bad_url_is_a_mistake(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["--prometheus", "prometheus:9090"], capsys)
-    assert code == 2 and "--prometheus: invalid Prometheus URL 'prometheus:9090'" in err
+    assert code == 2 and "--prometheus: invalid URL 'prometheus:9090'" in err
 
 
 def test_html_without_matplotlib_says_how_to_install_it_before_asking_prometheus(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.prometheus.client import Series
 from exporter.report.collect import Fetched
 from exporter.report.compute import build_report, nearest_rank
 from exporter.report.model import Settings, Window
 from exporter.report.pricing import PriceSheet, parse_prices
-from exporter.report.promclient import Series
 from exporter.report.sources import ALLOCATION_INPUTS, BUSY, SOURCES, UTILIZATION_INPUTS, Presence, missing_notes
 from exporter.report.tables import usage_table
 from exporter.report.text import render_csv, render_text

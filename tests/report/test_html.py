@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 import re
 
+from exporter.prometheus.client import Series
 from exporter.report.collect import Fetched
 from exporter.report.compute import build_report
 from exporter.report.html import render_html, render_plots
 from exporter.report.model import Settings, Window
 from exporter.report.pricing import PriceSheet
-from exporter.report.promclient import Series
 from exporter.report.sources import ALLOCATION_INPUTS, SOURCES, UTILIZATION_INPUTS, Presence
 from tests.report.plotting import require_matplotlib
 

@@ -154,8 +154,27 @@ def test_apply_sends_exactly_the_plan_as_server_side_apply(backfilled: Backfille
     assert "server dry run: would apply ResourceQuota sandbox/gpus: requests.nvidia.com/gpu=2" in err
 
 
+# Every flag of `report quota` that takes a value a user can get wrong: each mistake names its flag.
 @pytest.mark.parametrize(("argv", "message"), [
     (["--dry-run"], "--dry-run goes with --apply"),
+    (["--range", "0s"], "--range: invalid duration '0s': must be longer than zero"),
+    (["--step", "soon"], "--step: invalid duration 'soon'"),
+    (["--start", "June"], "--start: invalid time 'June'"),
+    (["--end", "June"], "--end: invalid time 'June'"),
+    (["--period", "June"], "--period 'June': expected YYYY-MM"),
+    (["--idle-threshold", "-1"], "--idle-threshold -1: must be a percentage"),
+    (["--min-quota", "-1"], "--min-quota -1: must be >= 0"),
+    (["--timeout", "0s"], "--timeout: invalid duration '0s'"),
+    (["--retries", "-2"], "--retries -2: must be >= 0"),
+    (["--max-samples", "0"], "--max-samples 0: must be >= 1"),
+    (["--basic-auth-user", "alice"], "--basic-auth-user and --basic-auth-password-file go together"),
+    (["--bearer-token-file", "/nonexistent/token"], "--bearer-token-file /nonexistent/token: No such file"),
+    (["--ca-file", "/nonexistent/ca.pem"], "--ca-file /nonexistent/ca.pem: no such file"),
+    (["--header", "x"], "--header 'x': expected 'Name: value'"),
+    (["--headroom", "x"], "--headroom: invalid float value: 'x'"),
+    (["--min-quota", "x"], "--min-quota: invalid int value: 'x'"),
+    (["--min-coverage", "x"], "--min-coverage: invalid float value: 'x'"),
+    (["--output", "xml"], "--output/-o: invalid choice: 'xml'"),
     (["--headroom", "-5"], "--headroom -5: must be >= 0"),
     (["--min-coverage", "101"], "--min-coverage 101: must be a percentage"),
     (["--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig /nonexistent/kubeconfig: no such file"),

@@ -15,18 +15,48 @@ METRICS = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",modelName="NVIDIA H100 80G
            'container="c"} 1\n')
 
 
+# Every flag of `top` that takes a value a user can get wrong: each mistake names its flag.
 @pytest.mark.parametrize(("argv", "message"), [
     ([], "give either --prometheus URL or one or more --exporter URL"),
     (["--prometheus", "http://p:9090", "--exporter", "http://e:9400"], "give either --prometheus"),
-    (["--prometheus", "p:9090"], "--prometheus: invalid Prometheus URL"),
-    (["--exporter", "e:9400"], "--exporter 'e:9400': expected http(s)://host:port[/metrics]"),
-    (["--exporter", "http://e:9400", "--interval", "soon"], "soon"),
-    (["--exporter", "http://e:9400", "--idle-below", "150"], "--idle-below a percentage"),
+    (["--prometheus", "p:9090"], "--prometheus: invalid URL 'p:9090'"),
+    (["--exporter", "e:9400"], "--exporter: invalid URL 'e:9400'"),
+    (["--exporter", "ftp://scraper:hunter2@e:9400"], "--exporter: invalid URL 'ftp://scraper:***@e:9400'"),
+    (["--exporter", "http://e:9400", "--interval", "soon"], "--interval: invalid duration 'soon'"),
+    (["--exporter", "http://e:9400", "--interval", "0s"], "--interval: invalid duration '0s'"),
+    (["--exporter", "http://e:9400", "--timeout", "0s"], "--timeout: invalid duration '0s'"),
+    (["--exporter", "http://e:9400", "--idle-below", "150"], "--idle-below 150: must be a percentage"),
+    (["--exporter", "http://e:9400", "--ca-file", "/nonexistent/ca.pem"], "--ca-file /nonexistent/ca.pem: no such"),
+    (["--exporter", "http://e:9400", "--ca-file", "/etc/hostname", "--insecure-skip-verify"],
+     "either --ca-file or --insecure-skip-verify"),
+    (["--exporter", "http://e:9400", "--basic-auth-password-file", "/etc/hostname"],
+     "--basic-auth-password-file needs --basic-auth-user"),
+    (["--exporter", "http://e:9400", "--basic-auth-user", "a", "--basic-auth-password-file", "/nonexistent/pw"],
+     "--basic-auth-password-file /nonexistent/pw: No such file"),
+    (["--exporter", "http://e:9400", "--bearer-token-file", "/nonexistent/token"],
+     "--bearer-token-file /nonexistent/token: No such file"),
+    (["--exporter", "http://e:9400", "--bearer-token-file", "/etc/hostname", "--basic-auth-user", "a"],
+     "either --bearer-token-file or basic auth"),
+    (["--exporter", "http://e:9400", "--header", "nonsense"], "--header 'nonsense': expected 'Name: value'"),
+    (["--exporter", "http://e:9400", "--idle-below", "x"], "--idle-below: invalid float value: 'x'"),
+    (["--exporter", "http://e:9400", "--view", "x"], "--view: invalid choice: 'x'"),
+    (["--exporter", "http://e:9400", "--sort", "x"], "--sort: invalid choice: 'x'"),
+    (["--exporter", "http://e:9400", "--colour"], "unrecognized arguments: --colour"),
 ])
 def test_a_mistake_is_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(argv) == 2
+    assert main(argv, prompt=refuse_prompt) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gpu-pod-exporter top: error: ") and message in err and err.count("\n") == 1
+    assert err.startswith("gpu-pod-exporter top: error: ") and message in err and err.count("\n") == 1, err
+    assert "hunter2" not in err
+
+
+def refuse_prompt(text: str) -> str:
+    raise AssertionError(f"asked for a password: {text}")
+
+
+def test_without_a_password_file_or_a_terminal_top_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--exporter", "http://e:9400", "--basic-auth-user", "a", "--once"]) == 2  # stdin is no tty here
+    assert "--basic-auth-user without --basic-auth-password-file needs a terminal" in capsys.readouterr().err
 
 
 def test_once_prints_the_screen_and_the_interactive_view_needs_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:

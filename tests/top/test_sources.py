@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import urllib.parse
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from promql_parser import parse
 
-from exporter.report.promclient import Connection
+from exporter.prometheus.client import Connection
 from exporter.top.sources import QUERY_FAMILIES, ExporterSource, PrometheusSource, read_all, selector
 from tests.e2e.prometheus_harness import free_port, serve_metrics
 
@@ -20,16 +21,18 @@ LABELS = {"gpu": "0", "UUID": "GPU-1", "modelName": "NVIDIA H100", "Hostname": "
 
 
 class FakePrometheus:
-    """Answers query_range with fixed series and records every query it was asked."""
+    """Answers query_range with fixed series and records every query it was asked, and its headers."""
 
     def __init__(self, result: list[dict[str, Any]]) -> None:
         self.queries: list[str] = []
+        self.headers: list[dict[str, str]] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"])).decode()
                 outer.queries.append(urllib.parse.parse_qs(body)["query"][0])
+                outer.headers.append(dict(self.headers.items()))
                 answer = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}})
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -102,8 +105,8 @@ def test_exporters_are_read_one_node_each_and_a_dead_one_does_not_hide_the_other
     text = ('# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",Hostname="node-a"} 42\n'
             "# TYPE gpu_pod_exporter_device_up gauge\n" 'gpu_pod_exporter_device_up{gpu="0"} 1\n')
     with serve_metrics(text.encode) as target:
-        alive = ExporterSource(f"http://{target}", cluster="lab")
-        dead = ExporterSource(f"http://127.0.0.1:{free_port()}/metrics", timeout_s=2)
+        alive = ExporterSource(Connection(url=f"http://{target}"), cluster="lab")
+        dead = ExporterSource(Connection(url=f"http://127.0.0.1:{free_port()}/metrics", timeout_s=2))
         reading = read_all([alive, dead])
     [node] = reading.nodes
     assert (node.cluster, node.node, node.view["gpus"][0]["utilization_percent"]) == ("lab", "node-a", 42.0)
@@ -111,3 +114,26 @@ def test_exporters_are_read_one_node_each_and_a_dead_one_does_not_hide_the_other
     assert reading.cost() == "2 /metrics reads"
     assert "cannot reach the exporter" in reading.errors[0].message
     assert alive.name == f"http://{target}/metrics"
+
+
+def test_the_prometheus_source_sends_the_credentials_and_shows_no_password(prometheus: FakePrometheus) -> None:
+    host = prometheus.url.removeprefix("http://")
+    in_url = PrometheusSource(Connection(url=f"http://alice:s3cret-pw@{host}", retries=0))
+    bearer = PrometheusSource(Connection(url=prometheus.url, bearer_token="tok-123", tenant="team-a", retries=0))
+    in_url.read()
+    bearer.read()
+    assert prometheus.headers[0]["Authorization"] == "Basic " + base64.b64encode(b"alice:s3cret-pw").decode()
+    assert (prometheus.headers[1]["Authorization"], prometheus.headers[1]["X-Scope-OrgID"]) == ("Bearer tok-123",
+                                                                                              "team-a")
+    assert in_url.name == prometheus.url  # what titles and errors show: no user, no password
+
+
+def test_an_exporter_url_with_credentials_sends_them_and_shows_none() -> None:
+    seen: list[dict[str, str]] = []
+    text = b'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",Hostname="node-a"} 1\n'
+    with serve_metrics(lambda: text, seen) as target:
+        source = ExporterSource(Connection(url=f"http://scraper:pa%3Ass@{target}/metrics"))
+        reading = source.read()
+    assert [node.node for node in reading.nodes] == ["node-a"]
+    assert seen[0]["Authorization"] == "Basic " + base64.b64encode(b"scraper:pa:ss").decode()
+    assert source.name == f"http://{target}/metrics"

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from exporter.report.promclient import Connection, PrometheusClient, PrometheusError, split_url
+from exporter.prometheus.client import Connection, PrometheusClient, PrometheusError, redacted_url, split_url
 from tests.e2e.prometheus_harness import free_port
 
 
@@ -261,5 +261,22 @@ def test_nan_points_are_dropped() -> None:
 
 @pytest.mark.parametrize("url", ["prometheus:9090", "ftp://x", "http://", "http:///path"])
 def test_urls_without_scheme_or_host_are_refused(url: str) -> None:
-    with pytest.raises(ValueError, match="invalid Prometheus URL"):
+    with pytest.raises(ValueError, match="invalid URL"):
         split_url(url)
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("https://alice:s3cret@thanos:10902/prefix?x=1", "https://alice:***@thanos:10902/prefix?x=1"),
+    ("http://alice@prometheus:9090", "http://alice@prometheus:9090"),
+    ("http://a%40b:p%3Aw@[::1]:9090", "http://a%40b:***@[::1]:9090"),
+    ("http://prometheus:9090", "http://prometheus:9090"),
+    ("not a url", "not a url"),
+])
+def test_a_url_is_shown_without_its_password(url: str, shown: str) -> None:
+    assert redacted_url(url) == shown
+
+
+def test_an_invalid_url_with_a_password_is_named_without_it() -> None:
+    with pytest.raises(ValueError, match=r"invalid URL 'ftp://alice:\*\*\*@host'") as error:
+        split_url("ftp://alice:s3cret@host")
+    assert "s3cret" not in str(error.value)

@@ -1,4 +1,5 @@
-"""The Prometheus HTTP API as the report needs it, for Prometheus, Thanos Query and Mimir alike.
+"""The one client of the Prometheus HTTP API (Prometheus, Thanos Query, Mimir): ``report``, ``doctor``
+and ``top`` all ask through it, so authentication, TLS, retries and error messages are the same in each.
 
 Why its own client (on urllib3, already a dependency): a month of one-minute points is 43,200
 points per series, and every Prometheus-compatible server refuses a range query over 11,000
@@ -22,7 +23,12 @@ The rest is what real back ends do to a client:
   jittered exponential backoff, honouring ``Retry-After``; authentication, a wrong URL and a
   bad query fail at once with the server's own message.
 
-Every error is a ``PrometheusError`` whose text a user can act on.
+Every error is a ``PrometheusError`` whose text a user can act on, and none shows a secret: the
+credentials of a ``user:password@`` URL are cut off before the URL is kept (``split_url``), and
+``redacted_url`` is how any URL given by a user is shown.
+
+The same ``Connection`` reaches an exporter's ``/metrics`` (``top --exporter``): ``http_pool`` and
+``request_headers`` are the TLS and authentication of both.
 """
 
 from __future__ import annotations
@@ -47,6 +53,10 @@ _TOO_LARGE_HINTS = ("too many samples", "maximum resolution", "exceeded the limi
                     "too many chunks", "too large", "query timed out", "timeout")
 
 
+TLS_HINT = "use --ca-file, or --insecure-skip-verify for a test server"
+AUTH_HINT = "check --bearer-token-file, --basic-auth-user/--basic-auth-password-file or --tenant"
+
+
 class PrometheusError(RuntimeError):
     """The server could not be asked, or it refused; the message says which and what to check."""
 
@@ -69,6 +79,8 @@ class Connection:
     timeout_s: float = 120.0
     retries: int = 4
     allow_partial: bool = False
+    user_agent: str = "gpu-pod-exporter"
+    auth_hint: str = AUTH_HINT  # what a 401/403 tells the user to check: the flags of the command asking
 
 
 @dataclass(frozen=True)
@@ -93,13 +105,49 @@ def split_url(url: str) -> tuple[str, tuple[str, str] | None]:
     """The URL without ``user:password@`` and those credentials (None when there are none)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in {"http", "https"} or not parts.hostname:
-        raise ValueError(f"invalid Prometheus URL {url!r}: expected http(s)://host[:port][/path prefix]")
+        raise ValueError(f"invalid URL {redacted_url(url)!r}: expected http(s)://host[:port][/path prefix]")
     credentials = None
     netloc = parts.netloc
     if parts.username is not None:
         credentials = (urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or ""))
         netloc = netloc.rsplit("@", 1)[1]
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", "")), credentials
+
+
+def redacted_url(url: str) -> str:
+    """``url`` as it may be shown (titles, errors, logs): a password in it replaced by ``***``."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    shown = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
+    return urllib.parse.urlunsplit((parts.scheme, shown, parts.path, parts.query, parts.fragment))
+
+
+def request_headers(connection: Connection, url_credentials: tuple[str, str] | None = None) -> dict[str, str]:
+    """The headers every request of ``connection`` carries: tenant, extra headers, basic auth or bearer token."""
+    headers = {"Accept": "application/json", "User-Agent": connection.user_agent}
+    headers.update(connection.headers)
+    if connection.tenant:
+        headers["X-Scope-OrgID"] = connection.tenant
+    credentials = connection.basic_auth or url_credentials
+    if credentials is not None:
+        token = base64.b64encode(f"{credentials[0]}:{credentials[1]}".encode()).decode("ascii")
+        headers["Authorization"] = f"Basic {token}"
+    if connection.bearer_token:
+        headers["Authorization"] = f"Bearer {connection.bearer_token}"
+    return headers
+
+
+def http_pool(connection: Connection) -> urllib3.PoolManager:
+    """A connection pool verifying the server as ``connection`` says (its CA file, or not at all)."""
+    if connection.insecure_skip_verify:
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+        return urllib3.PoolManager(cert_reqs="CERT_NONE", maxsize=2)
+    if connection.ca_file:
+        return urllib3.PoolManager(cert_reqs="CERT_REQUIRED", ca_certs=connection.ca_file, maxsize=2)
+    return urllib3.PoolManager(maxsize=2)
 
 
 class PrometheusClient:
@@ -125,8 +173,8 @@ class PrometheusClient:
         self._sleep = sleep
         self._jitter = jitter
         self._clock = clock
-        self._headers = self._build_headers(connection, url_credentials)
-        self._pool = pool or self._build_pool(connection)
+        self._headers = request_headers(connection, url_credentials)
+        self._pool = pool or http_pool(connection)
 
     # ----------------------------------------------------------------------------- public API
     def query_range(self, expr: str, first: float, last: float, step: float) -> list[Series]:
@@ -170,6 +218,16 @@ class PrometheusClient:
                           f"label values of {label}")
         return sorted(str(value) for value in data or [])
 
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """An instant query's result as the API gives it (``metric`` and ``value`` per item)."""
+        fields = [("query", expr)] + ([("time", _timestamp(at))] if at is not None else [])
+        data = self._call("POST", "query", fields, expr)
+        return list(data.get("result") or ()) if isinstance(data, dict) else []
+
+    def get(self, endpoint: str, **params: str) -> Any:
+        """The ``data`` of ``GET /api/v1/<endpoint>`` (``status/buildinfo``, ``targets``, ``rules``, ...)."""
+        return self._call("GET", endpoint, list(params.items()), endpoint)
+
     # --------------------------------------------------------------------------------- internals
     def _range_once(self, expr: str, start: float, end: float, step: float) -> list[Series]:
         fields = [("query", expr), ("start", _timestamp(start)), ("end", _timestamp(end)),
@@ -193,8 +251,7 @@ class PrometheusClient:
             try:
                 response = self._send(method, url, fields)
             except urllib3.exceptions.SSLError as error:
-                raise PrometheusError(f"TLS error talking to {self.base_url}: {error} (use --ca-file, or "
-                                      "--insecure-skip-verify for a test server)") from None
+                raise PrometheusError(f"TLS error talking to {self.base_url}: {_reason(error)} ({TLS_HINT})") from None
             except urllib3.exceptions.HTTPError as error:
                 failure = f"cannot reach {self.base_url}: {_reason(error)}"
                 delay = None
@@ -217,8 +274,7 @@ class PrometheusClient:
         error_type = str(body.get("errorType") or "")
         lowered = detail.lower()
         if status in {401, 403}:
-            raise PrometheusError(f"{url}: HTTP {status} ({detail}): check --bearer-token-file, "
-                                  "--basic-auth-user/--basic-auth-password-file or --tenant")
+            raise PrometheusError(f"{url}: HTTP {status} ({detail}): {self.connection.auth_hint}")
         if status == 404:
             raise PrometheusError(f"{url}: HTTP 404: no Prometheus API here; give the URL the API lives "
                                   "under (Mimir: http://<host>/prometheus; Thanos Query: its HTTP port)")
@@ -248,29 +304,6 @@ class PrometheusClient:
             headers = {**self._headers, "Content-Type": "application/x-www-form-urlencoded"}
             return self._pool.request("POST", url, body=encoded, headers=headers, timeout=timeout, retries=False)
         return self._pool.request("GET", f"{url}?{encoded}", headers=self._headers, timeout=timeout, retries=False)
-
-    @staticmethod
-    def _build_headers(connection: Connection, url_credentials: tuple[str, str] | None) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": "gpu-pod-exporter-report"}
-        headers.update(connection.headers)
-        if connection.tenant:
-            headers["X-Scope-OrgID"] = connection.tenant
-        credentials = connection.basic_auth or url_credentials
-        if credentials is not None:
-            token = base64.b64encode(f"{credentials[0]}:{credentials[1]}".encode()).decode("ascii")
-            headers["Authorization"] = f"Basic {token}"
-        if connection.bearer_token:
-            headers["Authorization"] = f"Bearer {connection.bearer_token}"
-        return headers
-
-    @staticmethod
-    def _build_pool(connection: Connection) -> urllib3.PoolManager:
-        if connection.insecure_skip_verify:
-            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-            return urllib3.PoolManager(cert_reqs="CERT_NONE", maxsize=2)
-        if connection.ca_file:
-            return urllib3.PoolManager(cert_reqs="CERT_REQUIRED", ca_certs=connection.ca_file, maxsize=2)
-        return urllib3.PoolManager(maxsize=2)
 
 
 def _timestamp(value: float) -> str:
