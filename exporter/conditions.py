@@ -68,9 +68,10 @@ def stale_after_s(sampling_interval_s: float) -> float:
     return STALE_AFTER_INTERVALS * sampling_interval_s
 
 
-def is_idle(utilization_percent: float | None, allocated: bool) -> bool:
-    """Allocated and used less than ``IDLE_BELOW_PERCENT`` (GpuAllocatedButIdle's condition, without its ``for:``)."""
-    return allocated and utilization_percent is not None and utilization_percent < IDLE_BELOW_PERCENT
+def is_idle(utilization_percent: float | None, allocated: bool, below_percent: float = IDLE_BELOW_PERCENT) -> bool:
+    """Allocated and used less than ``IDLE_BELOW_PERCENT`` (GpuAllocatedButIdle's condition, without its
+    ``for:``); ``below_percent`` is a user's own threshold (``top --idle-below``, ``report --idle-threshold``)."""
+    return allocated and utilization_percent is not None and utilization_percent < below_percent
 
 
 # ------------------------------------------------------------------------------------------ history
@@ -215,11 +216,11 @@ def _idle(gpu: GpuSamples, ctx: Context) -> str | None:
     allocated = gpu.by_instance("DCGM_EXP_GPU_ALLOCATED")
     parts = []
     for instance, util in sorted(gpu.by_instance("DCGM_FI_DEV_GPU_UTIL").items()):
-        if util < IDLE_BELOW_PERCENT and allocated.get(instance) == 1:
+        if is_idle(util, allocated.get(instance) == 1):
             parts.append(f"{_where(instance, ctx)}allocated, utilisation {_number(util)} % "
                          f"(idle below {_number(IDLE_BELOW_PERCENT)} %)")
     for instance, active in sorted(gpu.by_instance("DCGM_FI_PROF_GR_ENGINE_ACTIVE").items()):
-        if instance and active * 100 < IDLE_BELOW_PERCENT and allocated.get(instance) == 1:
+        if instance and is_idle(active * 100, allocated.get(instance) == 1):
             parts.append(f"{_where(instance, ctx)}allocated, engine activity {_number(round(active * 100, 1))} % "
                          f"(idle below {_number(IDLE_BELOW_PERCENT)} %)")
     return _join(parts)
