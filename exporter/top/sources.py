@@ -25,16 +25,16 @@ import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import __version__
+from exporter.conditions import FAMILIES as CONDITION_FAMILIES
 from exporter.report.promclient import Connection, PrometheusClient, PrometheusError
 from exporter.top.model import NodeView
 from exporter.web.nodeview import Sample, build_view
 
-QUERY_FAMILIES = (
+QUERY_FAMILIES = tuple(sorted({
     "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED",
     "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_EXP_GPU_HEALTHY", "DCGM_EXP_GPU_ALLOCATED",
     "DCGM_EXP_GPU_ALLOCATION_INFO", "DCGM_EXP_CONTAINER_SM_UTIL", "DCGM_EXP_CONTAINER_FB_USED",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gpu_pod_exporter_device_up",
-)
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gpu_pod_exporter_device_up", *CONDITION_FAMILIES}))
 
 
 @dataclass(frozen=True)

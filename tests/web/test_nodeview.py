@@ -67,8 +67,9 @@ def test_each_gpu_has_its_readings_health_xids_pods_and_mig_layout() -> None:
     assert gpu1["mig"] == [{"gpu_instance_id": 1, "profile": "3g.40gb", "memory_used_mib": 10_000.0,
                             "memory_total_mib": 40_000.0, "engine_active_percent": 50.0}]
     assert [(c["pod"], c["gpu_instance_id"]) for c in gpu1["containers"]] == [("mig-0", 1)]
-    # The MIG parent has no readings of its own: the sum of its instances' memory, their mean activity.
-    assert (gpu1["utilization_percent"], gpu1["memory_used_mib"], gpu1["memory_total_mib"]) == (50.0, 10_000, 40_000)
+    # The MIG parent has no readings of its own: its instances' memory used and their activity; its total
+    # is the GPU's, which this exposition does not carry (never the sum of the instances' totals).
+    assert (gpu1["utilization_percent"], gpu1["memory_used_mib"], gpu1["memory_total_mib"]) == (50.0, 10_000, None)
 
 
 def test_chip_readings_repeated_on_each_mig_instance_are_the_gpus_own() -> None:
