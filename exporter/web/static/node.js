@@ -106,9 +106,10 @@ function containersTable(containers, shared) {
 function conditionList(conditions, className) {
   const list = el("ul", className);
   for (const condition of conditions) {
-    const item = el("li", "condition " + (condition.severity === "critical" ? "critical" : "warning"));
+    const severity = ["critical", "warning", "info"].includes(condition.severity) ? condition.severity : "warning";
+    const item = el("li", "condition " + severity);
     item.setAttribute("data-condition", condition.id);
-    item.appendChild(el("span", "severity", condition.severity === "critical" ? "critical" : "warning"));
+    item.appendChild(el("span", "severity", severity));
     item.appendChild(el("span", "text", condition.text));
     if (condition.alert) item.appendChild(el("span", "alert", condition.alert));
     list.appendChild(item);
@@ -120,15 +121,16 @@ function conditionList(conditions, className) {
 // "bad", a warning is "warn", a healthy GPU with nothing firing is "good".
 function gpuState(gpu, conditions) {
   const critical = conditions.filter((c) => c.severity === "critical").length;
-  const warnings = conditions.length - critical;
+  const warnings = conditions.filter((c) => c.severity !== "critical" && c.severity !== "info").length;
   const firing = conditions.length === 1 ? "1 condition" : conditions.length + " conditions";
   const more = (gpu.up === false ? "; not answering" : "") + (conditions.length ? "; " + firing : "");
   if (gpu.healthy === false) return ["bad", "unhealthy: " + (gpu.health_reason || "unknown reason") + more];
   if (gpu.up === false) return ["bad", "lost: the GPU is not answering" + (conditions.length ? "; " + firing : "")];
   if (critical) return ["bad", "critical: " + firing + " firing"];
   if (warnings) return ["warn", "warning: " + firing + " firing"];
-  if (gpu.healthy === true) return ["good", "healthy: no condition firing"];
-  return ["unknown", "health unknown: no condition firing"];
+  const none = conditions.length ? firing + " for information" : "no condition firing";
+  if (gpu.healthy === true) return ["good", "healthy: " + none];
+  return ["unknown", "health unknown: " + none];
 }
 
 function gpuCard(gpu, asOf) {
