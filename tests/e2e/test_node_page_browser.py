@@ -283,3 +283,36 @@ def test_the_page_loads_when_opened_with_credentials_in_its_url(browser: Any, tm
                  "the page loaded with its data")
         assert "OK" in _texts(driver, "#health")[0][1]
         assert _severe_console_errors(driver) == []
+
+
+def test_a_hung_sampler_turns_the_page_stale_with_the_health_reason_on_top(browser: Any) -> None:
+    """The ``hang`` scenario: an NVML call on GPU 5 blocks, the exporter keeps serving its last data.
+    The page must not show that data as live: it turns stale once the data is older than
+    ``stale_after_s``, the /health 503 reason stands in a red alert at the top, and the node's own
+    conditions (the sampler stalled, the data stale) are listed with their reasons."""
+    driver = browser
+    with running_exporter(["--simulate", "hang", "-c", "500"]) as exporter:
+        exporter.wait_listening()
+        driver.get(f"http://127.0.0.1:{exporter.port}/")
+        _, status = wait_for(lambda: (f := _freshness(driver))[0] == "stale" and "/health is failing" in f[1] and f,
+                             DEADLINE_S, "the page stale because the sampler hangs")
+        assert status.startswith("stale: data ") and "older than" in status, status
+        alarm = wait_for(lambda: (a := _texts(driver, "#alarm")[0][1]) and "GPU 5" in a and a, DEADLINE_S,
+                         "the /health alarm naming the hung call")
+        assert alarm.startswith("/health is failing: last complete sample is "), alarm
+        colours = driver.execute_script("const s = getComputedStyle(document.getElementById('alarm'));"
+                                        "return [s.color, s.backgroundColor];")
+        assert colours == ["rgb(255, 255, 255)", "rgb(179, 32, 42)"]  # white on red, not grey header text
+        view = json.loads(exporter.get("/gpus.json").text)
+        assert view["conditions"], view["conditions"]  # the exporter reports the stall as a node condition
+        script = """return Array.from(document.querySelectorAll('#node-conditions li.condition')).map(li =>
+            [li.dataset.condition, li.querySelector('.text').innerText]);"""
+        wanted = {condition["id"] for condition in view["conditions"]}
+        shown = wait_for(lambda: (c := dict(driver.execute_script(script))) and set(c) == wanted and c, DEADLINE_S,
+                         "the node's conditions on the page")
+        assert all(text for text in shown.values())  # each with its reason
+        assert all("last known: " in text for text in _cards(driver).values())
+        # /health's 503 is the browser's own network log entry; nothing else may be logged as an error.
+        assert [entry for entry in _severe_console_errors(driver)
+                if not (entry["source"] == "network" and "/health" in entry["message"] and "503" in entry["message"])] \
+            == []
