@@ -222,7 +222,7 @@ def rule_numbers(alert: str, expr: str) -> dict[str, Any]:
         found["window_s"] = windows.pop() if len(windows) == 1 else windows
     elif alert == "GpuEccCorrectableErrorsRising":
         above = {float(value) for value in re.findall(r"\]\) > ([\d.]+)", expr)}  # each branch
-        found["above"] = above.pop() if len(above) == 1 else above
+        found["above"] = above.pop() if len(above) == 1 else sorted(above)
         grab("window_s", r"\[(\w+)\]", _seconds)
     elif alert == "GpuPodExporterSamplesStale":
         grab("alert_after_s", r"timestamp_seconds > ([\d.]+)")
@@ -275,7 +275,7 @@ def test_a_planted_drift_is_caught() -> None:
     assert planted.count("\n") == text.count("\n") and planted != text
     assert drift(yaml.safe_load(planted)) == [
         "GpuXidNeedsReset: xids (63, 92) in the rule, (63, 92, 94) here",
-        "GpuEccCorrectableErrorsRising: above 10.0 in the rule, 100.0 here",
+        "GpuEccCorrectableErrorsRising: above [10.0, 100.0] in the rule, 100.0 here",  # one of its two branches
         "GpuTemperatureHigh: above_c 80.0 in the rule, 85.0 here",
         "GpuAllocatedButIdle: below_percent 6.0 in the rule, 5.0 here",
     ]
