@@ -111,6 +111,8 @@ def page_subjects(fleet: Fleet) -> tuple[set[Subject], dict[str, str]]:
         response = node.exporter.get("/gpus.json")
         assert response.status == 200, (node.scenario, response.text)
         view = json.loads(response.body)
+        # The chart's collect interval (1000 ms) reached the page, with the bound derived from it.
+        assert (view["sampling_interval_s"], view["stale_after_s"]) == (1.0, 3.0), node.scenario
         where[node.instance] = node.scenario
         if view.get("node"):
             where[str(view["node"])] = node.scenario
