@@ -393,13 +393,16 @@ _ECC_WORDS = {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": "uncorrectable ECC errors (volati
 
 
 def _ecc_uncorrectable(gpu: GpuSamples, ctx: Context) -> str | None:
+    increases = _increases(gpu, ctx, ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+                                      "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"), ECC_UNCORRECTABLE_WINDOW_S, 0.0)
     parts = [f"{_where(instance, ctx)}{_number(amount)} new {_ECC_WORDS[family]} in the last {_over(covered)}"
-             for instance, family, amount, covered in _increases(
-                 gpu, ctx, ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-                            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"), ECC_UNCORRECTABLE_WINDOW_S, 0.0)]
+             for instance, family, amount, covered in increases]
+    rising = {instance for instance, family, _, _ in increases if family == "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"}
     # A volatile count first seen above zero: an uncorrectable error since the driver loaded that no reset cleared.
     for instance, value in sorted(gpu.by_instance("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL").items()):
         key = _key(gpu, instance, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")
+        if instance in rising:
+            continue  # told above, with how many are new
         if value > 0 and not ctx.history.seen_before(key, ctx.now - ECC_UNCORRECTABLE_WINDOW_S):
             parts.append(f"{_where(instance, ctx)}{_number(value)} uncorrectable ECC errors since the driver loaded")
     return _join(dict.fromkeys(parts))

@@ -20,9 +20,9 @@ Compared, as sets of (scenario, GPU or "node", alert):
 An alert on a MIG instance or a pod counts for its GPU (the page lists conditions per GPU, naming the
 instance or pod in the reason). Alerts that are not about a GPU or a node's exporter are listed in
 ``NOT_A_GPU_OR_NODE_CONDITION`` with the reason. Scenarios change over time (an Xid at 5 s, a GPU
-lost at 10 s, a hang at 5 s), so the sets are compared from ``SETTLE_S`` after the exporters listen,
-round after round, until every scenario has agreed in one round (or the deadline fails the test,
-printing each difference).
+lost at 30 s, memory errors at 45 and 60 s), so the sets are compared from ``SETTLE_S`` after the
+exporters listen (after the last event of the first minute), round after round, until every scenario
+has agreed in one round (or the deadline fails the test, printing each difference).
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ NOT_A_GPU_OR_NODE_CONDITION = {
     "GpuPodExporterAbsent": "no exporter is scraped at all",
     "GpuQuotaMostlyUnused": "about a namespace's quota over a week, not a GPU",
 }
-SETTLE_S = 15.0
-DEADLINE_S = 100.0
+SETTLE_S = 62.0  # memory-errors.yaml: Xids 48 and 63 on GPU 1 at 60 s; gpu-lost.yaml loses GPU 3 at 30 s
+DEADLINE_S = 60.0
 
 Subject = tuple[str, str, str]  # (scenario, GPU index or "node", alert name)
 
@@ -111,6 +111,8 @@ def page_subjects(fleet: Fleet) -> tuple[set[Subject], dict[str, str]]:
         response = node.exporter.get("/gpus.json")
         assert response.status == 200, (node.scenario, response.text)
         view = json.loads(response.body)
+        # The chart's collect interval (1000 ms) reached the page, with the bound derived from it.
+        assert (view["sampling_interval_s"], view["stale_after_s"]) == (1.0, 3.0), node.scenario
         where[node.instance] = node.scenario
         if view.get("node"):
             where[str(view["node"])] = node.scenario
@@ -187,7 +189,9 @@ def test_page_top_and_alerts_name_the_same_conditions_in_every_scenario(fleet: F
         report.append(f"{scenario}:")
         for name, subjects in mine.items():
             report.append(f"  {name:18} {sorted((gpu, alert) for _, gpu, alert in subjects)}")
-    print(f"\n{len(agreed)} of {len(SCENARIOS)} scenarios agreed within {rounds} rounds")
+    print(f"\n{len(agreed)} of {len(SCENARIOS)} scenarios agreed within {rounds} rounds; the alerts of the last:")
+    for scenario in SCENARIOS:
+        print(f"  {scenario:22} {sorted((gpu, alert) for s, gpu, alert in firing if s == scenario)}")
     assert not differences, "\n".join(report)
     # The comparison is not vacuous: the zoo shows one GPU per GPU alert.
     assert len({alert for scenario, _, alert in firing if scenario == "alert-zoo"}) >= 19
