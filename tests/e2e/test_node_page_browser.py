@@ -174,8 +174,8 @@ def test_the_node_page_shows_pods_and_turns_a_lost_gpu_unhealthy_without_a_reloa
     with running_exporter(["--simulate", SCENARIO, "-c", "500"]) as exporter:
         exporter.wait_healthy()
         driver.get(f"http://127.0.0.1:{exporter.port}/")
-        cards = wait_for(lambda: (c := _cards(driver)) and len(c) == 4 and "chat-api-0" in c["gpu-0"] and c,
-                         DEADLINE_S, "four GPU cards with their pods")
+        cards = wait_for(lambda: (c := _cards(driver)) and len(c) == 4 and "chat-api-0" in c["gpu-0"]
+                         and "forgotten-0" in c["gpu-2"] and c, DEADLINE_S, "four GPU cards with their pods")
         gpu0 = cards["gpu-0"]
         for pod in ("chat-api-0", "embedder-0", "notebook-0"):
             assert pod in gpu0

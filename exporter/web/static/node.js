@@ -58,7 +58,8 @@ function clock(epochSeconds) {
 }
 
 function age(seconds) {
-  if (seconds < 120) return Math.max(0, Math.round(seconds)) + " s";
+  if (seconds < 10) return Math.max(0, Math.round(seconds * 10) / 10) + " s";
+  if (seconds < 120) return Math.round(seconds) + " s";
   if (seconds < 7200) return Math.round(seconds / 60) + " min";
   return Math.round(seconds / 3600) + " h";
 }
