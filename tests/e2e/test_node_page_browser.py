@@ -125,7 +125,8 @@ def _axe(driver: Any) -> dict[str, Any]:
         driver.execute_script(AXE_CORE.read_text(encoding="utf-8"))
     script = """const done = arguments[arguments.length - 1];
       axe.run(document, {runOnly: {type: 'tag', values: arguments[0]}})
-        .then(r => done({version: r.testEngine.version, passes: r.passes.length, incomplete: r.incomplete.length,
+        .then(r => done({version: r.testEngine.version, passes: r.passes.map(p => p.id).sort(),
+                         incomplete: r.incomplete.map(i => i.id).sort(),
                          violations: r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
                            nodes: v.nodes.map(n => ({target: n.target, summary: n.failureSummary}))}))}))
         .catch(e => done({error: String(e)}));"""
@@ -159,6 +160,7 @@ def _check_state(driver: Any, name: str, tmp_path: Path, report: dict[str, Any])
         result = _axe(driver)
         report[f"{name}-{width}"] = result
         assert result["violations"] == [], f"{name} at {width} px: {json.dumps(result['violations'], indent=1)}"
+        assert "color-contrast" in result["passes"], result  # the contrast rule ran and passed
     _set_width(driver, 360)
     assert _nothing_cut(driver) == [], f"{name} at 360 px"
     _set_width(driver, 1400)
