@@ -57,34 +57,42 @@ def freshness_of(nodes: Iterable[NodeView], now: float) -> dict[NodeKey, Freshne
 
 
 class LastSeen:
-    """``read`` with a memory: nodes of a source that is down stay, marked with the time last seen."""
+    """``read`` with a memory: nodes of a source that is down stay, marked with the time last seen.
+
+    ``__call__`` runs in ``top``'s reader thread while the UI thread asks ``freshness`` and ``missing``:
+    the memory is one immutable pair, replaced whole, so a reader never sees half of an update.
+    """
 
     def __init__(self, read: Callable[[Filters], Reading], clock: Callable[[], float] = time.time) -> None:
         self._read = read
         self.clock = clock
-        self._seen: dict[NodeKey, tuple[NodeView, float]] = {}
-        self._missing: set[NodeKey] = set()
+        # (every node remembered: (its view, when last read); the ones shown from memory now)
+        self._memory: tuple[Mapping[NodeKey, tuple[NodeView, float]], frozenset[NodeKey]] = ({}, frozenset())
 
     def __call__(self, filters: Filters) -> Reading:
         reading = self._read(filters)
         now = self.clock()
+        seen = dict(self._memory[0])
         current = {node_key(node) for node in reading.nodes}
         for node in reading.nodes:
-            self._seen[node_key(node)] = (node, now)
+            seen[node_key(node)] = (node, now)
         if not reading.errors:
             # Every source answered: a node it no longer reports is gone, not down.
-            self._seen = {key: value for key, value in self._seen.items() if key in current}
-        self._missing = {key for key in self._seen if key not in current}
-        kept = [self._seen[key][0] for key in sorted(self._missing)]
+            seen = {key: value for key, value in seen.items() if key in current}
+        missing = frozenset(key for key in seen if key not in current)
+        self._memory = (seen, missing)
+        kept = [seen[key][0] for key in sorted(missing)]
         return Reading(nodes=[*reading.nodes, *kept], errors=reading.errors,
                        prometheus_queries=reading.prometheus_queries, metrics_reads=reading.metrics_reads)
 
     def freshness(self, nodes: Iterable[NodeView], now: float | None = None) -> dict[NodeKey, Freshness]:
         """Each node's freshness now; a node kept from an earlier read carries the time it was last seen."""
         at = self.clock() if now is None else now
-        return {node_key(node): freshness(node, at, self._seen[node_key(node)][1]
-                                          if node_key(node) in self._missing else None) for node in nodes}
+        seen, missing = self._memory
+        return {node_key(node): freshness(node, at, seen[node_key(node)][1] if node_key(node) in missing else None)
+                for node in nodes}
 
     def missing(self) -> Mapping[NodeKey, float]:
         """The nodes shown from memory, and when each was last read."""
-        return {key: self._seen[key][1] for key in sorted(self._missing)}
+        seen, missing = self._memory
+        return {key: seen[key][1] for key in sorted(missing)}
