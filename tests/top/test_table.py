@@ -3,10 +3,19 @@ terminal; every column at no width limit; columns drop by their declared priorit
 
 from __future__ import annotations
 
+import io
+
+from exporter.top.cli import main
 from exporter.top.model import Filters, screen
 from exporter.top.sources import Reading, SourceError
 from exporter.top.table import GPU_COLUMNS, layout, once_text, printable
+from tests.e2e.prometheus_harness import serve_metrics
 from tests.top.test_ui import HOSTILE, NOW, busy_node
+
+# An exporter's /metrics whose pod name and team label carry terminal escapes (OSC retitle, clear screen).
+HOSTILE_METRICS = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",modelName="NVIDIA H100 80GB HBM3",Hostname="node-a"} 0\n'
+                   'DCGM_EXP_GPU_ALLOCATION_INFO{gpu="0",UUID="GPU-1",Hostname="node-a",namespace="ml",'
+                   f'pod="{HOSTILE}",container="c",team="{HOSTILE}"}} 1\n')
 
 
 def test_printable_escapes_terminal_controls_and_keeps_text() -> None:
@@ -41,3 +50,13 @@ def test_columns_drop_by_priority_and_state_never_does() -> None:
     assert titles == ["GPU", "UTIL%", "AGE", "STATE"]
     assert "STATE" in [column.title for column in layout(GPU_COLUMNS, 10, show_cluster=True)]
     assert len(layout(GPU_COLUMNS, 200, show_cluster=True)) == len(GPU_COLUMNS)
+
+
+def test_top_once_on_an_exporter_with_a_hostile_label_prints_no_control_character() -> None:
+    with serve_metrics(HOSTILE_METRICS.encode) as target:
+        for view in ("gpus", "pods"):
+            out = io.StringIO()
+            assert main(["--exporter", f"http://{target}", "--once", "--view", view], stdout=out) == 0
+            text = out.getvalue()
+            assert "evil\\x1b]0;pwned\\x07" in text, text
+            assert not any(ord(char) < 0x20 and char != "\n" for char in text), repr(text)
