@@ -89,7 +89,6 @@ class CounterHistory:
         self.max_points = max_points
         self._points: dict[tuple[str, str, str], deque[tuple[float, float]]] = {}
         self._first_seen: dict[tuple[str, str, str], float] = {}
-        self._last_seen: dict[tuple[str, str, str], float] = {}
         self._lock = threading.Lock()
 
     def observe(self, key: tuple[str, str, str], value: float, at: float) -> None:
@@ -102,7 +101,6 @@ class CounterHistory:
                 return  # an older exposition than one already seen (two readers): ignore it
             if not points or points[-1][1] != value:
                 points.append((at, value))
-            self._last_seen[key] = at
             while len(points) > 1 and points[1][0] <= at - self.horizon_s:
                 points.popleft()
 
@@ -213,17 +211,20 @@ def _join(parts: Iterable[str]) -> str | None:
 
 # ------------------------------------------------------------------------------------- GPU conditions
 def _idle(gpu: GpuSamples, ctx: Context) -> str | None:
+    """Every utilisation series counts, as in the rule: per-pod copies (``--kubernetes-virtual-gpus``)
+    carry each pod's own share."""
     allocated = gpu.by_instance("DCGM_EXP_GPU_ALLOCATED")
-    parts = []
-    for instance, util in sorted(gpu.by_instance("DCGM_FI_DEV_GPU_UTIL").items()):
-        if is_idle(util, allocated.get(instance) == 1):
-            parts.append(f"{_where(instance, ctx)}allocated, utilisation {_number(util)} % "
-                         f"(idle below {_number(IDLE_BELOW_PERCENT)} %)")
-    for instance, active in sorted(gpu.by_instance("DCGM_FI_PROF_GR_ENGINE_ACTIVE").items()):
+    lowest: dict[str, tuple[str, float]] = {}
+    for labels, util in gpu.series("DCGM_FI_DEV_GPU_UTIL"):
+        instance = labels.get("GPU_I_ID", "")
+        if is_idle(util, allocated.get(instance) == 1) and util <= lowest.get(instance, ("", math.inf))[1]:
+            lowest[instance] = ("utilisation", util)
+    for labels, active in gpu.series("DCGM_FI_PROF_GR_ENGINE_ACTIVE"):
+        instance = labels.get("GPU_I_ID", "")
         if instance and is_idle(active * 100, allocated.get(instance) == 1):
-            parts.append(f"{_where(instance, ctx)}allocated, engine activity {_number(round(active * 100, 1))} % "
-                         f"(idle below {_number(IDLE_BELOW_PERCENT)} %)")
-    return _join(parts)
+            lowest[instance] = ("engine activity", round(active * 100, 1))
+    return _join(f"{_where(instance, ctx)}allocated, {what} {_number(value)} % "
+                 f"(idle below {_number(IDLE_BELOW_PERCENT)} %)" for instance, (what, value) in sorted(lowest.items()))
 
 
 def _share_idle(gpu: GpuSamples, ctx: Context) -> str | None:
@@ -461,7 +462,6 @@ def _samples_stale(node: NodeSamples) -> str | None:
     return None
 
 
-_GPU = "DCGM_EXP_GPU_ALLOCATED", "DCGM_FI_DEV_GPU_UTIL"
 CONDITIONS: tuple[Condition, ...] = (
     Condition("fallen_off_bus", "GpuFallenOffBus", CRITICAL, {},
               ("DCGM_EXP_GPU_HEALTHY", "gpu_pod_exporter_device_up"), _fallen_off_bus),
@@ -496,7 +496,7 @@ CONDITIONS: tuple[Condition, ...] = (
     Condition("power_brake", "GpuPowerBrakeThrottling", WARNING, {"reason_bit": POWER_BRAKE_BIT},
               ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",), _power_brake),
     Condition("idle", "GpuAllocatedButIdle", INFO, {"below_percent": IDLE_BELOW_PERCENT},
-              (*_GPU, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"), _idle),
+              ("DCGM_EXP_GPU_ALLOCATED", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"), _idle),
     Condition("shared_share_idle", "GpuSharedShareIdle", INFO, {"below_percent": SHARE_IDLE_BELOW_PERCENT},
               ("DCGM_EXP_CONTAINER_SM_UTIL", "DCGM_EXP_GPU_ALLOCATION_INFO"), _share_idle),
     Condition("memory_nearly_full", "GpuMemoryNearlyFull", INFO, {"above_ratio": MEMORY_NEARLY_FULL_RATIO},

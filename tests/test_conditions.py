@@ -286,3 +286,10 @@ def test_every_condition_has_a_unique_id_and_alert_and_reads_families_top_asks_p
 
     assert len(BY_ID) == len(CONDITIONS) == len({cond.alert for cond in CONDITIONS})
     assert set(c.FAMILIES) <= set(QUERY_FAMILIES)
+
+
+def test_a_pods_own_share_on_a_virtual_gpu_copy_counts_for_idle_as_in_the_rule() -> None:
+    """--kubernetes-virtual-gpus: per-pod copies of GPU_UTIL carry each pod's share; the rule fires on any."""
+    gpu = samples(("DCGM_FI_DEV_GPU_UTIL", GPU, 60.0), ("DCGM_FI_DEV_GPU_UTIL", {**GPU, "pod": "a", "vgpu": "0"}, 2.0),
+                  ("DCGM_EXP_GPU_ALLOCATED", GPU, 1.0))
+    assert fired(gpu)["idle"] == "allocated, utilisation 2 % (idle below 5 %)"
