@@ -240,8 +240,11 @@ def test_top_with_one_of_two_exporters_down_keeps_its_gpus_stale_at_160_and_80_c
         big.process.wait()
         down = f"SOURCE DOWN http://127.0.0.1:{big.port}/metrics: cannot reach the exporter"
         for width, pane in panes.items():
-            screen = pane.wait_for(lambda s: down in " ".join(s.split()) and "8 STALE" in s, DEADLINE_S,
-                                   f"the source-down line at {width} columns")
+            # Waited until the rows have been stale for a few seconds: the ages move on, the rows stay.
+            screen = pane.wait_for(lambda s: down in " ".join(s.split()) and "8 STALE" in s
+                                   and (m := re.search(r"last seen \S+ \((\d+)s ago\)", s)) is not None
+                                   and int(m.group(1)) >= 5, DEADLINE_S,
+                                   f"the source-down line at {width} columns, 5 s on")
             lines = [line for line in screen.split("\n") if line.strip()]
             assert all(len(line) <= width for line in lines)
             assert "11 GPUs" in screen and "STALE hgx-node-01: last seen " in screen
