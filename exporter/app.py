@@ -110,7 +110,8 @@ class App:
         self.server = ExporterHTTPServer(config.address, self.cache, self.health, security,
                                          listener=listener, max_connections=config.web_max_connections,
                                          read_timeout_s=_if_set(config, "web_read_timeout_s"),
-                                         write_timeout_s=_if_set(config, "web_write_timeout_s"))
+                                         write_timeout_s=_if_set(config, "web_write_timeout_s"),
+                                         sampling_interval_s=config.collect_interval_s)
         self.supervisor = supervisor or SUPERVISOR
         self.builders: Sequence[FamilyBuilder] = (*DEFAULT_BUILDERS, *self.extensions.builders,
                                                   self._thread_families)

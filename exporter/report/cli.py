@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from exporter.conditions import IDLE_BELOW_PERCENT
 from exporter.prometheus.client import (
     PROMETHEUS_MAX_POINTS,
     Connection,
@@ -97,8 +98,9 @@ def parser() -> argparse.ArgumentParser:
     money.add_argument("--share-idle", choices=SHARE_MODES, default=None,
                        help="Unallocated capacity: billed to '(unallocated)' (none, the default), shared evenly among "
                             "each cluster's cost groups, or in proportion to their GPU cost.")
-    money.add_argument("--idle-threshold", type=float, default=5.0, metavar="PERCENT",
-                       help="Utilisation below this counts as idle (default 5, as the GpuAllocatedButIdle alert).")
+    money.add_argument("--idle-threshold", type=float, default=IDLE_BELOW_PERCENT, metavar="PERCENT",
+                       help=f"Utilisation below this counts as idle (default {IDLE_BELOW_PERCENT:g}, as the "
+                            "GpuAllocatedButIdle alert).")
     money.add_argument("--reclaim-by", choices=("p95", "peak"), default="p95",
                        help="GPUs a namespace needs: the p95 (default) or the peak of GPUs in use.")
     money.add_argument("--top-pods", type=int, default=10, metavar="N", help="How many idle pods to list (default 10).")

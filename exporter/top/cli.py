@@ -21,7 +21,6 @@ from exporter.prometheus.client import split_url
 from exporter.prometheus.flags import FlagError, OneLineParser, add_security_arguments, flag_value, secured
 from exporter.top.model import IDLE_BELOW_PERCENT, SORTS, Filters
 from exporter.top.sources import ExporterSource, PrometheusSource, Reading, read_all
-from exporter.top.table import gpu_lines, pod_lines, status_lines, summary
 from exporter.units import parse_prometheus_duration
 
 PROG = "gpu-pod-exporter top"
@@ -84,14 +83,9 @@ def _sources(args: argparse.Namespace, timeout_s: float,
 
 def print_once(reading: Reading, filters: Filters, args: argparse.Namespace, out: TextIO) -> None:
     from exporter.top.model import screen  # noqa: PLC0415 - keeps the module list of --help short
+    from exporter.top.table import once_text  # noqa: PLC0415 - the same lines as the terminal UI's
 
-    shown = screen(reading.nodes, filters, args.sort, args.idle_below)
-    lines = status_lines(reading.errors)
-    lines += gpu_lines(shown.gpus, bool(shown.clusters)) if args.view == "gpus" else \
-        pod_lines(shown.pods, bool(shown.clusters))
-    out.write(summary(shown) + "\n")
-    for _, text in lines:
-        out.write(text.rstrip() + "\n")
+    out.write(once_text(reading, screen(reading.nodes, filters, args.sort, args.idle_below), args.view))
 
 
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,

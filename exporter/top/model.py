@@ -2,7 +2,8 @@
 
 Pure functions of node views (``exporter.web.nodeview``: the ``/gpus.json`` document), whichever
 source produced them (a Prometheus query or an exporter's ``/metrics``), so the tests and the
-terminal UI share one notion of "allocated but idle" and one sort order.
+terminal UI share one sort order. "Allocated but idle" and every other condition come from
+``exporter.conditions``, the definition the node page and the alert rules use.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-IDLE_BELOW_PERCENT = 5.0
+from exporter.conditions import IDLE_BELOW_PERCENT, is_idle
+
+__all__ = ["IDLE_BELOW_PERCENT", "Condition", "Filters", "GpuRow", "NodeView", "PodRow", "Screen", "gpu_rows",
+           "screen", "sort_gpus", "sort_pods"]
 FILTER_KEYS = ("cluster", "node", "namespace", "team")
 SORTS = ("use", "memory", "name")
 
@@ -40,6 +44,21 @@ class PodRow:
 
 
 @dataclass(frozen=True)
+class Condition:
+    """One firing condition of a GPU or node, as the view reports it (``exporter.conditions``)."""
+
+    id: str
+    alert: str
+    severity: str  # "warning" or "critical"
+    text: str
+
+
+def _conditions(entries: Sequence[Mapping[str, Any]] | None) -> tuple[Condition, ...]:
+    return tuple(Condition(str(e.get("id", "")), str(e.get("alert", "")), str(e.get("severity", "")),
+                           str(e.get("text", ""))) for e in entries or ())
+
+
+@dataclass(frozen=True)
 class GpuRow:
     cluster: str
     node: str
@@ -55,6 +74,7 @@ class GpuRow:
     health_reason: str
     pods: tuple[PodRow, ...]
     idle: bool  # allocated (a pod holds it) and used less than the idle threshold
+    conditions: tuple[Condition, ...] = ()  # every condition that holds on it, worst first, with its reason
 
     @property
     def allocated(self) -> bool:
@@ -106,7 +126,7 @@ def _pods(node: NodeView, gpu: Mapping[str, Any], idle_below: float) -> tuple[Po
         where = str(gpu["gpu"]) if instance is None else f"{gpu['gpu']}/MIG {instance}"
         rows.append(PodRow(node.cluster, node.node, str(container.get("namespace", "")), str(container.get("pod", "")),
                            str(container.get("container", "")), str(container.get("team") or ""), where, util,
-                           container.get("memory_used_mib"), util is not None and util < idle_below))
+                           container.get("memory_used_mib"), is_idle(util, True, idle_below)))
     return tuple(rows)
 
 
@@ -115,17 +135,14 @@ def gpu_rows(nodes: Iterable[NodeView], idle_below: float = IDLE_BELOW_PERCENT) 
     for node in nodes:
         for gpu in node.view.get("gpus", []):
             pods = _pods(node, gpu, idle_below)
-            util = gpu.get("utilization_percent")
-            if util is None and gpu.get("mig"):  # a MIG GPU: the mean engine activity of its instances
-                active = [i["engine_active_percent"] for i in gpu["mig"] if i.get("engine_active_percent") is not None]
-                util = sum(active) / len(active) if active else None
+            util = gpu.get("utilization_percent")  # a MIG GPU's: its instances' activity weighted by their size
             lost = gpu.get("up") is False
             healthy = False if lost and gpu.get("healthy") is None else gpu.get("healthy")
             reason = gpu.get("health_reason") or ("lost" if lost else "")
             rows.append(GpuRow(node.cluster, node.node, int(gpu["gpu"]), str(gpu.get("model", "")),
                                str(gpu.get("uuid", "")), util, gpu.get("memory_used_mib"), gpu.get("memory_total_mib"),
                                gpu.get("temperature_c"), gpu.get("power_w"), healthy, reason, pods,
-                               bool(pods) and util is not None and util < idle_below))
+                               is_idle(util, bool(pods), idle_below), _conditions(gpu.get("conditions"))))
     return rows
 
 

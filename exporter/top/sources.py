@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.conditions import FAMILIES as CONDITION_FAMILIES
 from exporter.prometheus.client import (
     TLS_HINT,
     Connection,
@@ -37,12 +38,11 @@ from exporter.prometheus.promql import quote
 from exporter.top.model import NodeView
 from exporter.web.nodeview import Sample, build_view
 
-QUERY_FAMILIES = (
+QUERY_FAMILIES = tuple(sorted({
     "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED",
     "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_EXP_GPU_HEALTHY", "DCGM_EXP_GPU_ALLOCATED",
     "DCGM_EXP_GPU_ALLOCATION_INFO", "DCGM_EXP_CONTAINER_SM_UTIL", "DCGM_EXP_CONTAINER_FB_USED",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gpu_pod_exporter_device_up",
-)
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gpu_pod_exporter_device_up", *CONDITION_FAMILIES}))
 
 
 @dataclass(frozen=True)

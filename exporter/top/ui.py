@@ -6,7 +6,12 @@ that starts in a fraction of a second; Textual would bring rich, markdown and an
 for a table. Both are maintained; urwid has been since 2004.
 
 Reading the sources runs in a worker thread (a slow Prometheus never freezes the keyboard); the
-worker hands its result to the main loop through ``watch_pipe``. One read at a time.
+worker hands its result to the main loop through ``watch_pipe``. One read at a time. The read goes
+through ``LastSeen``: a source that goes down keeps its last rows on screen, marked stale with the
+time they were last seen (``exporter.top.lastseen``).
+
+The table is laid out for the terminal's width (``exporter.top.table``: columns drop by priority,
+STATE and every condition's reason stay), and again when the width changes.
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ from typing import Any, cast
 
 import urwid
 
+from exporter.top.lastseen import LastSeen
 from exporter.top.model import SORTS, Filters, NodeView, Screen, screen
 from exporter.top.sources import Reading
-from exporter.top.table import Line, gpu_lines, pod_lines, status_lines, summary
+from exporter.top.table import Block, Line, gpu_blocks, node_conditions, pod_blocks, printable, status_lines, summary
 
 PALETTE = [
     ("header", "bold", ""),
@@ -30,8 +36,48 @@ PALETTE = [
     ("down", "white,bold", "dark red"),
     ("focus", "standout", ""),
     ("help", "black", "light gray"),
+    ("stale", "light gray", "dark gray"),
 ]
-HELP = "q quit  tab gpus/pods  s sort  / filter  c clear filter  r refresh  arrows/pgup/pgdn/home/end move"
+HELP = "? help  q quit  tab gpus/pods  s sort  / filter  c clear filter  r refresh  arrows/pgup/pgdn/home/end move"
+KEYS = (
+    ("?", "this help (any key closes it)"),
+    ("up down pgup pgdn home end", "move the focus; it stays on its GPU or pod when a refresh reorders the rows"),
+    ("tab, g, p", "switch between the GPU list and the pod list (g: GPUs, p: pods)"),
+    ("s", "sort by use, by memory, by name (cycles)"),
+    ("/ or f", "edit the filter: cluster=... node=... namespace=... team=...; it opens with the current filter, "
+               "typing replaces it, left/right/backspace edit it, ctrl-u clears, enter applies, esc cancels"),
+    ("c", "clear the filter"),
+    ("r", "refresh now"),
+    ("q", "quit"),
+)
+ROWS_HELP = ("Rows: AGE is how old a node's data is; STALE past its bound, or when its source is down (its "
+             "last rows stay, greyed, with the time last seen). Each GPU's conditions are listed under it with "
+             "their reason and alert; STATE: UNHEALTHY, CRITICAL, ALLOCATED IDLE, WARNING, in use, free.")
+# The focused row is drawn in reverse video whatever its style (idle, bad, stale), as before conditions.
+FOCUS_MAP: dict[str | None, str] = {style: "focus" for style in (None, "idle", "bad", "stale")}
+EDIT_CAPTION = "filter (typing replaces, arrows edit, enter applies, esc cancels): "
+DEFAULT_WIDTH = 160  # before the terminal is known (tests without a screen)
+
+
+class FilterEdit(urwid.Edit):  # type: ignore[misc,unused-ignore]  # urwid 2.6.0 ships no annotations
+    """The filter editor: opens holding the current filter, selected, so typing replaces it while the
+    arrows, Home/End and Backspace edit it instead; Ctrl-U clears it."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(EDIT_CAPTION, text)
+        self.replacing = bool(text)
+
+    def keypress(self, size: Any, key: str) -> str | None:
+        if key == "ctrl u":
+            self.set_edit_text("")
+            self.replacing = False
+            return None
+        if self.replacing:
+            self.replacing = False
+            if len(key) == 1 and key.isprintable():
+                self.set_edit_text("")
+        result: str | None = super().keypress(size, key)
+        return result
 
 
 class _Row(urwid.Text):  # type: ignore[misc,unused-ignore]  # urwid 2.6.0 ships no annotations
@@ -46,7 +92,8 @@ class _Row(urwid.Text):  # type: ignore[misc,unused-ignore]  # urwid 2.6.0 ships
 class TopApp:
     def __init__(self, read: Callable[[Filters], Reading], filters: Filters, *, interval_s: float, sort: str,
                  idle_below: float, view: str = "gpus") -> None:
-        self.read = read
+        self.last_seen = LastSeen(read)
+        self.read: Callable[[Filters], Reading] = self.last_seen
         self.filters = filters
         self.interval_s = interval_s
         self.sort = sort
@@ -58,13 +105,15 @@ class TopApp:
         self._pending: Reading | None = None
         self._busy = threading.Lock()
         self._title = urwid.Text("", wrap="clip")
-        self._summary = urwid.Text("", wrap="clip")
+        self._summary = urwid.Text("")  # wrapped: a source-down or stale line is read in full at any width
         self._columns = urwid.Text("", wrap="clip")
         self._keys: list[tuple[object, ...]] = []
         self._walker: urwid.SimpleFocusListWalker[urwid.Widget] = urwid.SimpleFocusListWalker([])
         self._list = urwid.ListBox(cast(Any, self._walker))  # urwid's annotations want flow widgets only
         self._help = urwid.Text(HELP, wrap="clip")
-        self._edit: urwid.Edit | None = None
+        self._edit: FilterEdit | None = None
+        self.width = DEFAULT_WIDTH
+        self.help_open = False
         self._footer: urwid.AttrMap[urwid.Widget] = urwid.AttrMap(self._help, "help")
         header = urwid.Pile([urwid.AttrMap(self._title, "title"), self._summary,
                              urwid.AttrMap(self._columns, "header")])
@@ -101,6 +150,7 @@ class TopApp:
 
     def _tick(self, loop: urwid.MainLoop, _user: Any) -> None:
         self._fetch()
+        self.redraw()  # the ages grow between reads, and the width may have changed
         loop.set_alarm_in(self.interval_s, self._tick)
 
     # -- drawing -------------------------------------------------------------------------------
@@ -108,36 +158,69 @@ class TopApp:
     def current(self) -> Screen:
         return screen(self.nodes, self.filters, self.sort, self.idle_below)
 
-    def lines(self) -> tuple[list[Line], list[Line], str, str, list[tuple[object, ...]]]:
-        """(status lines, table lines, summary, title, a key per table row) for the current data."""
+    def lines(self) -> tuple[list[Line], str, list[Block], str, str, list[tuple[object, ...]]]:
+        """(status lines, column header, a block per table row, summary, title, a key per row) for the
+        current data at ``self.width``."""
         shown = self.current()
         show_cluster = bool(shown.clusters)
+        ages = self.last_seen.freshness(self.nodes)  # at the clock's now: the ages grow between reads
         if self.view == "gpus":
-            table = gpu_lines(shown.gpus, show_cluster)
+            head, blocks = gpu_blocks(shown.gpus, show_cluster, self.width, ages)
             keys: list[tuple[object, ...]] = [(row.cluster, row.node, row.gpu) for row in shown.gpus]
         else:
-            table = pod_lines(shown.pods, show_cluster)
+            head, blocks = pod_blocks(shown.pods, show_cluster, self.width, ages)
             keys = [(row.cluster, row.node, row.namespace, row.pod, row.container, row.gpu) for row in shown.pods]
         title = (f" gpu-pod-exporter top | {'GPUs' if self.view == 'gpus' else 'pods'} by {self.sort} | "
-                 f"filter: {self.filters.describe()} | clusters: {','.join(shown.clusters) or '-'} | "
+                 f"filter: {printable(self.filters.describe())} | "
+                 f"clusters: {printable(','.join(shown.clusters)) or '-'} | "
                  f"{self.refreshes} refreshes, each {self.reading.cost()}")
-        return status_lines(self.reading.errors), table, summary(shown), title, keys
+        status = status_lines(self.reading.errors, self.last_seen.missing(), node_conditions(self.nodes),
+                              now=self.last_seen.clock)
+        return status, head, blocks, summary(shown, ages), title, keys
 
     def redraw(self) -> None:
-        status, table, text, title, keys = self.lines()
+        if self.loop is not None:
+            self.width = self.loop.screen.get_cols_rows()[0]
+        status, head, blocks, text, title, keys = self.lines()
         self._title.set_text(title)
-        # Source-down lines sit above the summary in the same text widget, each on its own red line.
+        # Source-down, stale-node and node-condition lines sit above the summary, each on its own line.
         markup: list[tuple[str, str] | str] = [(style, line + "\n") for style, line in status]
         markup.append(" " + text if self.refreshes else " reading...")
         self._summary.set_text(markup)
-        self._columns.set_text(table[0][1])
+        self._columns.set_text(head)
+        if self.help_open:
+            return
         position = self._list.focus_position if self._walker else 0
         focused = self._keys[position] if position < len(self._keys) else None
-        self._walker[:] = [urwid.AttrMap(_Row(line, wrap="clip"), style or None, "focus") for style, line in table[1:]]
+        self._walker[:] = [urwid.AttrMap(_Row(self._markup(block), wrap="clip"), None, FOCUS_MAP)
+                         for block in blocks]
         self._keys = keys
         if self._walker:
             # The focus stays on the same GPU or pod when a refresh reorders the rows by use.
             self._list.focus_position = keys.index(focused) if focused in keys else min(position, len(keys) - 1)
+
+    @staticmethod
+    def _markup(block: Block) -> list[tuple[str, str] | str]:
+        """One GPU's lines as urwid markup: its row in its style, each condition line in its own."""
+        markup: list[tuple[str, str] | str] = []
+        for index, (style, line) in enumerate(block):
+            text = ("\n" if index else "") + line
+            markup.append((style, text) if style else text)
+        return markup
+
+    def show_help(self) -> None:
+        """``?``: the keys and what the rows mean, over the table until the next key."""
+        rows: list[urwid.Widget] = [urwid.Text(("header", " Keys"))]
+        rows += [urwid.Columns([(30, urwid.Text("  " + key)), urwid.Text(what)]) for key, what in KEYS]
+        rows += [urwid.Divider(), urwid.Text(" " + ROWS_HELP), urwid.Divider(),
+                 urwid.Text(" Press any key to go back.")]
+        self.help_open = True
+        self.frame.body = urwid.ListBox(cast(Any, urwid.SimpleListWalker(cast(Any, rows))))
+
+    def close_help(self) -> None:
+        self.help_open = False
+        self.frame.body = self._list
+        self.redraw()
 
     def focused_key(self) -> tuple[object, ...] | None:
         """The GPU or pod the focus is on (tests; what a detail view would open)."""
@@ -150,6 +233,12 @@ class TopApp:
             return None
         if self._edit is not None:
             return self._edit_key(key)
+        if self.help_open:
+            self.close_help()
+            return True
+        if key == "?":
+            self.show_help()
+            return True
         if key in ("q", "Q"):
             raise urwid.ExitMainLoop
         if key == "tab":
@@ -161,8 +250,7 @@ class TopApp:
         elif key == "s":
             self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
         elif key in ("/", "f"):
-            self._edit = urwid.Edit("filter (cluster= node= namespace= team=, enter to apply, esc to cancel): ",
-                                    " ".join(f"{k}={v}" for k, v in self.filters.values.items()))
+            self._edit = FilterEdit(" ".join(f"{k}={v}" for k, v in self.filters.values.items()))
             self._footer.original_widget = self._edit
             self.frame.focus_position = "footer"
             return True

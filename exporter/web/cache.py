@@ -32,7 +32,7 @@ from exporter.metrics.exposition import (
     gzip_bytes,
 )
 from exporter.supervisor import supervised
-from exporter.web.nodeview import build_view, view_json
+from exporter.web.nodeview import BuiltView, build, served, view_json
 
 log = get_logger("exposition")
 
@@ -50,19 +50,19 @@ class RenderedExposition:
         self.series = sum(len(family.samples) for family in families)
         # OpenMetrics would type dcgm-exporter's counters (no _total) "unknown": negotiation then prefers text.
         self.counters_need_text = counters_need_text(families)
-        self._node_view: bytes | None = None
+        self._node_view: BuiltView | None = None
         # Its own lock: a scrape encoding a variant (on the event loop) must never wait for a view build.
         self._node_view_lock = threading.Lock()
         for openmetrics, compressed in prepare:  # the renderer's thread, before anyone can scrape this one
             self._encode((openmetrics, compressed))
 
     @property
-    def node_view_ready(self) -> bytes | None:
-        """``/gpus.json`` if it was built already for this generation (no work, no lock)."""
+    def node_view_ready(self) -> BuiltView | None:
+        """This generation's node view if it was built already (no work, no lock)."""
         return self._node_view
 
-    def node_view_json(self, exporter_version: str) -> bytes:
-        """``/gpus.json`` for this generation: built on first request, then served from memory.
+    def node_view(self, exporter_version: str) -> BuiltView:
+        """This generation's node view: built on first request, then kept in memory.
 
         The view is derived from this exposition's samples (``exporter.web.nodeview``), so the page
         shows exactly what ``/metrics`` serves and nobody pays for it until someone looks.
@@ -73,8 +73,8 @@ class RenderedExposition:
                 view = self._node_view
                 if view is None:
                     samples = ((s.name, s.labels, s.value) for family in self._families for s in family.samples)
-                    view = self._node_view = view_json(build_view(samples, exporter_version=exporter_version,
-                                                                  generation=self.generation))
+                    view = self._node_view = build(samples, exporter_version=exporter_version,
+                                                   generation=self.generation)
         return view
 
     def encoded(self, openmetrics: bool, compressed: bool) -> bool:
@@ -160,3 +160,9 @@ class ExpositionCache:
             if self._stop.is_set():
                 return
             self.refresh()
+
+
+def node_view_json(view: BuiltView, served_at: float, sampling_interval_s: float | None) -> bytes:
+    """``/gpus.json`` as served now: the generation's view stamped with the server's clock, so a view
+    cached while the sampler is stuck still reports its age and turns stale."""
+    return view_json(served(view, served_at=served_at, sampling_interval_s=sampling_interval_s))

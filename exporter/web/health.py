@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.conditions import STALE_AFTER_INTERVALS, stale_after_s
 from exporter.snapshot import InFlight, Snapshot
 
-STALE_INTERVALS = 3
+STALE_INTERVALS = STALE_AFTER_INTERVALS  # one bound for the watchdog, /health and every view (exporter.conditions)
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class HealthReport:
 
 
 def stale_limit_s(interval_s: float) -> float:
-    return STALE_INTERVALS * interval_s
+    return stale_after_s(interval_s)
 
 
 def stalled_call(in_flight: InFlight | None, now: float, interval_s: float) -> InFlight | None:

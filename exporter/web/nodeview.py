@@ -8,15 +8,37 @@ what Prometheus scrapes, it costs the sampler nothing, and the same function rea
 
 The JSON schema is versioned (``SCHEMA``) and documented in docs/node-page.md; fields are only ever
 added within a version. A reading the GPU does not report is ``null``, never a sentinel.
+
+Conditions (idle, memory nearly full, fatal Xid, ...) come from ``exporter.conditions``, the one
+definition the alert rules are checked against. A document has two parts: what the exposition says
+(built once per exposition generation, ``build``) and when it is served (``served``: the server's
+clock, the sampling interval, the stale bound and the node conditions that depend on the data's age),
+so a cached view still turns stale when the sampler stops producing new generations.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from exporter.conditions import (
+    GPU_FAMILIES,
+    NODE_FAMILIES,
+    PROCESS_HISTORY,
+    Context,
+    CounterHistory,
+    GpuSamples,
+    NodeSamples,
+    gpu_conditions,
+    mig_slices,
+    node_conditions,
+    record,
+    stale_after_s,
+)
 
 SCHEMA = "gpu-pod-exporter.gpus/v1"
 
@@ -32,6 +54,7 @@ _GPU_READINGS: Mapping[str, str] = {
     "DCGM_FI_DEV_POWER_USAGE": "power_w",
     "DCGM_FI_DEV_POWER_MGMT_LIMIT": "power_limit_w",
     "DCGM_EXP_GPU_ALLOCATED": "_allocated",
+    "DCGM_FI_DEV_FB_TOTAL": "_memory_total_mib",
 }
 # Readings of the whole chip, never split per MIG instance.
 _CHIP_READINGS = frozenset({"temperature_c", "power_w", "power_limit_w"})
@@ -85,6 +108,7 @@ class _Gpu:
     xid_totals: dict[str, float] = field(default_factory=dict)
     instances: dict[int, _Instance] = field(default_factory=dict)
     containers: dict[tuple[int | None, str, str, str], _Container] = field(default_factory=dict)
+    condition_samples: GpuSamples | None = None
 
 
 def _int(text: str | None) -> int | None:
@@ -95,17 +119,31 @@ def _int(text: str | None) -> int | None:
 
 
 def _memory_total(readings: Mapping[str, float]) -> float | None:
+    if "_memory_total_mib" in readings:
+        return readings["_memory_total_mib"]
     used, free = readings.get("memory_used_mib"), readings.get("_memory_free_mib")
     if used is None or free is None:
         return None
     return used + free + readings.get("_memory_reserved_mib", 0.0)
 
 
-def build_view(samples: Iterable[Sample], *, exporter_version: str = "", generation: int = 0) -> dict[str, Any]:
-    """The ``/gpus.json`` document (schema ``SCHEMA``) for one exposition's samples."""
+@dataclass(frozen=True)
+class BuiltView:
+    """What one exposition says (``document``), and the node's self-metrics its served form needs."""
+
+    document: Mapping[str, Any]
+    node_values: Mapping[str, float]
+
+
+def build(samples: Iterable[Sample], *, exporter_version: str = "", generation: int = 0,
+          history: CounterHistory | None = None) -> BuiltView:
+    """The exposition part of the ``/gpus.json`` document. Counters the windowed conditions read are
+    added to ``history`` (default: this process's, ``exporter.conditions.PROCESS_HISTORY``)."""
+    history = PROCESS_HISTORY if history is None else history
     gpus: dict[int, _Gpu] = {}
     node: str | None = None
     sampled_at: float | None = None
+    node_values: dict[str, float] = {}
     for name, labels, value in samples:
         if not math.isfinite(value):
             continue  # the exporter exports none; another exporter's text might
@@ -114,10 +152,16 @@ def build_view(samples: Iterable[Sample], *, exporter_version: str = "", generat
             continue
         index = _int(labels.get("gpu"))
         if index is None:
+            if name in NODE_FAMILIES:
+                node_values.setdefault(name, value)
             continue
         gpu = gpus.get(index)
         if gpu is None:
             gpu = gpus[index] = _Gpu(index)
+        if name in GPU_FAMILIES:
+            if gpu.condition_samples is None:
+                gpu.condition_samples = GpuSamples(index)
+            gpu.condition_samples.add(name, labels, value)
         node = node or labels.get("Hostname") or labels.get("hostname") or None
         instance_id = _int(labels.get("GPU_I_ID"))
         if instance_id is None and labels.get("UUID"):
@@ -140,14 +184,48 @@ def build_view(samples: Iterable[Sample], *, exporter_version: str = "", generat
                 container.readings[reading] = value
                 continue
         _gpu_sample(gpu, name, labels, value, instance_id)
-    return {
+    at = sampled_at if sampled_at is not None else time.time()
+    documents = []
+    for index in sorted(gpus):
+        gpu = gpus[index]
+        conditions: list[dict[str, str]] = []
+        if gpu.condition_samples is not None:
+            gpu.condition_samples.uuid = gpu.uuid
+            record(gpu.condition_samples, at, history)
+            profiles = {str(key): instance.profile for key, instance in gpu.instances.items()}
+            conditions = gpu_conditions(gpu.condition_samples, Context(at, history, profiles))
+        documents.append({**_gpu_json(gpu), "conditions": conditions})
+    document = {
         "schema": SCHEMA,
         "exporter_version": exporter_version,
         "generation": generation,
         "node": node,
         "sampled_at": sampled_at,
-        "gpus": [_gpu_json(gpus[index]) for index in sorted(gpus)],
+        "gpus": documents,
     }
+    return BuiltView(document, node_values)
+
+
+def served(built: BuiltView, *, served_at: float, sampling_interval_s: float | None) -> dict[str, Any]:
+    """The document as served at ``served_at``: the server's clock (a client computes the data's age as
+    ``served_at - sampled_at``), the sampling interval, the stale bound, and the node conditions."""
+    sampled_at = built.document.get("sampled_at")
+    node = NodeSamples(built.node_values, sampled_at, served_at, sampling_interval_s)
+    return {**built.document,
+            "served_at": served_at,
+            "sampling_interval_s": sampling_interval_s,
+            "stale_after_s": None if sampling_interval_s is None else stale_after_s(sampling_interval_s),
+            "conditions": node_conditions(node)}
+
+
+def build_view(samples: Iterable[Sample], *, exporter_version: str = "", generation: int = 0,
+               history: CounterHistory | None = None, sampling_interval_s: float | None = None,
+               served_at: float | None = None) -> dict[str, Any]:
+    """The ``/gpus.json`` document (schema ``SCHEMA``) for one exposition's samples, served now (or at
+    ``served_at``)."""
+    built = build(samples, exporter_version=exporter_version, generation=generation, history=history)
+    return served(built, served_at=time.time() if served_at is None else served_at,
+                  sampling_interval_s=sampling_interval_s)
 
 
 def _gpu_sample(gpu: _Gpu, name: str, labels: Mapping[str, str], value: float, instance_id: int | None) -> None:
@@ -181,18 +259,33 @@ def _gpu_sample(gpu: _Gpu, name: str, labels: Mapping[str, str], value: float, i
 
 
 def _mig_totals(gpu: _Gpu) -> dict[str, float]:
-    """A MIG GPU's parent has no utilisation or memory series of its own (as in dcgm-exporter): its
-    memory is the sum over its instances, its utilisation their mean engine activity."""
-    instances = [instance.readings for instance in gpu.instances.values()]
+    """A MIG GPU's parent has no utilisation or memory series of its own (as in dcgm-exporter).
+
+    Its utilisation is its instances' engine activity weighted by their compute slices (a 3g instance
+    is three times a 1g one): the share of the partitioned GPU that is busy, not an unweighted mean.
+    Its memory used is the sum over the instances; its memory total is the GPU's own
+    (``DCGM_FI_DEV_FB_TOTAL`` of the GPU when the counters CSV selects it), never the sum of the
+    instances' totals, which leaves out what MIG keeps for itself: without the GPU's total it is unknown.
+    """
     totals: dict[str, float] = {}
-    active = [r["engine_active_percent"] for r in instances if "engine_active_percent" in r]
-    if active:
-        totals["utilization_percent"] = round(sum(active) / len(active), 1)
-    for key in ("memory_used_mib", "_memory_free_mib", "_memory_reserved_mib"):
-        values = [r[key] for r in instances if key in r]
-        if values:
-            totals[key] = sum(values)
+    weighted = [(instance.readings["engine_active_percent"], _instance_weight(instance))
+                for instance in gpu.instances.values() if "engine_active_percent" in instance.readings]
+    weight = sum(w for _, w in weighted)
+    if weighted and weight > 0:
+        totals["utilization_percent"] = round(sum(active * w for active, w in weighted) / weight, 1)
+    used = [instance.readings["memory_used_mib"] for instance in gpu.instances.values()
+            if "memory_used_mib" in instance.readings]
+    if used:
+        totals["memory_used_mib"] = sum(used)
     return totals
+
+
+def _instance_weight(instance: _Instance) -> float:
+    """Compute slices of the instance's profile; its memory where the profile names none."""
+    slices = mig_slices(instance.profile)
+    if slices is not None:
+        return float(slices)
+    return _memory_total(instance.readings) or 0.0
 
 
 def _gpu_json(gpu: _Gpu) -> dict[str, Any]:
@@ -200,6 +293,9 @@ def _gpu_json(gpu: _Gpu) -> dict[str, Any]:
     if gpu.instances:
         readings = {**_mig_totals(gpu), **readings}
     allocated = readings.get("_allocated")
+    if gpu.instances:
+        allocated = max((i.readings["_allocated"] for i in gpu.instances.values() if "_allocated" in i.readings),
+                        default=allocated)
     containers = sorted(gpu.containers.values(), key=lambda c: (c.gpu_instance_id or -1, c.namespace, c.pod,
                                                                 c.container))
     return {

@@ -42,6 +42,7 @@ import resource
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,7 +51,7 @@ from typing import Any
 from exporter import __version__
 from exporter.logs import RateLimitedLog, get_logger
 from exporter.metrics.exposition import wants_openmetrics
-from exporter.web.cache import ExpositionCache
+from exporter.web.cache import ExpositionCache, node_view_json
 from exporter.web.health import HealthReport
 from exporter.web.nodepage import PAGE_HEADERS, load_assets
 from exporter.web.request import HEAD_END, MAX_HEAD_BYTES, HeadError, RequestHead, parse_head
@@ -739,11 +740,13 @@ class ExporterHTTPServer(EventLoopHTTPServer):
     def __init__(self, address: str, cache: ExpositionCache, health: Callable[[], HealthReport],
                  security: WebSecurity | None = None, *,
                  listener: socket.socket | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 read_timeout_s: float | None = None, write_timeout_s: float | None = None) -> None:
+                 read_timeout_s: float | None = None, write_timeout_s: float | None = None,
+                 sampling_interval_s: float | None = None) -> None:
         super().__init__(address, security, listener=listener, max_connections=max_connections,
                          read_timeout_s=read_timeout_s, write_timeout_s=write_timeout_s)
         self.cache = cache
         self.health = health
+        self.sampling_interval_s = sampling_interval_s  # /gpus.json: the bound after which its data is stale
         # Builds /gpus.json (once per exposition generation) off the loop, so a page never delays a scrape.
         self._page_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="http-page")
         self._page = load_assets()
@@ -787,10 +790,12 @@ class ExporterHTTPServer(EventLoopHTTPServer):
         exposition = self.cache.current
         ready = exposition.node_view_ready
         if ready is not None:
-            self.respond(connection, head, Response(200, ready, "application/json", PAGE_HEADERS))
+            body = node_view_json(ready, time.time(), self.sampling_interval_s)
+            self.respond(connection, head, Response(200, body, "application/json", PAGE_HEADERS))
             return
         self.answer_later(self._page_pool, connection, head, lambda: Response(
-            200, exposition.node_view_json(__version__), "application/json", PAGE_HEADERS))
+            200, node_view_json(exposition.node_view(__version__), time.time(), self.sampling_interval_s),
+            "application/json", PAGE_HEADERS))
 
 
 def _ignore(body: bytes) -> None:

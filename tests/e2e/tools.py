@@ -7,6 +7,8 @@ import os
 import shutil
 import signal
 import subprocess
+from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -19,11 +21,22 @@ def require_program(name: str, package: str = "prometheus") -> str:
     """
     path = shutil.which(name)
     if path is None:
-        message = f"{name} is not installed (Debian: apt-get install {package}; ./scripts/test does it)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{message}; CI=true requires it")
-        pytest.skip(message)
+        _missing(f"{name} is not installed (Debian: apt-get install {package}; ./scripts/test does it)")
     return path
+
+
+def require_file(path: Path, how: str) -> Path:
+    """``path`` when it exists (a tool installed outside the repository, e.g. axe-core from npm); skips
+    the calling test, or fails it when CI=true, with ``how`` to install it."""
+    if not path.is_file():
+        _missing(f"{path} is missing: {how}")
+    return path
+
+
+def _missing(message: str) -> NoReturn:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{message}; CI=true requires it")
+    pytest.skip(message)
 
 
 def stop_process(process: subprocess.Popen[bytes] | subprocess.Popen[str], grace_s: float = 10.0) -> int:

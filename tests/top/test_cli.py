@@ -65,7 +65,7 @@ def test_once_prints_the_screen_and_the_interactive_view_needs_a_terminal(capsys
         assert main(["--exporter", f"http://{target}", "--once"], stdout=out) == 0
         lines = out.getvalue().splitlines()
         assert lines[0] == "1 GPUs, 1 allocated, 1 allocated but idle, 0 unhealthy; 1 pod containers"
-        assert "ALLOCATED IDLE   ml/p-0" in lines[2] and lines[2].startswith("node-a")
+        assert "ALLOCATED IDLE " in lines[2] and lines[2].endswith(" ml/p-0") and lines[2].startswith("node-a")
         assert exporter_main(["top", "--exporter", f"http://{target}"]) == 2  # the subcommand; stdin is no tty
         assert "needs a terminal; use --once" in capsys.readouterr().err
 

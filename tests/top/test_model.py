@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
+from exporter.conditions import CounterHistory
 from exporter.top.model import Filters, NodeView, screen
+from exporter.web.nodeview import build_view
 
 
 def gpu(index: int, util: float | None, containers: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
@@ -64,9 +66,28 @@ def test_a_mistyped_filter_names_the_term_and_the_keys() -> None:
     assert Filters.parse("team= namespace=a").describe() == "namespace=a"
 
 
-def test_a_mig_gpu_uses_its_instances_activity() -> None:
-    mig = gpu(0, None, mig=[{"gpu_instance_id": 1, "engine_active_percent": 80.0},
-                            {"gpu_instance_id": 2, "engine_active_percent": 20.0}])
-    mig["containers"] = [container("m-0", instance=1, sm=None)]
-    row = screen([NodeView("", "n", {"gpus": [mig]})], Filters()).gpus[0]
-    assert row.util_percent == 50.0 and row.pods[0].gpu == "0/MIG 1" and row.pods[0].util_percent is None
+def test_a_mig_gpu_uses_its_instances_activity_weighted_by_their_size() -> None:
+    """The node view's utilisation of a MIG GPU (a 3g instance weighs three 1g ones), not a plain mean."""
+    base = {"gpu": "0", "UUID": "GPU-0", "Hostname": "n"}
+    big, small = ({**base, "GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "1"},
+                  {**base, "GPU_I_PROFILE": "1g.10gb", "GPU_I_ID": "2"})
+    view = build_view([("DCGM_FI_PROF_GR_ENGINE_ACTIVE", big, 0.8), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", small, 0.2),
+                       ("DCGM_EXP_GPU_ALLOCATION_INFO", {**big, "namespace": "ml", "pod": "m-0", "container": "c"},
+                        1.0)], history=CounterHistory())
+    row = screen([NodeView("", "n", view)], Filters()).gpus[0]
+    assert row.util_percent == 65.0  # (3 * 80 + 1 * 20) / 4; the unweighted mean would say 50
+    assert row.pods[0].gpu == "0/MIG 1" and row.pods[0].util_percent is None
+
+
+def test_a_row_carries_every_condition_of_its_gpu_from_the_view() -> None:
+    base = {"gpu": "0", "UUID": "GPU-0", "Hostname": "n"}
+    held = {**base, "namespace": "ml", "pod": "nb-0", "container": "c"}
+    view = build_view([("DCGM_FI_DEV_GPU_UTIL", held, 3.0), ("DCGM_EXP_GPU_ALLOCATED", base, 1.0),
+                       ("DCGM_EXP_GPU_ALLOCATION_INFO", held, 1.0), ("DCGM_FI_DEV_GPU_TEMP", held, 90.0),
+                       ("DCGM_FI_DEV_SLOWDOWN_TEMP", held, 91.0)], history=CounterHistory())
+    row = screen([NodeView("", "n", view)], Filters()).gpus[0]
+    assert row.idle  # allocated and below IDLE_BELOW_PERCENT, the alert's threshold
+    assert [(cond.alert, cond.severity) for cond in row.conditions] == [
+        ("GpuTemperatureNearSlowdown", "critical"), ("GpuTemperatureHigh", "warning"),
+        ("GpuAllocatedButIdle", "warning")]
+    assert row.conditions[-1].text == "allocated, utilisation 3 % (idle below 5 %)"

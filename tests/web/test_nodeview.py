@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from exporter.web.nodeview import SCHEMA, build_view, view_json
+from exporter.conditions import CounterHistory
+from exporter.web.nodeview import SCHEMA, build, build_view, served, view_json
 
 GPU0 = {"gpu": "0", "UUID": "GPU-aaa", "pci_bus_id": "00000000:18:00.0", "device": "nvidia0",
         "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "node-a"}
@@ -67,8 +68,9 @@ def test_each_gpu_has_its_readings_health_xids_pods_and_mig_layout() -> None:
     assert gpu1["mig"] == [{"gpu_instance_id": 1, "profile": "3g.40gb", "memory_used_mib": 10_000.0,
                             "memory_total_mib": 40_000.0, "engine_active_percent": 50.0}]
     assert [(c["pod"], c["gpu_instance_id"]) for c in gpu1["containers"]] == [("mig-0", 1)]
-    # The MIG parent has no readings of its own: the sum of its instances' memory, their mean activity.
-    assert (gpu1["utilization_percent"], gpu1["memory_used_mib"], gpu1["memory_total_mib"]) == (50.0, 10_000, 40_000)
+    # The MIG parent has no readings of its own: its instances' memory used and their activity; its total
+    # is the GPU's, which this exposition does not carry (never the sum of the instances' totals).
+    assert (gpu1["utilization_percent"], gpu1["memory_used_mib"], gpu1["memory_total_mib"]) == (50.0, 10_000, None)
 
 
 def test_chip_readings_repeated_on_each_mig_instance_are_the_gpus_own() -> None:
@@ -108,3 +110,62 @@ def test_the_json_cannot_close_a_tag_or_script_whatever_a_pod_is_called() -> Non
     body = view_json(build_view(SAMPLES))
     assert b"<" not in body and b">" not in body and b"&" not in body
     assert json.loads(body)["gpus"][0]["containers"][1]["pod"] == "<b>x</b>"
+
+
+def test_each_gpu_lists_its_conditions_and_the_node_its_own() -> None:
+    """The conditions come from exporter.conditions (the alerts' definitions); an empty list when none."""
+    view = build_view([*SAMPLES, ("gpu_pod_exporter_kubelet_up", {}, 0.0), ("gpu_pod_exporter_nvml_up", {}, 1.0)],
+                      history=CounterHistory(), served_at=1_700_000_001.0, sampling_interval_s=1.0)
+    gpu0, gpu1 = view["gpus"]
+    assert gpu0["conditions"] == []
+    assert [(c["id"], c["alert"], c["severity"]) for c in gpu1["conditions"]] == [
+        ("fallen_off_bus", "GpuFallenOffBus", "critical")]
+    assert view["conditions"] == [{"id": "kubelet_down", "alert": "GpuPodExporterKubeletDown", "severity": "warning",
+                                   "text": "the kubelet's pod resources cannot be read: pod labels are missing or "
+                                           "outdated"}]
+
+
+def test_the_served_document_says_when_it_was_served_and_when_its_data_turns_stale() -> None:
+    """served_at is the server's clock: a client computes the data's age (served_at - sampled_at); past
+    stale_after_s (three sampling intervals) the node carries the samples_stale condition."""
+    built = build(SAMPLES, history=CounterHistory())
+    fresh = served(built, served_at=1_700_000_003.5, sampling_interval_s=1.0)
+    assert (fresh["served_at"], fresh["sampling_interval_s"], fresh["stale_after_s"]) == (1_700_000_003.5, 1.0, 3.0)
+    assert fresh["conditions"] == []
+    old = served(built, served_at=1_700_000_003.6, sampling_interval_s=1.0)
+    assert [(c["id"], c["alert"], c["text"]) for c in old["conditions"]] == [
+        ("samples_stale", "GpuPodExporterSamplesStale", "data is 3 s old (stale after 3 s: 3 sampling intervals)")]
+    unknown = build_view(SAMPLES, history=CounterHistory())  # `top` on /metrics: no interval, no age bound
+    assert unknown["sampling_interval_s"] is None and unknown["stale_after_s"] is None
+    assert unknown["conditions"] == [] and unknown["served_at"] > 0
+
+
+def test_a_mig_gpus_utilisation_is_weighted_by_slices_and_its_total_is_the_gpus_own() -> None:
+    big, small = {**MIG, "GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "1"}, {**MIG, "GPU_I_PROFILE": "1g.10gb",
+                                                                         "GPU_I_ID": "9"}
+    samples = [("DCGM_FI_PROF_GR_ENGINE_ACTIVE", big, 0.9), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", small, 0.1),
+               ("DCGM_FI_DEV_FB_USED", big, 30_000.0), ("DCGM_FI_DEV_FB_FREE", big, 10_000.0),
+               ("DCGM_FI_DEV_FB_USED", small, 1_000.0), ("DCGM_FI_DEV_FB_FREE", small, 9_000.0)]
+    gpu = build_view(samples, history=CounterHistory())["gpus"][0]
+    assert gpu["utilization_percent"] == 70.0  # (3 x 90 + 1 x 10) / 4, not the mean 50
+    assert (gpu["memory_used_mib"], gpu["memory_total_mib"]) == (31_000.0, None)  # not 50 000: the GPU's is unknown
+    with_total = build_view([*samples, ("DCGM_FI_DEV_FB_TOTAL", GPU1, 81_559.0)], history=CounterHistory())
+    assert with_total["gpus"][0]["memory_total_mib"] == 81_559.0
+    assert [m["memory_total_mib"] for m in with_total["gpus"][0]["mig"]] == [40_000.0, 10_000.0]
+
+
+def test_counter_conditions_read_the_history_of_earlier_views() -> None:
+    """An uncorrectable ECC error is "new" against the values an earlier view saw (one exposition alone
+    has no history); the time is the data's own, so rebuilding one exposition adds nothing."""
+    history = CounterHistory()
+
+    def at(when: float, dbe: float) -> list[dict[str, str]]:
+        samples = [("gpu_pod_exporter_last_sample_timestamp_seconds", {}, when),
+                   ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", GPU0, dbe)]
+        return build_view(samples, history=history)["gpus"][0]["conditions"]
+
+    assert at(1_000.0, 0.0) == [] and at(1_001.0, 0.0) == []
+    [hit] = at(1_002.0, 2.0)
+    assert (hit["alert"], hit["text"]) == ("GpuEccUncorrectableError",
+                                           "2 new uncorrectable ECC errors (volatile) in the last 2 s")
+    assert at(1_700.0, 2.0) == []  # none new in the last 10 minutes
