@@ -282,6 +282,12 @@ def kubeconfig_endpoint(kubeconfig: str | Path) -> ApiEndpoint | None:
         raise ApiConfigError(f"{path}: cluster {context.get('cluster')!r}: 'server' must be an http(s) URL, "
                              f"got {server!r}")
     base = path.parent
+    return ApiEndpoint(server=server, source=str(path), **_cluster_tls(cluster, base, path),
+                       **_user_credentials(user, str(context.get("user")), base, path))
+
+
+def _cluster_tls(cluster: dict[str, Any], base: Path, path: Path) -> dict[str, Any]:
+    """The ``ApiEndpoint`` fields of a kubeconfig cluster entry: its CA, verification and TLS server name."""
     ca_pem = None
     ca_file = None
     if cluster.get("certificate-authority-data"):
@@ -290,13 +296,19 @@ def kubeconfig_endpoint(kubeconfig: str | Path) -> ApiEndpoint | None:
     elif cluster.get("certificate-authority"):
         ca_file_path = Path(str(cluster["certificate-authority"]))
         ca_file = str(ca_file_path if ca_file_path.is_absolute() else base / ca_file_path)
+    return {"ca_file": ca_file, "ca_pem": ca_pem, "verify": not bool(cluster.get("insecure-skip-tls-verify")),
+            "tls_server_name": str(cluster["tls-server-name"]) if cluster.get("tls-server-name") else None}
+
+
+def _user_credentials(user: dict[str, Any], name: str, base: Path, path: Path) -> dict[str, Any]:
+    """The ``ApiEndpoint`` fields of a kubeconfig user entry: client certificate, token (file), basic auth."""
     cert = key = None
     if user.get("client-certificate-data") or user.get("client-certificate"):
         cert = (_decode_data(user["client-certificate-data"], path, "client-certificate-data")
                 if user.get("client-certificate-data")
                 else _read_file(base, user["client-certificate"], path, "client-certificate"))
         if not (user.get("client-key-data") or user.get("client-key")):
-            raise ApiConfigError(f"{path}: user {context.get('user')!r} has a client certificate but no client key")
+            raise ApiConfigError(f"{path}: user {name!r} has a client certificate but no client key")
         key = (_decode_data(user["client-key-data"], path, "client-key-data") if user.get("client-key-data")
                else _read_file(base, user["client-key"], path, "client-key"))
     token_file = None
@@ -304,12 +316,8 @@ def kubeconfig_endpoint(kubeconfig: str | Path) -> ApiEndpoint | None:
         token_path = Path(str(user["tokenFile"]))
         token_file = str(token_path if token_path.is_absolute() else base / token_path)
     basic = (str(user["username"]), str(user.get("password", ""))) if user.get("username") else None
-    return ApiEndpoint(server=server, source=str(path), ca_file=ca_file, ca_pem=ca_pem,
-                       verify=not bool(cluster.get("insecure-skip-tls-verify")),
-                       tls_server_name=str(cluster["tls-server-name"]) if cluster.get("tls-server-name") else None,
-                       client_cert_pem=cert, client_key_pem=key,
-                       token=str(user["token"]) if user.get("token") else None,
-                       token_file=token_file, basic_auth=basic)
+    return {"client_cert_pem": cert, "client_key_pem": key, "token": str(user["token"]) if user.get("token") else None,
+            "token_file": token_file, "basic_auth": basic}
 
 
 @contextlib.contextmanager

@@ -45,7 +45,7 @@ from exporter.nvml.inventory import Inventory, discover
 from exporter.nvml.mig import MIG_CHECK_INTERVAL_S, MigTracker
 from exporter.nvml.peaks import DEFAULT_WINDOW_S, DevicePeaks
 from exporter.nvml.plan import SamplingPlan
-from exporter.nvml.reads import chosen_reads
+from exporter.nvml.reads import READS, chosen_reads
 from exporter.nvml.reads.base import DeviceCycle, DeviceLostError, DeviceRead, DeviceState, NvmlDownError, ReadContext
 from exporter.snapshot import DeviceReading, InFlight, MigIdentity, SamplerStatus, Snapshot
 from exporter.supervisor import supervised
@@ -75,8 +75,10 @@ class Sampler:
         dependencies: Sequence[FieldSpec] = (),
         peak_window_s: float = DEFAULT_WINDOW_S,
         on_inventory: Callable[[Inventory], None] = lambda _inventory: None,
+        reads: Sequence[DeviceRead] = READS,
     ) -> None:
         self.plan = SamplingPlan.for_specs(specs, dependencies)
+        self.reads = tuple(reads)  # the kinds of read, in call order; the plan chooses which run each cycle
         self._next_plan: SamplingPlan | None = None  # set_specs: taken at the start of the next cycle
         self.mig_check_interval_s = mig_check_interval_s
         self.interval_s = interval_s
@@ -204,7 +206,7 @@ class Sampler:
         calls_before = self.nvml.total_calls
         readings: list[DeviceReading] = []
         context = self._context()
-        reads = chosen_reads(context)
+        reads = chosen_reads(context, self.reads)
         try:
             for state in self._states:
                 readings.append(self._sample_device(state, started, reads, context))

@@ -18,6 +18,8 @@ How to add a kind of NVML read: write ``exporter/nvml/reads/<kind>.py`` with a c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from exporter.nvml.reads.base import DeviceRead, ReadContext
 from exporter.nvml.reads.catalog_values import CatalogValuesRead
 from exporter.nvml.reads.field_values import FieldValuesRead
@@ -32,6 +34,6 @@ READS: tuple[DeviceRead, ...] = (MigLayoutRead(), NamedQueriesRead(), GpmRead(),
                                  CatalogValuesRead(), ProcessesRead(), MigInstancesRead())
 
 
-def chosen_reads(context: ReadContext, reads: tuple[DeviceRead, ...] = READS) -> tuple[DeviceRead, ...]:
+def chosen_reads(context: ReadContext, reads: Sequence[DeviceRead] = READS) -> tuple[DeviceRead, ...]:
     """The reads this cycle's plan and settings need, in order."""
     return tuple(read for read in reads if read.chosen(context))
