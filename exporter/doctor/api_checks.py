@@ -63,25 +63,19 @@ class _Answer:
     body: Any
 
 
-class _Requests:
-    """A GET and a POST of JSON over the exporter's own API client, one attempt each: an answer of any
-    status comes back as ``_Answer`` (the rows tell 403 from 404); no answer raises, as a list does."""
-
-    def __init__(self, lists: CoreV1ListMethods, timeout_s: float) -> None:
-        self.lists = lists
-        self.timeout_s = timeout_s
-
-    def request(self, method: str, path: str, body: Any = None) -> _Answer:
-        try:
-            response = self.lists.request(method, path, body=body, timeout=(self.timeout_s, self.timeout_s))
-        except ApiError as exc:
-            if not exc.status:
-                raise
-            return _Answer(exc.status, _json(exc.body))
-        try:
-            return _Answer(response.status, read_json(response))
-        except ApiError:  # not JSON: the rows say "cannot tell"
-            return _Answer(response.status, None)
+def _ask(lists: CoreV1ListMethods, timeout_s: float, method: str, path: str, body: Any = None) -> _Answer:
+    """One request of the exporter's own API client, one attempt: an answer of any status comes back as
+    ``_Answer`` (the rows tell 403 from 404); no answer raises, as a list does."""
+    try:
+        response = lists.request(method, path, body=body, timeout=(timeout_s, timeout_s))
+    except ApiError as exc:
+        if not exc.status:
+            raise
+        return _Answer(exc.status, _json(exc.body))
+    try:
+        return _Answer(response.status, read_json(response))
+    except ApiError:  # not JSON: the rows say "cannot tell"
+        return _Answer(response.status, None)
 
 
 def _json(data: bytes) -> Any:
@@ -133,9 +127,8 @@ def check_api(config: Config, timeout_s: float) -> list[Row]:
     else:
         pods = listed.value
         rows.append(ok(SECTION, "connection", f"reachable: lists {pods} pods on node {node}", pods=pods))
-    requests = _Requests(lists, timeout_s)
-    rows.extend(_access_rows(requests, required_access(config), timeout_s))
-    rows.append(_node_row(config, node, pods, requests, timeout_s))
+    rows.extend(_access_rows(lists, required_access(config), timeout_s))
+    rows.append(_node_row(config, node, pods, lists, timeout_s))
     return rows
 
 
@@ -158,14 +151,14 @@ def _request_failed(check: str, resource: str, error: BaseException) -> Row:
     return failed(SECTION, check, message, "the API server answered with an error; see its message", kind=kind)
 
 
-def _access_rows(requests: _Requests, wanted: list[dict[str, str]], timeout_s: float) -> list[Row]:
+def _access_rows(lists: CoreV1ListMethods, wanted: list[dict[str, str]], timeout_s: float) -> list[Row]:
     rows: list[Row] = []
     for attributes in wanted:
         where = f" {attributes['namespace']}/{attributes['name']}" if "name" in attributes else ""
         check = f"access {attributes['verb']} {attributes['resource']}{where}"
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                   "spec": {"resourceAttributes": attributes}}
-        answered = run_with_deadline(_call(requests, "POST", ACCESS_REVIEW_PATH, review), timeout_s + 1.0,
+        answered = run_with_deadline(_call(lists, timeout_s, "POST", ACCESS_REVIEW_PATH, review), timeout_s + 1.0,
                                      "doctor-api-access")
         if not answered.finished:
             rows.append(failed(SECTION, check, f"SelfSubjectAccessReview did not answer within {timeout_s:g} s",
@@ -196,11 +189,13 @@ def _reason(status: dict[str, Any]) -> str:
     return f" ({reason})" if reason else ""
 
 
-def _call(requests: _Requests, method: str, path: str, body: Any = None) -> Callable[[], _Answer]:
-    return lambda: requests.request(method, path, body)
+def _call(lists: CoreV1ListMethods, timeout_s: float, method: str, path: str, body: Any = None
+          ) -> Callable[[], _Answer]:
+    return lambda: _ask(lists, timeout_s, method, path, body)
 
 
-def _node_row(config: Config, node: str, pods: int | None, requests: _Requests, timeout_s: float) -> Row:
+def _node_row(config: Config, node: str, pods: int | None, lists: CoreV1ListMethods, timeout_s: float
+              ) -> Row:
     data = {"node": node, "from": "NODE_NAME" if config.node_name else "hostname"}
     if not config.node_name:
         unset = (f"NODE_NAME is not set: the pod watch uses this machine's hostname {node!r}, which differs from "
@@ -212,7 +207,8 @@ def _node_row(config: Config, node: str, pods: int | None, requests: _Requests, 
         return ok(SECTION, "node", f"node {node} has {pods} pods (NODE_NAME)", **data)
     if pods is None:
         return skipped(SECTION, "node", f"not checked: listing pods on {node} failed", **data)
-    answered = run_with_deadline(_call(requests, "GET", f"/api/v1/nodes/{node}"), timeout_s + 1.0, "doctor-api-node")
+    answered = run_with_deadline(_call(lists, timeout_s, "GET", f"/api/v1/nodes/{node}"), timeout_s + 1.0,
+                                 "doctor-api-node")
     status = answered.value.status if answered.finished and answered.value is not None else 0
     if status == 404:
         return failed(SECTION, "node", f"there is no Node named {node!r}", NODE_HINT, **data)

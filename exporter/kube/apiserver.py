@@ -28,11 +28,12 @@ and the doctor (``SelfSubjectAccessReview``) all send through ``request`` of the
 ``build_lists`` chooses. Requests carry the same query parameters, ``Accept`` header and bearer token
 the generated client sends, and the exporter's ``User-Agent``; urllib3's own retries are off. A
 non-2xx answer raises ``ApiError`` (``ApiConflictError`` for 409) with ``status``, ``reason``, the
-body and the server's ``Retry-After`` (``retry_after_seconds``, the one parser), whichever transport
-sent the request; anything else that stops a request becomes an ``ApiError`` with status 0 through
-``as_api_error``. The one retry policy for single calls (``call_with_retries``: transient failures
-retried in the windows of ``exporter.backoff``, ``Retry-After`` honoured) is here too; the watch loop
-paces its relists with the same ``exporter.backoff``. This module imports nothing else of ``exporter.kube``.
+body and the server's ``Retry-After`` (read by ``exporter.backoff.retry_after_seconds``, the one
+parser), whichever transport sent the request; anything else that stops a request becomes an
+``ApiError`` with status 0 through ``as_api_error``. The one retry policy for single calls
+(``call_with_retries``: transient failures retried in the windows of ``exporter.backoff``,
+``Retry-After`` honoured) is here too; the watch loop paces its relists with the same
+``exporter.backoff``. This module imports nothing else of ``exporter.kube``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ import base64
 import binascii
 import contextlib
 import json
-import math
 import os
 import random
 import ssl
@@ -58,7 +58,7 @@ from urllib.parse import urlencode, urlsplit
 import urllib3
 
 from exporter import __version__, safeyaml
-from exporter.backoff import Backoff, BackoffPolicy
+from exporter.backoff import Backoff, BackoffPolicy, retry_after_seconds
 from exporter.inputfile import InputFileError, read_text
 from exporter.logs import get_logger
 
@@ -446,18 +446,6 @@ def read_json(response: Any) -> Any:
         return json.loads(data or b"null")
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ApiError(0, f"the API server answered something that is not JSON: {exc}") from None
-
-
-def retry_after_seconds(value: Any) -> float | None:
-    """A ``Retry-After`` header in seconds (the form the API server sends); None when absent, a date,
-    negative or not finite. The one parser of the header for every Kubernetes request."""
-    if value is None:
-        return None
-    try:
-        seconds = float(str(value).strip())
-    except ValueError:
-        return None
-    return seconds if seconds >= 0 and math.isfinite(seconds) else None
 
 
 def call_with_retries(what: str, request: Callable[[], T], policy: BackoffPolicy, *, attempts: int,
