@@ -118,10 +118,6 @@ class ApiError(Exception):
         return self.reason
 
     @property
-    def retry_after_s(self) -> float | None:
-        return self.retry_after
-
-    @property
     def detail(self) -> str:
         with contextlib.suppress(TypeError, ValueError, AttributeError):
             text = json.loads(self.body).get("message") if self.body else None
