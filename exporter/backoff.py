@@ -36,10 +36,12 @@ passes ``now`` from its own clock, so tests of retry loops are deterministic and
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -115,3 +117,18 @@ class Backoff:
         with self._lock:
             self._failures = 0
             self._window_end = None
+
+
+def retry_after_seconds(value: Any) -> float | None:
+    """A ``Retry-After`` header value in seconds, as ``Backoff.failed`` takes it: the one parser of the header.
+
+    Servers we retry against (the API server, Prometheus behind a proxy) send whole seconds; None when
+    the header is absent, an HTTP date, negative or not finite (the window then follows the policy alone).
+    """
+    if value is None:
+        return None
+    try:
+        seconds = float(str(value).strip())
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 and math.isfinite(seconds) else None

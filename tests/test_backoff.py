@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from exporter.backoff import Backoff, BackoffPolicy
+from exporter.backoff import Backoff, BackoffPolicy, retry_after_seconds
 from exporter.kube.reflector import WatchTimeouts
 
 DEFAULT = WatchTimeouts().backoff_policy()
@@ -95,3 +95,12 @@ def test_a_bad_policy_is_refused() -> None:
         BackoffPolicy(initial_s=5.0, max_s=1.0)
     with pytest.raises(ValueError, match="start at 1"):
         DEFAULT.window(0)
+
+
+@pytest.mark.parametrize(("header", "seconds"), [
+    ("7", 7.0), (" 2.5 ", 2.5), ("0", 0.0), (None, None), ("-1", None), ("inf", None), ("nan", None),
+    ("Wed, 21 Oct 2015 07:28:00 GMT", None), ("", None),
+])
+def test_the_one_retry_after_parser_takes_seconds_only(header: str | None, seconds: float | None) -> None:
+    """Every Kubernetes request reads the header here; a date, a negative or an infinite value is no window."""
+    assert retry_after_seconds(header) == seconds

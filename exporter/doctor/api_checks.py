@@ -1,8 +1,8 @@
 """The Kubernetes API server: reachable, how the exporter authenticates, RBAC, and the node name.
 
 The connection is the exporter's own (``exporter.kube.apiserver.build_lists``: in-cluster service
-account or the kubeconfig, same TLS and credentials); the doctor adds only a POST for
-``SelfSubjectAccessReview``, which asks the API server whether *these* credentials may do each
+account or the kubeconfig, same TLS and credentials, the one client's ``request``); the doctor adds
+only a POST for ``SelfSubjectAccessReview``, which asks the API server whether *these* credentials may do each
 thing the exporter needs. Any authenticated identity may create one (``system:basic-user``), so it
 answers even when the exporter's own RBAC is missing, and it names the missing verb precisely
 where a failing watch only says 403.
@@ -16,13 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import urllib3
-
 from exporter.config import Config
 from exporter.doctor.deadline import run_with_deadline
 from exporter.doctor.report import Row, degraded, failed, ok, skipped
-from exporter.kube.apiserver import ApiEndpoint, HttpLists, build_lists
-from exporter.kube.metadata import CoreV1Lists, describe_api_error
+from exporter.kube.apiserver import ApiError, CoreV1ListMethods, HttpLists, build_lists, read_json
+from exporter.kube.metadata import describe_api_error
 from exporter.kube.resourceslices import API_GROUP as DRA_GROUP
 from exporter.kube.resourceslices import RESOURCE as DRA_RESOURCE
 
@@ -65,44 +63,19 @@ class _Answer:
     body: Any
 
 
-class _Requests:
-    """A GET and a POST of JSON over the exporter's own API connection (whichever kind it built)."""
-
-    def __init__(self, lists: Any, timeout_s: float) -> None:
-        self.lists = lists
-        self.timeout_s = timeout_s
-        self._pool: urllib3.PoolManager | None = None
-        if isinstance(lists, HttpLists):
-            self._pool = _ReviewPool(lists.endpoint).pool
-
-    @property
-    def supported(self) -> bool:
-        return self._pool is not None or isinstance(self.lists, CoreV1Lists)
-
-    def request(self, method: str, path: str, body: Any = None) -> _Answer:
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Accept": "application/json", "Content-Type": "application/json", "User-Agent": "gpu-pod-exporter"}
-        if self._pool is not None:
-            endpoint: ApiEndpoint = self.lists.endpoint
-            authorization = endpoint.authorization()
-            if authorization:
-                headers["Authorization"] = authorization
-            response = self._pool.request(method, endpoint.server + path, body=data, headers=headers, retries=False,
-                                          timeout=urllib3.Timeout(connect=self.timeout_s, read=self.timeout_s))
-            return _Answer(response.status, _json(response.data))
-        api_client = self.lists.api_client
-        serialized = api_client.param_serialize(method, path, body=body, header_params=headers,
-                                                auth_settings=["BearerToken"])
-        response = api_client.call_api(*serialized, _request_timeout=(self.timeout_s, self.timeout_s))
-        return _Answer(response.status, _json(response.read()))
-
-
-class _ReviewPool(HttpLists):
-    """The exporter's connection settings (TLS, CA, client certificate) as a pool the doctor may POST with."""
-
-    @property
-    def pool(self) -> urllib3.PoolManager:
-        return self._pool
+def _ask(lists: CoreV1ListMethods, timeout_s: float, method: str, path: str, body: Any = None) -> _Answer:
+    """One request of the exporter's own API client, one attempt: an answer of any status comes back as
+    ``_Answer`` (the rows tell 403 from 404); no answer raises, as a list does."""
+    try:
+        response = lists.request(method, path, body=body, timeout=(timeout_s, timeout_s))
+    except ApiError as exc:
+        if not exc.status:
+            raise
+        return _Answer(exc.status, _json(exc.body))
+    try:
+        return _Answer(response.status, read_json(response))
+    except ApiError:  # not JSON: the rows say "cannot tell"
+        return _Answer(response.status, None)
 
 
 def _json(data: bytes) -> Any:
@@ -137,6 +110,7 @@ def check_api(config: Config, timeout_s: float) -> list[Row]:
         error = str(built.error) if built.error is not None else f"not ready within {timeout_s:g} s"
         return [failed(SECTION, "connection", f"not configured: {error}", CONFIG_HINT)]
     lists = built.value
+    assert lists is not None  # finished without an error
     rows = [ok(SECTION, "authentication", describe_auth(lists))]
     node = config.node_name or socket.gethostname()
     listed = run_with_deadline(lambda: _pods_on_node(lists, node, timeout_s), timeout_s + 1.0, "doctor-api-list")
@@ -153,24 +127,16 @@ def check_api(config: Config, timeout_s: float) -> list[Row]:
     else:
         pods = listed.value
         rows.append(ok(SECTION, "connection", f"reachable: lists {pods} pods on node {node}", pods=pods))
-    try:
-        requests = _Requests(lists, timeout_s)
-    except Exception as exc:  # noqa: BLE001 - TLS material that loaded once cannot fail twice, but say so if it does
-        rows.append(failed(SECTION, "access", f"cannot send requests: {exc}", CONFIG_HINT))
-        return rows
-    rows.extend(_access_rows(requests, required_access(config), timeout_s))
-    rows.append(_node_row(config, node, pods, requests, timeout_s))
+    rows.extend(_access_rows(lists, required_access(config), timeout_s))
+    rows.append(_node_row(config, node, pods, lists, timeout_s))
     return rows
 
 
 def _pods_on_node(lists: Any, node: str, timeout_s: float) -> int:
     response = lists.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}",
                                                  _request_timeout=(timeout_s, timeout_s))
-    try:
-        body = json.loads(response.read())
-    finally:
-        response.release_conn()
-    return len(body.get("items") or ())
+    body = read_json(response)
+    return len(body.get("items") or ()) if isinstance(body, dict) else 0
 
 
 def _request_failed(check: str, resource: str, error: BaseException) -> Row:
@@ -185,17 +151,14 @@ def _request_failed(check: str, resource: str, error: BaseException) -> Row:
     return failed(SECTION, check, message, "the API server answered with an error; see its message", kind=kind)
 
 
-def _access_rows(requests: _Requests, wanted: list[dict[str, str]], timeout_s: float) -> list[Row]:
-    if not requests.supported:
-        return [skipped(SECTION, "access", "SelfSubjectAccessReview not sent: this kubernetes package release is "
-                        "too old for the doctor's requests")]
+def _access_rows(lists: CoreV1ListMethods, wanted: list[dict[str, str]], timeout_s: float) -> list[Row]:
     rows: list[Row] = []
     for attributes in wanted:
         where = f" {attributes['namespace']}/{attributes['name']}" if "name" in attributes else ""
         check = f"access {attributes['verb']} {attributes['resource']}{where}"
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                   "spec": {"resourceAttributes": attributes}}
-        answered = run_with_deadline(_call(requests, "POST", ACCESS_REVIEW_PATH, review), timeout_s + 1.0,
+        answered = run_with_deadline(_call(lists, timeout_s, "POST", ACCESS_REVIEW_PATH, review), timeout_s + 1.0,
                                      "doctor-api-access")
         if not answered.finished:
             rows.append(failed(SECTION, check, f"SelfSubjectAccessReview did not answer within {timeout_s:g} s",
@@ -226,11 +189,13 @@ def _reason(status: dict[str, Any]) -> str:
     return f" ({reason})" if reason else ""
 
 
-def _call(requests: _Requests, method: str, path: str, body: Any = None) -> Callable[[], _Answer]:
-    return lambda: requests.request(method, path, body)
+def _call(lists: CoreV1ListMethods, timeout_s: float, method: str, path: str, body: Any = None
+          ) -> Callable[[], _Answer]:
+    return lambda: _ask(lists, timeout_s, method, path, body)
 
 
-def _node_row(config: Config, node: str, pods: int | None, requests: _Requests, timeout_s: float) -> Row:
+def _node_row(config: Config, node: str, pods: int | None, lists: CoreV1ListMethods, timeout_s: float
+              ) -> Row:
     data = {"node": node, "from": "NODE_NAME" if config.node_name else "hostname"}
     if not config.node_name:
         unset = (f"NODE_NAME is not set: the pod watch uses this machine's hostname {node!r}, which differs from "
@@ -240,9 +205,10 @@ def _node_row(config: Config, node: str, pods: int | None, requests: _Requests, 
         return failed(SECTION, "node", f"{unset}; no pod is on a node of that name", NODE_HINT, **data)
     if pods:
         return ok(SECTION, "node", f"node {node} has {pods} pods (NODE_NAME)", **data)
-    if pods is None or not requests.supported:
+    if pods is None:
         return skipped(SECTION, "node", f"not checked: listing pods on {node} failed", **data)
-    answered = run_with_deadline(_call(requests, "GET", f"/api/v1/nodes/{node}"), timeout_s + 1.0, "doctor-api-node")
+    answered = run_with_deadline(_call(lists, timeout_s, "GET", f"/api/v1/nodes/{node}"), timeout_s + 1.0,
+                                 "doctor-api-node")
     status = answered.value.status if answered.finished and answered.value is not None else 0
     if status == 404:
         return failed(SECTION, "node", f"there is no Node named {node!r}", NODE_HINT, **data)

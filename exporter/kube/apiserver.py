@@ -22,10 +22,18 @@ An ``exec`` plugin or an ``auth-provider`` gets credentials by running a program
 runs none unless ``--kubeconfig-allow-exec`` is given (``credential_plugins`` finds them, in every
 file of a list, and the refusal names the file, the user and the program).
 
-Requests carry the same query parameters, ``Accept`` header and bearer token the generated client
-sends; urllib3's own retries are off (the watch loop has its own backoff and state reporting); a
-non-2xx answer raises ``ApiStatusError`` with ``status``, ``reason`` and the server's ``Retry-After``,
-whichever transport sent the request. This module imports nothing else of ``exporter.kube``.
+This is the project's one Kubernetes API client: the exporter's reflectors (lists and watches,
+``exporter.kube.reflector``), the remediator and ``report quota`` (writes, ``exporter.remediate.kubeapi``)
+and the doctor (``SelfSubjectAccessReview``) all send through ``request`` of the transport
+``build_lists`` chooses. Requests carry the same query parameters, ``Accept`` header and bearer token
+the generated client sends, and the exporter's ``User-Agent``; urllib3's own retries are off. A
+non-2xx answer raises ``ApiError`` (``ApiConflictError`` for 409) with ``status``, ``reason``, the
+body and the server's ``Retry-After`` (read by ``exporter.backoff.retry_after_seconds``, the one
+parser), whichever transport sent the request; anything else that stops a request becomes an
+``ApiError`` with status 0 through ``as_api_error``. The one retry policy for single calls
+(``call_with_retries``: transient failures retried in the windows of ``exporter.backoff``,
+``Retry-After`` honoured) is here too; the watch loop paces its relists with the same
+``exporter.backoff``. This module imports nothing else of ``exporter.kube``.
 """
 
 from __future__ import annotations
@@ -33,20 +41,30 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import json
 import os
+import random
 import ssl
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlencode, urlsplit
 
 import urllib3
 
 from exporter import __version__, safeyaml
+from exporter.backoff import Backoff, BackoffPolicy, retry_after_seconds
 from exporter.inputfile import InputFileError, read_text
+from exporter.logs import get_logger
+
+log = get_logger("kube.client")
+
+T = TypeVar("T")
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -59,7 +77,14 @@ QUERY_NAMES: Mapping[str, str] = MappingProxyType({
     "resource_version": "resourceVersion",
     "resource_version_match": "resourceVersionMatch",
     "timeout_seconds": "timeoutSeconds",
+    "field_manager": "fieldManager",
+    "force": "force",
+    "dry_run": "dryRun",
 })
+
+# Answers worth another attempt: throttled (429) or the server (or a proxy in front) failing for now.
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+JSON = "application/json"
 
 KNOWN_CLUSTER_KEYS = frozenset({"server", "certificate-authority", "certificate-authority-data",
                                 "insecure-skip-tls-verify", "tls-server-name", "extensions"})
@@ -71,19 +96,50 @@ class ApiConfigError(Exception):
     """The API server cannot be reached as configured (the message says which file and key)."""
 
 
-class ApiStatusError(Exception):
-    """The API server answered with a non-2xx status (``status`` e.g. 410, ``reason`` e.g. Gone).
+class ApiError(Exception):
+    """A request failed: the API server answered ``status`` (e.g. 410, ``reason`` e.g. Gone), or, with
+    status 0, no answer came (connection refused, timeout, an answer that is not JSON).
 
-    ``retry_after`` is the ``Retry-After`` header in seconds (429 from API Priority and Fairness,
-    504 for a resourceVersion the server has not reached), None without one.
+    ``body`` is the answer's body (a ``Status`` object as JSON, at most 64 KiB); ``retry_after`` the
+    ``Retry-After`` header in seconds (429 from API Priority and Fairness, 504 for a resourceVersion
+    the server has not reached), None without one. ``message`` is ``reason`` as given; ``detail``
+    the ``Status`` message of the body when there is one (what a person needs: "nodes is forbidden: ...").
     """
 
     def __init__(self, status: int, reason: str, body: bytes = b"", retry_after: float | None = None) -> None:
-        super().__init__(f"({status}) {reason}")
+        super().__init__(f"({status}) {reason}" if status else reason)
         self.status = status
         self.reason = reason
         self.body = body
         self.retry_after = retry_after
+
+    @property
+    def message(self) -> str:
+        return self.reason
+
+    @property
+    def detail(self) -> str:
+        with contextlib.suppress(TypeError, ValueError, AttributeError):
+            text = json.loads(self.body).get("message") if self.body else None
+            if text:
+                return str(text)
+        return self.reason
+
+
+class ApiConflictError(ApiError):
+    """409: the object changed since it was read, or (for a create) it exists already."""
+
+
+def status_error(status: int, reason: str, body: bytes = b"", retry_after: float | None = None) -> ApiError:
+    """The error for a non-2xx answer: ``ApiConflictError`` for 409, ``ApiError`` for the rest."""
+    return (ApiConflictError if status == 409 else ApiError)(status, reason, body, retry_after)
+
+
+def as_api_error(exc: BaseException) -> ApiError:
+    """Anything a request raised -> ``ApiError``: itself, or status 0 naming the exception (no answer)."""
+    if isinstance(exc, ApiError):
+        return exc
+    return ApiError(0, f"{type(exc).__name__}: {exc}")
 
 
 @dataclass(frozen=True)
@@ -222,6 +278,12 @@ def kubeconfig_endpoint(kubeconfig: str | Path) -> ApiEndpoint | None:
         raise ApiConfigError(f"{path}: cluster {context.get('cluster')!r}: 'server' must be an http(s) URL, "
                              f"got {server!r}")
     base = path.parent
+    return ApiEndpoint(server=server, source=str(path), **_cluster_tls(cluster, base, path),
+                       **_user_credentials(user, str(context.get("user")), base, path))
+
+
+def _cluster_tls(cluster: dict[str, Any], base: Path, path: Path) -> dict[str, Any]:
+    """The ``ApiEndpoint`` fields of a kubeconfig cluster entry: its CA, verification and TLS server name."""
     ca_pem = None
     ca_file = None
     if cluster.get("certificate-authority-data"):
@@ -230,13 +292,19 @@ def kubeconfig_endpoint(kubeconfig: str | Path) -> ApiEndpoint | None:
     elif cluster.get("certificate-authority"):
         ca_file_path = Path(str(cluster["certificate-authority"]))
         ca_file = str(ca_file_path if ca_file_path.is_absolute() else base / ca_file_path)
+    return {"ca_file": ca_file, "ca_pem": ca_pem, "verify": not bool(cluster.get("insecure-skip-tls-verify")),
+            "tls_server_name": str(cluster["tls-server-name"]) if cluster.get("tls-server-name") else None}
+
+
+def _user_credentials(user: dict[str, Any], name: str, base: Path, path: Path) -> dict[str, Any]:
+    """The ``ApiEndpoint`` fields of a kubeconfig user entry: client certificate, token (file), basic auth."""
     cert = key = None
     if user.get("client-certificate-data") or user.get("client-certificate"):
         cert = (_decode_data(user["client-certificate-data"], path, "client-certificate-data")
                 if user.get("client-certificate-data")
                 else _read_file(base, user["client-certificate"], path, "client-certificate"))
         if not (user.get("client-key-data") or user.get("client-key")):
-            raise ApiConfigError(f"{path}: user {context.get('user')!r} has a client certificate but no client key")
+            raise ApiConfigError(f"{path}: user {name!r} has a client certificate but no client key")
         key = (_decode_data(user["client-key-data"], path, "client-key-data") if user.get("client-key-data")
                else _read_file(base, user["client-key"], path, "client-key"))
     token_file = None
@@ -244,12 +312,8 @@ def kubeconfig_endpoint(kubeconfig: str | Path) -> ApiEndpoint | None:
         token_path = Path(str(user["tokenFile"]))
         token_file = str(token_path if token_path.is_absolute() else base / token_path)
     basic = (str(user["username"]), str(user.get("password", ""))) if user.get("username") else None
-    return ApiEndpoint(server=server, source=str(path), ca_file=ca_file, ca_pem=ca_pem,
-                       verify=not bool(cluster.get("insecure-skip-tls-verify")),
-                       tls_server_name=str(cluster["tls-server-name"]) if cluster.get("tls-server-name") else None,
-                       client_cert_pem=cert, client_key_pem=key,
-                       token=str(user["token"]) if user.get("token") else None,
-                       token_file=token_file, basic_auth=basic)
+    return {"client_cert_pem": cert, "client_key_pem": key, "token": str(user["token"]) if user.get("token") else None,
+            "token_file": token_file, "basic_auth": basic}
 
 
 @contextlib.contextmanager
@@ -285,19 +349,25 @@ def ssl_context_for(endpoint: ApiEndpoint) -> ssl.SSLContext:
 
 
 class CoreV1ListMethods:
-    """The request side every API transport shares: ``get(path, query, timeout)``, plus
-    ``list_pod_for_all_namespaces`` and ``list_namespace`` with CoreV1Api's keyword arguments.
+    """The request side every API transport shares: ``request(method, path, query, body=, content_type=,
+    timeout=)``, ``get(path, query, timeout)`` for lists and watches, plus ``list_pod_for_all_namespaces``,
+    ``list_namespace`` and ``read_namespaced_config_map`` with CoreV1Api's keyword arguments.
 
-    ``get`` returns the urllib3 response unread (the caller parses a list or streams a watch) and
-    raises ``ApiStatusError`` for a non-2xx answer; ``timeout`` is ``(connect_s, read_s)``.
+    ``request`` returns the urllib3 response unread (the caller parses a list with ``read_json`` or
+    streams a watch) and raises ``ApiError`` for a non-2xx answer; ``timeout`` is ``(connect_s, read_s)``;
+    a ``body`` is sent as JSON with ``content_type`` (JSON unless a patch type is named).
     ``user_agent`` names the exporter and its node in the API server's audit log, so an operator
     can see which node sends what (``gpu-pod-exporter/<version> node/<node>``).
     """
 
     user_agent = f"gpu-pod-exporter/{__version__}"
 
-    def get(self, path: str, query: Sequence[tuple[str, str]], timeout: Any) -> Any:
+    def request(self, method: str, path: str, query: Sequence[tuple[str, str]] = (), *, body: Any = None,
+                content_type: str | None = None, timeout: Any = None) -> Any:
         raise NotImplementedError
+
+    def get(self, path: str, query: Sequence[tuple[str, str]], timeout: Any) -> Any:
+        return self.request("GET", path, query, timeout=timeout)
 
     def list_pod_for_all_namespaces(self, **kwargs: Any) -> Any:
         return self._get("/api/v1/pods", kwargs)
@@ -315,7 +385,7 @@ class CoreV1ListMethods:
 
 
 class HttpLists(CoreV1ListMethods):
-    """GET requests over urllib3 with an ``ApiEndpoint``'s TLS settings and credentials."""
+    """Requests over urllib3 with an ``ApiEndpoint``'s TLS settings and credentials."""
 
     def __init__(self, endpoint: ApiEndpoint, pool_factory: Callable[..., urllib3.PoolManager] = urllib3.PoolManager
                  ) -> None:
@@ -330,37 +400,78 @@ class HttpLists(CoreV1ListMethods):
                 options["assert_hostname"] = False
         self._pool = pool_factory(**options)
 
-    def get(self, path: str, query: Sequence[tuple[str, str]], timeout: Any) -> Any:
+    def request(self, method: str, path: str, query: Sequence[tuple[str, str]] = (), *, body: Any = None,
+                content_type: str | None = None, timeout: Any = None) -> Any:
         url = self.endpoint.server + path + (f"?{urlencode(query)}" if query else "")
-        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
+        headers = {"Accept": JSON, "User-Agent": self.user_agent}
         authorization = self.endpoint.authorization()
         if authorization:
             headers["Authorization"] = authorization
-        if isinstance(timeout, tuple):
-            request_timeout: Any = urllib3.Timeout(connect=timeout[0], read=timeout[1])
-        else:
-            request_timeout = urllib3.Timeout(total=timeout) if timeout else urllib3.Timeout()
-        response = self._pool.request("GET", url, headers=headers, preload_content=False,
-                                      timeout=request_timeout, retries=False)
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()  # JSON is YAML too: an apply-patch+yaml body goes as JSON
+            headers["Content-Type"] = content_type or JSON
+        response = self._pool.request(method, url, body=data, headers=headers, preload_content=False,
+                                      timeout=_urllib3_timeout(timeout), retries=False)
         if not 200 <= response.status <= 299:
             try:
-                body = response.read(64 * 1024)
+                answer = response.read(64 * 1024)
             finally:
                 response.release_conn()
-            raise ApiStatusError(response.status, response.reason or "", body,
-                                 retry_after_seconds(response.headers.get("Retry-After")))
+            raise status_error(response.status, response.reason or "", answer,
+                               retry_after_seconds(response.headers.get("Retry-After")))
         return response
 
 
-def retry_after_seconds(value: Any) -> float | None:
-    """A ``Retry-After`` header in seconds (the form the API server sends); None when absent or a date."""
-    if value is None:
-        return None
+def _urllib3_timeout(timeout: Any) -> urllib3.Timeout:
+    """``(connect_s, read_s)`` or a total in seconds (None: urllib3's default), as the generated client reads it."""
+    if isinstance(timeout, tuple):
+        return urllib3.Timeout(connect=timeout[0], read=timeout[1])
+    return urllib3.Timeout(total=timeout) if timeout else urllib3.Timeout()
+
+
+def read_json(response: Any) -> Any:
+    """The whole body of an unread response as JSON (the connection goes back to the pool);
+    ``ApiError`` (status 0) when it is not JSON."""
     try:
-        seconds = float(str(value).strip())
-    except ValueError:
-        return None
-    return seconds if seconds >= 0 else None
+        data = response.read()
+    finally:
+        with contextlib.suppress(AttributeError):
+            response.release_conn()
+    try:
+        return json.loads(data or b"null")
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(0, f"the API server answered something that is not JSON: {exc}") from None
+
+
+def call_with_retries(what: str, request: Callable[[], T], policy: BackoffPolicy, *, attempts: int,
+                      stop: threading.Event, random_fraction: Callable[[], float] = random.random,
+                      clock: Callable[[], float] = time.monotonic) -> T:
+    """``request()`` under the client's one retry policy for single calls.
+
+    Transient failures (no answer, 429, 500, 502, 503, 504) are tried again, one attempt in each
+    jittered window of ``policy`` (``exporter.backoff``; a ``Retry-After`` moves the window behind it),
+    up to ``attempts`` in all, then raised as ``ApiError`` naming ``what``. A 409
+    (``ApiConflictError``) and every other answer (403 RBAC, 404, 422) are raised at once: another
+    attempt would get the same. ``stop`` ends the waiting (shutdown).
+    """
+    attempt = 0
+    backoff = Backoff(policy, random_fraction)
+    while True:
+        try:
+            return request()
+        except Exception as exc:  # noqa: BLE001 - sorted right below; nothing else escapes
+            error = as_api_error(exc)
+        if isinstance(error, ApiConflictError) or error.status not in TRANSIENT_STATUSES | {0}:
+            raise error from None
+        attempt += 1
+        if attempt >= attempts:
+            raise ApiError(error.status, f"{what}: giving up after {attempt} attempts: {error.reason}") from None
+        delay = backoff.failed(clock(), error.retry_after)
+        log.debug("retrying", extra={"fields": {"call": what, "attempt": attempt, "delay_s": round(delay, 2),
+                                                 "error": str(error)}})
+        if stop.wait(delay):
+            raise ApiError(error.status, f"{what}: stopped while retrying: {error.reason}") from None
 
 
 def split_request_arguments(kwargs: Mapping[str, Any]) -> tuple[Any, list[tuple[str, str]]]:
@@ -380,8 +491,8 @@ def _query_value(value: Any) -> str:
     return str(value)
 
 
-def build_lists(kubeconfig: str, *, allow_exec: bool = False) -> Any:
-    """The list/watch client for this configuration: ``HttpLists`` unless only the kubernetes package can do it."""
+def build_lists(kubeconfig: str, *, allow_exec: bool = False) -> CoreV1ListMethods:
+    """The client for this configuration: ``HttpLists`` unless only the kubernetes package can do it."""
     if not kubeconfig:
         return HttpLists(in_cluster_endpoint())
     if os.pathsep in kubeconfig:  # a KUBECONFIG list: merging files is the kubernetes package's job
@@ -416,15 +527,15 @@ def build_core_v1_api(kubeconfig: str) -> CoreV1Lists:
 
 
 class CoreV1Lists(CoreV1ListMethods):
-    """GET requests through the kubernetes package's ``ApiClient``, without its generated ``CoreV1Api``.
+    """Requests through the kubernetes package's ``ApiClient``, without its generated ``CoreV1Api``.
 
     Why: importing the generated ``kubernetes.client.api.core_v1_api`` module builds the pydantic
     validators of all ~250 model classes its signatures mention, about 22 MiB of resident memory
-    (a fifth of the exporter's footprint with ``-k``; measured by ``python -m bench``), for GET
-    endpoints whose JSON the watch loop parses itself. The requests go through the same
+    (a fifth of the exporter's footprint with ``-k``; measured by ``python -m bench``), for endpoints
+    whose JSON the callers parse themselves. The requests go through the same
     ``ApiClient`` (configuration, authentication, TLS, URL building, timeouts) exactly as the
     generated methods send them with ``_preload_content=False``: the urllib3 response comes back
-    unread. A non-2xx answer raises ``ApiStatusError``, as on the urllib3 path, so the watch loop
+    unread. A non-2xx answer raises ``ApiError``, as on the urllib3 path, so every caller
     sees one error type whatever the transport. Older kubernetes releases (the older generator,
     without ``ApiClient.param_serialize``) take the same path through their ``call_api``.
     """
@@ -432,28 +543,31 @@ class CoreV1Lists(CoreV1ListMethods):
     def __init__(self, api_client: Any) -> None:
         self.api_client = api_client
 
-    def get(self, path: str, query: Sequence[tuple[str, str]], timeout: Any) -> Any:
+    def request(self, method: str, path: str, query: Sequence[tuple[str, str]] = (), *, body: Any = None,
+                content_type: str | None = None, timeout: Any = None) -> Any:
         from kubernetes.client.exceptions import ApiException  # noqa: PLC0415 - loaded with the client
 
         self.api_client.user_agent = self.user_agent
+        headers = {"Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type or JSON
         try:
-            return self._send(path, list(query), timeout)
+            return self._send(method, path, list(query), headers, body=body, timeout=timeout)
         except ApiException as exc:
-            body = exc.body if isinstance(exc.body, bytes) else str(exc.body or "").encode()
-            headers = exc.headers or {}
-            raise ApiStatusError(int(exc.status or 0), str(exc.reason or ""), body,
-                                 retry_after_seconds(headers.get("Retry-After"))) from None
+            answer = exc.body if isinstance(exc.body, bytes) else str(exc.body or "").encode()
+            raise status_error(int(exc.status or 0), str(exc.reason or ""), answer,
+                               retry_after_seconds((exc.headers or {}).get("Retry-After"))) from None
 
-    def _send(self, path: str, query: list[tuple[str, str]], timeout: Any) -> Any:
+    def _send(self, method: str, path: str, query: list[tuple[str, str]], headers: dict[str, str], *, body: Any,
+              timeout: Any) -> Any:
         from kubernetes.client.exceptions import ApiException  # noqa: PLC0415 - loaded with the client
 
-        headers = {"Accept": "application/json"}
         if not hasattr(self.api_client, "param_serialize"):  # the older generator raises ApiException itself
-            return self.api_client.call_api(path, "GET", query_params=query, header_params=headers,
+            return self.api_client.call_api(path, method, query_params=query, header_params=headers, body=body,
                                             auth_settings=["BearerToken"], _preload_content=False,
                                             _return_http_data_only=True, _request_timeout=timeout)
-        request = self.api_client.param_serialize("GET", path, query_params=query, header_params=headers,
-                                                  auth_settings=["BearerToken"])
+        request = self.api_client.param_serialize(method, path, query_params=query, header_params=headers,
+                                                  body=body, auth_settings=["BearerToken"])
         response = self.api_client.call_api(*request, _request_timeout=timeout)
         if not 200 <= response.status <= 299:
             response.read()

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from exporter.backoff import Backoff, BackoffPolicy
-from exporter.kube.apiserver import ApiStatusError, build_lists
+from exporter.kube.apiserver import ApiError, build_lists
 from exporter.logs import get_logger
 from exporter.metrics.counters import CounterFileError, CounterSet, parse_counters
 from exporter.periodic import Periodic
@@ -87,7 +87,7 @@ class ConfigMapCounters:
                 if release is not None:
                     release()
             document = json.loads(body)
-        except ApiStatusError as exc:
+        except ApiError as exc:
             raise ConfigMapUnavailableError(self._status_message(exc.status, exc.reason), exc.retry_after) from None
         except Exception as exc:  # noqa: BLE001 - urllib3, TLS, kubeconfig, JSON, the kubernetes package: all mean "unusable"
             status = getattr(exc, "status", None)

@@ -56,6 +56,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from exporter.backoff import Backoff, BackoffPolicy
+from exporter.kube.apiserver import ApiError
 from exporter.logs import get_logger
 from exporter.supervisor import supervised
 
@@ -69,8 +70,8 @@ NORMAL_END_FRACTION = 0.9  # a watch the server ends after this share of its tim
 class ApiRequests(Protocol):
     """What a reflector needs from a transport (``exporter.kube.apiserver``): one authenticated GET.
 
-    Returns the response unread (``status``, ``data``, ``stream()``, ``release_conn()``); raises an
-    exception with ``status`` (and ``retry_after``, ``body``) for a non-2xx answer.
+    Returns the response unread (``status``, ``data``, ``stream()``, ``release_conn()``); raises the
+    client's ``ApiError`` (``status``, ``reason``, ``retry_after``, ``body``) for a non-2xx answer.
     """
 
     def get(self, path: str, query: Sequence[tuple[str, str]], timeout: Any) -> Any: ...
@@ -258,27 +259,34 @@ def classify(resource: str, exc: BaseException, rbac_hint: str = "list/watch pod
         return Failure("cut", f"Kubernetes API cut the {resource} watch ({exc})", soft=True)
     if isinstance(exc, _WatchError):
         return Failure(f"watch-error-{exc.status or 'unknown'}", f"Kubernetes API {resource} {exc}")
-    status = getattr(exc, "status", None)
-    if isinstance(status, int) and status:
-        reason = getattr(exc, "reason", "") or ""
-        retry_after = getattr(exc, "retry_after", None)
-        body = getattr(exc, "body", b"") or b""
-        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
-        if status == 410:
-            return Failure("gone", f"Kubernetes API: {resource} resourceVersion expired (410 Gone); relisting",
-                           soft=True, relist="expired", retry_after=retry_after)
-        if status == 504 and "too large resource version" in text.lower():
-            return Failure("too-large", f"Kubernetes API has not reached the {resource} resourceVersion we hold "
-                           "(its store was restored or reset); relisting with a consistent read",
-                           soft=True, relist="too-large", retry_after=retry_after)
-        hint = ""
-        if status in (401, 403):
-            hint = f" (check the service account's RBAC: {rbac_hint})"
-        elif status == 429:
-            hint = " (API Priority and Fairness or max-inflight limit)"
-        after = f", Retry-After {retry_after:g} s" if retry_after is not None else ""
-        return Failure(f"http-{status}", f"Kubernetes API answered {status} {reason} to {resource} list/watch"
-                       f"{hint}{after}", retry_after=retry_after)
+    if isinstance(exc, ApiError) and exc.status:
+        return _answered(resource, exc, rbac_hint)
+    return _unanswered(resource, exc)
+
+
+def _answered(resource: str, exc: ApiError, rbac_hint: str) -> Failure:
+    """A non-2xx answer of the API server (the client's ``ApiError``)."""
+    status, retry_after = exc.status, exc.retry_after
+    text = exc.body.decode("utf-8", "replace") if isinstance(exc.body, bytes) else str(exc.body)
+    if status == 410:
+        return Failure("gone", f"Kubernetes API: {resource} resourceVersion expired (410 Gone); relisting",
+                       soft=True, relist="expired", retry_after=retry_after)
+    if status == 504 and "too large resource version" in text.lower():
+        return Failure("too-large", f"Kubernetes API has not reached the {resource} resourceVersion we hold "
+                       "(its store was restored or reset); relisting with a consistent read",
+                       soft=True, relist="too-large", retry_after=retry_after)
+    hint = ""
+    if status in (401, 403):
+        hint = f" (check the service account's RBAC: {rbac_hint})"
+    elif status == 429:
+        hint = " (API Priority and Fairness or max-inflight limit)"
+    after = f", Retry-After {retry_after:g} s" if retry_after is not None else ""
+    return Failure(f"http-{status}", f"Kubernetes API answered {status} {exc.reason} to {resource} list/watch"
+                   f"{hint}{after}", retry_after=retry_after)
+
+
+def _unanswered(resource: str, exc: BaseException) -> Failure:
+    """No answer: a timeout, an unreachable server, or anything else the transport raised."""
     name = type(exc).__name__
     text = str(exc)
     lowered = text.lower()

@@ -212,7 +212,7 @@ class DrainPass:
         if now < not_before:
             return
         try:
-            self.api.evict_pod_explained(*key)
+            self.api.evict_pod(*key)
         except ApiError as exc:
             self._refused(node, drain, key, exc, backoff=backoff, now=now)
             return

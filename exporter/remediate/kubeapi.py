@@ -1,91 +1,86 @@
-"""The remediator's Kubernetes API access, through the official ``kubernetes`` client.
+"""The remediator's (and ``report quota``'s) Kubernetes API writes, over the project's one client.
 
 Only what the least-privilege role allows: read and patch nodes (and the node status, for our
 condition), list the pods of a node, create Events, create pod evictions
 (the drain), create GpuRepairRequests (the hand-off), create/read the
 validation Job, and, with ``device_taints``, list ResourceSlices and write DeviceTaintRules. For
-``report quota``: list ResourceQuotas and, with ``--apply``, apply them. Every call goes through ``CoreV1Api`` with
-``_preload_content=False`` and the answer is parsed as plain JSON, so the code behaves the same
-on the client's old (<= 30) and new (pydantic) generations and never fails on a field the model
-does not know.
+``report quota``: list ResourceQuotas and, with ``--apply``, apply them. Every call is one
+``request`` of the client the exporter's watches use (``exporter.kube.apiserver``: the kubeconfig
+or the pod's service account, the same TLS, token and ``User-Agent`` handling, the kubernetes package
+only for a kubeconfig that needs it), and the answer is parsed as plain JSON.
 
-Patches are dictionaries, which both client generations send as
-``application/strategic-merge-patch+json``. Failures are sorted so that the caller can act:
+Patches are dictionaries sent as ``application/strategic-merge-patch+json``. Failures come as the
+client's one error type and retry policy (``exporter.kube.apiserver.call_with_retries``):
 
-* transient (no connection, timeouts, 429, 500, 502, 503, 504): retried here with jittered
+* transient (no connection, timeouts, 429, 500, 502, 503, 504): retried with jittered
   exponential backoff (``exporter.backoff``, honouring ``Retry-After``) up to ``attempts`` times,
   then raised as ``ApiError``;
 * 409 Conflict: raised at once as ``ApiConflictError`` (a node changed under us: read it again; an
   Event that already exists: it was recorded before);
-* anything else (403 missing RBAC, 404 no such node, 422 invalid): raised at once as ``ApiError``.
+* anything else (403 missing RBAC, 404 no such node, 422 invalid): raised at once as ``ApiError``,
+  its message the API server's ``Status`` message.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import quote
 
-from exporter.backoff import Backoff, BackoffPolicy
-from exporter.logs import get_logger
+from exporter.backoff import BackoffPolicy
+from exporter.kube.apiserver import (
+    TRANSIENT_STATUSES,
+    ApiConfigError,
+    ApiConflictError,
+    ApiError,
+    CoreV1ListMethods,
+    as_api_error,
+    build_lists,
+    call_with_retries,
+    read_json,
+    status_error,
+)
 
-log = get_logger("remediate.kubeapi")
+__all__ = ["TRANSIENT_STATUSES", "ApiConflictError", "ApiError", "KubeApi", "classify", "load_core_api"]
 
-TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read
 FIELD_MANAGER = "gpu-pod-exporter-remediate"
 DRA_GROUP = "resource.k8s.io"
 REPAIR_GROUP, REPAIR_VERSION, REPAIR_PLURAL = "remediation.gpu-pod-exporter.io", "v1alpha1", "gpurepairrequests"
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
 
 JsonObject = dict[str, Any]
-
-
-class ApiError(Exception):
-    """A call failed; ``status`` is the HTTP status (0: no answer)."""
-
-    def __init__(self, status: int, message: str, retry_after_s: float | None = None) -> None:
-        super().__init__(f"({status}) {message}" if status else message)
-        self.status = status
-        self.message = message
-        self.retry_after_s = retry_after_s  # the server's Retry-After (429, 503), seconds
-
-
-class ApiConflictError(ApiError):
-    """409: the object changed since it was read, or (for a create) it exists already."""
-
+Query = Sequence[tuple[str, str]]
 
 # The write path's pacing (exporter.backoff): windows of 0.5 s doubling to 20 s, one attempt in each.
 WRITE_BACKOFF = BackoffPolicy(initial_s=0.5, max_s=20.0)
 WRITE_ATTEMPTS = 5
 
 
-def load_core_api(kubeconfig: str | None) -> Any:
-    """A ``CoreV1Api`` for ``kubeconfig``, or the pod's service account when None.
+def load_core_api(kubeconfig: str | None) -> CoreV1ListMethods:
+    """The API client for ``kubeconfig``, or the pod's service account when None (``build_lists``; a
+    kubeconfig with an exec plugin is the operator's own and may run it).
 
     Raises ``ApiError`` (status 0) with the reason when neither works.
     """
-    from kubernetes import client, config  # noqa: PLC0415 - the exporter never imports the client
-    from kubernetes.config.config_exception import ConfigException  # noqa: PLC0415
-
     try:
-        if kubeconfig:
-            api_client = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-        else:
-            configuration = client.Configuration()
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            api_client = client.ApiClient(configuration)
-    except (ConfigException, OSError, ValueError, TypeError) as exc:
+        return build_lists(kubeconfig or "", allow_exec=True)
+    except (ApiConfigError, OSError, ValueError, TypeError) as exc:
         where = kubeconfig or "in-cluster service account"
         raise ApiError(0, f"cannot configure the Kubernetes client from {where}: {exc}") from None
-    return client.CoreV1Api(api_client)
+
+
+def _name(value: str) -> str:
+    return quote(value, safe="")
 
 
 class KubeApi:
-    """Plain-JSON wrappers over ``CoreV1Api`` with the retry policy above."""
+    """The remediator's calls as plain JSON, each one request of ``core`` (the client) under the retry policy."""
 
     def __init__(self, core: Any, backoff: BackoffPolicy = WRITE_BACKOFF, stop: threading.Event | None = None, *,
                  attempts: int = WRITE_ATTEMPTS, random_fraction: Callable[[], float] = random.random,
@@ -100,42 +95,43 @@ class KubeApi:
     # -- calls -------------------------------------------------------------------------------
 
     def get_node(self, name: str) -> JsonObject:
-        return self._call("read node", lambda: self.core.read_node(name, **_options()))
+        return self._call("read node", "GET", f"/api/v1/nodes/{_name(name)}")
 
     def list_nodes(self) -> list[JsonObject]:
-        answer = self._call("list nodes", lambda: self.core.list_node(**_options()))
-        return list(answer.get("items") or [])
+        return _items(self._call("list nodes", "GET", "/api/v1/nodes"))
 
     def patch_node(self, name: str, patch: JsonObject) -> JsonObject:
-        return self._call("patch node", lambda: self.core.patch_node(
-            name, patch, field_manager=FIELD_MANAGER, **_options()))
+        return self._call("patch node", "PATCH", f"/api/v1/nodes/{_name(name)}", _MANAGED, body=patch,
+                          content_type=STRATEGIC_MERGE)
 
     def patch_node_status(self, name: str, patch: JsonObject) -> JsonObject:
-        return self._call("patch node status", lambda: self.core.patch_node_status(
-            name, patch, field_manager=FIELD_MANAGER, **_options()))
+        return self._call("patch node status", "PATCH", f"/api/v1/nodes/{_name(name)}/status", _MANAGED,
+                          body=patch, content_type=STRATEGIC_MERGE)
 
     def list_pods_on_node(self, node: str) -> list[JsonObject]:
-        answer = self._call("list pods", lambda: self.core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={node}", **_options()))
-        return list(answer.get("items") or [])
+        return _items(self._call("list pods", "GET", "/api/v1/pods", [("fieldSelector", f"spec.nodeName={node}")]))
 
     def evict_pod(self, namespace: str, name: str) -> JsonObject:
         """POST a ``policy/v1`` Eviction, one attempt: 429 (a PodDisruptionBudget would be violated) is paced
         by the caller's drain backoff (``exporter.backoff``), not retried here; 404: the pod is gone."""
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        path = f"/api/v1/namespaces/{_name(namespace)}/pods/{_name(name)}/eviction"
         try:
-            response = self.core.create_namespaced_pod_eviction(name, namespace, body, field_manager=FIELD_MANAGER,
-                                                                **_options())
-        except Exception as exc:  # noqa: BLE001 - sorted by classify
-            raise classify(exc) from None
-        return _json(response)
+            return self._once("POST", path, _MANAGED, body=body, content_type=None)
+        except ApiError as error:
+            causes = _refusal_causes(error.body)
+            if not causes:
+                raise
+            # kube-apiserver's 429 names the PodDisruptionBudget that refused in the Status' details.causes
+            # ("The disruption budget trainer needs 2 healthy pods ..."): kept in the reason, which
+            # ``remediate status`` shows, so the operator learns which budget blocks the drain.
+            raise status_error(error.status, f"{error.detail} {' '.join(causes)}", error.body,
+                               error.retry_after) from None
 
     def list_resource_slices(self, node: str | None = None) -> list[JsonObject]:
         """The node's ResourceSlices (resource.k8s.io/v1), or every one: which GPUs are published through DRA."""
-        selector = {"field_selector": f"spec.nodeName={node}"} if node else {}
-        answer = self._call("list resource slices", lambda: self._custom().list_cluster_custom_object(
-            DRA_GROUP, "v1", "resourceslices", **selector, **_options()))
-        return list(answer.get("items") or [])
+        selector = [("fieldSelector", f"spec.nodeName={node}")] if node else []
+        return _items(self._call("list resource slices", "GET", f"/apis/{DRA_GROUP}/v1/resourceslices", selector))
 
     def device_taint_rule_version(self, versions: tuple[str, ...]) -> str | None:
         """The first of ``versions`` in which the API server serves DeviceTaintRules (its discovery), or None.
@@ -144,12 +140,9 @@ class KubeApi:
         ``DRADeviceTaintRules`` feature gate; without them a rule would be refused (or ignored), so the
         caller falls back to the node taint.
         """
-        def discover(version: str) -> Callable[[], Any]:
-            return lambda: self._custom().get_api_resources(DRA_GROUP, version, **_options())
-
         for version in versions:
             try:
-                answer = self._call("discover resource.k8s.io", discover(version))
+                answer = self._call("discover resource.k8s.io", "GET", f"/apis/{DRA_GROUP}/{_name(version)}")
             except ApiError as exc:
                 if exc.status == 404:
                     continue
@@ -159,153 +152,108 @@ class KubeApi:
         return None
 
     def list_device_taint_rules(self, version: str, label_selector: str) -> list[JsonObject]:
-        answer = self._call("list device taint rules", lambda: self._custom().list_cluster_custom_object(
-            DRA_GROUP, version, "devicetaintrules", label_selector=label_selector, **_options()))
-        return list(answer.get("items") or [])
+        return _items(self._call("list device taint rules", "GET", _taint_rules(version),
+                                 [("labelSelector", label_selector)]))
 
     def apply_device_taint_rule(self, version: str, body: JsonObject) -> JsonObject:
         """Server-side apply (ours alone: forced), so that writing the same rule again changes nothing."""
-        return self._call("apply device taint rule", lambda: self._custom().patch_cluster_custom_object(
-            DRA_GROUP, version, "devicetaintrules", body["metadata"]["name"], body, field_manager=FIELD_MANAGER,
-            force=True, _content_type="application/apply-patch+yaml", **_options()))
+        return self._call("apply device taint rule", "PATCH",
+                          f"{_taint_rules(version)}/{_name(body['metadata']['name'])}", [*_MANAGED, ("force", "true")],
+                          body=body, content_type=APPLY_PATCH)
 
     def delete_device_taint_rule(self, version: str, name: str) -> None:
         """Delete a rule; one that is gone already (a person deleted it) is no error."""
         try:
-            self._call("delete device taint rule", lambda: self._custom().delete_cluster_custom_object(
-                DRA_GROUP, version, "devicetaintrules", name, **_options()))
+            self._call("delete device taint rule", "DELETE", f"{_taint_rules(version)}/{_name(name)}")
         except ApiError as exc:
             if exc.status != 404:
                 raise
 
     def list_resource_quotas(self) -> list[JsonObject]:
         """Every ResourceQuota of the cluster (``report quota`` reads their GPU keys)."""
-        answer = self._call("list resource quotas", lambda: self.core.list_resource_quota_for_all_namespaces(
-            **_options()))
-        return list(answer.get("items") or [])
+        return _items(self._call("list resource quotas", "GET", "/api/v1/resourcequotas"))
 
     def apply_resource_quota(self, body: JsonObject, *, field_manager: str, dry_run: bool) -> JsonObject:
         """Server-side apply of a partial ResourceQuota (``report quota --apply``), forcing ownership of its keys.
 
-        The body stays a dict: both client generations serialize it as JSON for
-        ``application/apply-patch+yaml`` (kubernetes 30.1.0, the floor, names that content type in its
-        rest.py; the pydantic generation accepts only a dict or a model as the body).
-
+        The body goes as JSON under ``application/apply-patch+yaml`` (JSON is YAML).
         ``dry_run``: the API server runs every stage (validation, admission, conflicts) and persists
         nothing (``dryRun=All``), the answer being the object as it would be.
         """
         metadata = body["metadata"]
-        extra: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
-        return self._call("apply resource quota", lambda: self.core.patch_namespaced_resource_quota(
-            metadata["name"], metadata["namespace"], body, field_manager=field_manager, force=True,
-            _content_type="application/apply-patch+yaml", **extra, **_options()))
+        query = [("fieldManager", field_manager), ("force", "true"), *([("dryRun", "All")] if dry_run else [])]
+        path = f"/api/v1/namespaces/{_name(metadata['namespace'])}/resourcequotas/{_name(metadata['name'])}"
+        return self._call("apply resource quota", "PATCH", path, query, body=body, content_type=APPLY_PATCH)
 
     def create_repair_request(self, body: JsonObject) -> JsonObject:
         """Create a cluster-scoped ``GpuRepairRequest`` (exporter/remediate/repair.py); 409: it exists."""
-        return self._call("create repair request", lambda: self._custom().create_cluster_custom_object(
-            REPAIR_GROUP, REPAIR_VERSION, REPAIR_PLURAL, body, field_manager=FIELD_MANAGER, **_options()))
+        return self._call("create repair request", "POST", f"/apis/{REPAIR_GROUP}/{REPAIR_VERSION}/{REPAIR_PLURAL}",
+                          _MANAGED, body=body)
 
     def create_job(self, namespace: str, body: JsonObject) -> JsonObject:
-        return self._call("create job", lambda: self._batch().create_namespaced_job(
-            namespace, body, field_manager=FIELD_MANAGER, **_options()))
+        return self._call("create job", "POST", f"/apis/batch/v1/namespaces/{_name(namespace)}/jobs", _MANAGED,
+                          body=body)
 
     def get_job(self, namespace: str, name: str) -> JsonObject:
-        return self._call("read job", lambda: self._batch().read_namespaced_job(name, namespace, **_options()))
-
-    def _custom(self) -> Any:
-        from kubernetes import client  # noqa: PLC0415 - the exporter never imports the client
-        return client.CustomObjectsApi(self.core.api_client)
-
-    def _batch(self) -> Any:
-        from kubernetes import client  # noqa: PLC0415
-        return client.BatchV1Api(self.core.api_client)
+        return self._call("read job", "GET", f"/apis/batch/v1/namespaces/{_name(namespace)}/jobs/{_name(name)}")
 
     def create_event(self, namespace: str, event: JsonObject) -> JsonObject:
-        return self._call("create event", lambda: self.core.create_namespaced_event(
-            namespace, event, field_manager=FIELD_MANAGER, **_options()))
+        return self._call("create event", "POST", f"/api/v1/namespaces/{_name(namespace)}/events", _MANAGED,
+                          body=event)
 
-    # -- retry policy ------------------------------------------------------------------------
+    # -- one request, and the retry policy ---------------------------------------------------
 
-    def _call(self, what: str, request: Callable[[], Any]) -> JsonObject:
-        attempt = 0
-        backoff = Backoff(self.backoff, self._random)
-        while True:
-            try:
-                response = request()
-            except Exception as exc:  # noqa: BLE001 - sorted right below; nothing else escapes
-                error = classify(exc)
-            else:
-                return _json(response)  # an answer that is not JSON is not retried
-            if isinstance(error, ApiConflictError) or error.status not in TRANSIENT_STATUSES | {0}:
-                raise error
-            attempt += 1
-            if attempt >= self.attempts:
-                raise ApiError(error.status, f"{what}: giving up after {attempt} attempts: {error.message}")
-            delay = backoff.failed(self._clock(), error.retry_after_s)
-            log.debug("retrying", extra={"fields": {"call": what, "attempt": attempt, "delay_s": round(delay, 2),
-                                                     "error": str(error)}})
-            if self.stop.wait(delay):
-                raise ApiError(error.status, f"{what}: stopped while retrying: {error.message}")
+    def _once(self, method: str, path: str, query: Query = (), *, body: Any = None,
+              content_type: str | None = None) -> JsonObject:
+        return _object(self._send(method, path, query, body=body, content_type=content_type))
 
-    def evict_pod_explained(self, namespace: str, name: str) -> JsonObject:
-        """``evict_pod``, with the refusal's causes in the error: kube-apiserver's 429 carries, in the Status
-        ``details.causes`` (type ``DisruptionBudget``), the PodDisruptionBudget that refused ("The disruption
-        budget trainer needs 2 healthy pods and has 2 currently"), which ``remediate status`` shows by name."""
-        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+    def _send(self, method: str, path: str, query: Query, *, body: Any, content_type: str | None) -> Any:
         try:
-            response = self.core.create_namespaced_pod_eviction(name, namespace, body, field_manager=FIELD_MANAGER,
-                                                                **_options())
-        except Exception as exc:  # noqa: BLE001 - sorted by classify
-            error = classify(exc)
-            causes: list[str] = []
-            with contextlib.suppress(TypeError, ValueError, AttributeError):
-                details = json.loads(getattr(exc, "body", None) or "{}").get("details") or {}
-                causes = [str(c.get("message")) for c in details.get("causes") or [] if c.get("message")]
-            if causes:
-                error = type(error)(error.status, f"{error.message} {' '.join(causes)}", error.retry_after_s)
-            raise error from None
-        return _json(response)
+            return self.core.request(method, path, query, body=body, content_type=content_type,
+                                     timeout=REQUEST_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - sorted by classify, then by the retry policy
+            raise classify(exc) from None
+
+    def _call(self, what: str, method: str, path: str, query: Query = (), *, body: Any = None,
+              content_type: str | None = None) -> JsonObject:
+        response = call_with_retries(
+            what, lambda: self._send(method, path, query, body=body, content_type=content_type), self.backoff,
+            attempts=self.attempts, stop=self.stop, random_fraction=self._random, clock=self._clock)
+        return _object(response)  # an answer that is not JSON is not retried
 
 
-def _options() -> dict[str, Any]:
-    return {"_preload_content": False, "_request_timeout": REQUEST_TIMEOUT}
-
-
-def _json(response: Any) -> JsonObject:
-    data = getattr(response, "data", response)
-    if isinstance(data, bytes | bytearray):
-        try:
-            decoded = json.loads(data or b"{}")
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ApiError(0, f"the API server answered something that is not JSON: {exc}") from None
-    else:
-        decoded = data
-    if not isinstance(decoded, dict):
+def _object(response: Any) -> JsonObject:
+    answer = read_json(response)
+    if not isinstance(answer, dict):
         raise ApiError(0, "the API server answered something that is not a JSON object")
-    return decoded
+    return answer
+
+
+_MANAGED: Query = (("fieldManager", FIELD_MANAGER),)
+
+
+def _taint_rules(version: str) -> str:
+    return f"/apis/{DRA_GROUP}/{_name(version)}/devicetaintrules"
+
+
+def _items(answer: JsonObject) -> list[JsonObject]:
+    return list(answer.get("items") or [])
 
 
 def classify(exc: BaseException) -> ApiError:
-    """Any exception from the client -> ``ApiError`` / ``ApiConflictError`` with a readable message."""
-    if isinstance(exc, ApiError):
-        return exc
-    status = getattr(exc, "status", None)
-    if isinstance(status, int) and status > 0:
-        message = getattr(exc, "reason", "") or ""
-        body = getattr(exc, "body", None)
-        if body:
-            with contextlib.suppress(TypeError, ValueError, AttributeError):
-                message = json.loads(body).get("message") or message
-        return (ApiConflictError if status == 409 else ApiError)(status, str(message) or type(exc).__name__,
-                                                                 _retry_after(getattr(exc, "headers", None)))
-    return ApiError(0, f"{type(exc).__name__}: {exc}")
+    """Any exception of a request -> ``ApiError`` / ``ApiConflictError`` whose message is the API server's
+    ``Status`` message when it sent one (what the remediator logs and records)."""
+    error = as_api_error(exc)
+    detail = error.detail
+    if detail == error.reason:
+        return error
+    return type(error)(error.status, detail, error.body, error.retry_after)
 
 
-def _retry_after(headers: Any) -> float | None:
-    """Seconds of a ``Retry-After: N`` header (the API server sends whole seconds), else None."""
-    value = headers.get("Retry-After") if headers is not None and hasattr(headers, "get") else None
+def _refusal_causes(body: bytes) -> list[str]:
+    """The messages of a ``Status`` answer's ``details.causes`` (empty when it has none or is not JSON)."""
     try:
-        seconds = float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-    return seconds if seconds is not None and 0 <= seconds < float("inf") else None
+        details = json.loads(body or b"{}").get("details") or {}
+        return [str(cause["message"]) for cause in details.get("causes") or [] if cause.get("message")]
+    except (TypeError, ValueError, AttributeError, KeyError):
+        return []

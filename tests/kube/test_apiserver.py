@@ -27,7 +27,7 @@ import yaml
 
 from exporter.kube.apiserver import (
     ApiConfigError,
-    ApiStatusError,
+    ApiError,
     HttpLists,
     build_lists,
     in_cluster_endpoint,
@@ -172,7 +172,7 @@ def test_a_410_sent_as_an_http_status_raises_with_the_status(https_api: FakeApiS
     cluster = {"server": https_api.url, "certificate-authority-data": b64(authority.pem)}
     right = build_lists(str(write_kubeconfig(tmp_path / "right", cluster, {"token": "first-token"})))
     https_api.expire_history(as_http=True)
-    with pytest.raises(ApiStatusError) as gone:
+    with pytest.raises(ApiError) as gone:
         right.list_namespace(watch=True, resource_version="1", _request_timeout=(1, 2))
     assert gone.value.status == 410
     assert https_api.requests[-1] == ("watch", "namespaces", {"watch": "true", "resourceVersion": "1"})

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.kube.apiserver import ApiStatusError, build_core_v1_api
+from exporter.kube.apiserver import ApiError, build_core_v1_api
 from exporter.kube.metadata import KubernetesMetadata, WatchTimeouts, pod_from_json, strip_container_id
 from simulator.fakeapiserver import FakeApiServer
 
@@ -361,10 +361,10 @@ def test_the_lists_do_not_load_the_generated_core_v1_api(api: FakeApiServer, tmp
 def test_a_refused_list_raises_with_the_http_status(api: FakeApiServer, tmp_path: Path) -> None:
     lists = build_core_v1_api(str(api.write_kubeconfig(tmp_path / "kubeconfig")))
     api.expire_history(as_http=True)
-    with pytest.raises(ApiStatusError) as raised:
+    with pytest.raises(ApiError) as raised:
         lists.list_namespace(watch=True, resource_version="1", _preload_content=False, _request_timeout=(1, 2))
     assert raised.value.status == 410
     api.set_throttle(7)
-    with pytest.raises(ApiStatusError) as throttled:  # the package path reports Retry-After as the urllib3 one
+    with pytest.raises(ApiError) as throttled:  # the package path reports Retry-After as the urllib3 one
         lists.list_namespace(_request_timeout=(1, 2))
     assert (throttled.value.status, throttled.value.retry_after) == (429, 7.0)

@@ -26,7 +26,7 @@ import pytest
 
 from devcluster.api import Api
 from devcluster.control_plane import Cluster
-from exporter.kube.apiserver import ApiStatusError, HttpLists, build_lists, in_cluster_endpoint
+from exporter.kube.apiserver import ApiError, HttpLists, build_lists, in_cluster_endpoint
 from tests.platform.support import bound_pod, delete_namespaces, ensure_namespace
 
 NAMESPACE = "apiserver-reach"
@@ -80,7 +80,7 @@ def test_in_cluster_reaches_the_real_api_over_tls_and_follows_a_rotated_token(
 
     # the file is read before every request: a token the server does not know is refused at once...
     (account / "token").write_text("not-a-token\n", encoding="utf-8")
-    with pytest.raises(ApiStatusError) as refused:
+    with pytest.raises(ApiError) as refused:
         _pod_names(lists)
     assert (refused.value.status, refused.value.reason) == (401, "Unauthorized")
     # ...and a fresh one (the kubelet's rotation) works at once
@@ -108,6 +108,6 @@ def test_a_kubeconfig_with_embedded_client_certificate_passes_mutual_tls(cluster
 def test_a_wrong_token_raises_with_the_real_status(cluster: Cluster, token_kubeconfig: Callable[[str, Path], Path],
                                                    tmp_path: Path) -> None:
     wrong = build_lists(str(token_kubeconfig("stolen", tmp_path / "kubeconfig")))
-    with pytest.raises(ApiStatusError) as unauthorized:
+    with pytest.raises(ApiError) as unauthorized:
         _pod_names(wrong)
     assert (unauthorized.value.status, unauthorized.value.reason) == (401, "Unauthorized")

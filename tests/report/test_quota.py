@@ -18,6 +18,7 @@ Hand computation with the default 20 % headroom, rounded up to whole devices:
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -50,19 +51,21 @@ QUOTAS = [
 
 
 class FakeCore:
-    """What KubeApi calls on CoreV1Api for ``report quota``: the list, and server-side applies (recorded)."""
+    """What KubeApi sends through the API client for ``report quota``: the list, and server-side applies
+    (recorded as namespace, name, body and the request's query and content type)."""
 
     def __init__(self, items: list[dict[str, Any]]) -> None:
         self.items = items
         self.applied: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = []
 
-    def list_resource_quota_for_all_namespaces(self, **_: Any) -> dict[str, Any]:
-        return {"items": self.items}
-
-    def patch_namespaced_resource_quota(self, name: str, namespace: str, body: dict[str, Any],
-                                        **options: Any) -> dict[str, Any]:
-        self.applied.append((namespace, name, body, options))
-        return body
+    def request(self, method: str, path: str, query: Any = (), *, body: Any = None, content_type: str | None = None,
+                timeout: Any = None) -> io.BytesIO:
+        if method == "GET" and path == "/api/v1/resourcequotas":
+            return io.BytesIO(json.dumps({"items": self.items}).encode())
+        namespace, name = path.split("/")[4:7:2]  # /api/v1/namespaces/<ns>/resourcequotas/<name>
+        assert method == "PATCH" and body is not None
+        self.applied.append((namespace, name, body, {**dict(query), "content_type": content_type}))
+        return io.BytesIO(json.dumps(body).encode())
 
 
 @pytest.fixture
@@ -149,8 +152,8 @@ def test_apply_sends_exactly_the_plan_as_server_side_apply(backfilled: Backfille
     assert [(ns, name) for ns, name, _, _ in core.applied] == [
         ("batch", "gpus"), ("idle-team", "gpus"), ("ml-training", "gpus"), ("sandbox", "gpus")]
     options = core.applied[0][3]
-    assert options["_content_type"] == "application/apply-patch+yaml" and options["force"] is True
-    assert options["field_manager"] == "gpu-pod-exporter-quota" and options["dry_run"] == "All"
+    assert options["content_type"] == "application/apply-patch+yaml" and options["force"] == "true"
+    assert options["fieldManager"] == "gpu-pod-exporter-quota" and options["dryRun"] == "All"
     assert "server dry run: would apply ResourceQuota sandbox/gpus: requests.nvidia.com/gpu=2" in err
 
 
