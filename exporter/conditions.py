@@ -16,10 +16,11 @@ What a single exposition cannot say, and how it is answered truthfully:
   are answered from a ``CounterHistory``: the counter values this process has seen, with the time
   of the sample they came from. An increase is the sum of the steps seen inside the window; a
   window the history does not cover yet counts only what it saw (Prometheus' ``increase()`` on a
-  young series does the same), and the text says over how long. Nothing is guessed.
+  young series does the same), and the text says over how long. Nothing is guessed. The exporter
+  feeds it on every render (``exporter.web.nodeview.remember_counters``), ``top`` on every refresh.
 
-A condition without ``for:`` semantics: the page and ``top`` show a condition as soon as it holds;
-the alert's ``for:`` (documented in docs/alerts.md) then decides when Prometheus pages someone.
+No ``for:`` here: the page and ``top`` show a condition as soon as it holds; the alert's ``for:``
+(documented in docs/alerts.md) then decides when Prometheus notifies someone.
 """
 
 from __future__ import annotations
@@ -179,6 +180,8 @@ class NodeSamples:
 
 @dataclass(frozen=True)
 class Condition:
+    """One alert's condition: GPU conditions evaluate ``(GpuSamples, Context)``, node ones ``NodeSamples``."""
+
     id: str
     alert: str
     severity: str  # the alert's severity label

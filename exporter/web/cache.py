@@ -32,7 +32,7 @@ from exporter.metrics.exposition import (
     gzip_bytes,
 )
 from exporter.supervisor import supervised
-from exporter.web.nodeview import BuiltView, build, served, view_json
+from exporter.web.nodeview import COUNTER_FAMILIES, BuiltView, build, remember_counters, served, view_json
 
 log = get_logger("exposition")
 
@@ -135,6 +135,10 @@ class ExpositionCache:
                 # Encoding is part of the render: if it failed outside this guard, the renderer
                 # thread would die and every later scrape would get this exposition forever.
                 rendered = RenderedExposition(self._generation + 1, families, prepare=frozenset(self._current.asked))
+                # The node view's windowed conditions (new ECC errors in 10 min, ...) need every
+                # exposition's counters, not only those of the generations someone looked at.
+                remember_counters((s.name, s.labels, s.value) for family in families
+                                  if family.name in COUNTER_FAMILIES for s in family.samples)
             except Exception:
                 self.render_failures += 1
                 log.exception("rendering failed; the previous exposition is still served")

@@ -27,6 +27,7 @@ from typing import Any
 
 from exporter.conditions import (
     GPU_FAMILIES,
+    HISTORY_FAMILIES,
     NODE_FAMILIES,
     PROCESS_HISTORY,
     Context,
@@ -125,6 +126,35 @@ def _memory_total(readings: Mapping[str, float]) -> float | None:
     if used is None or free is None:
         return None
     return used + free + readings.get("_memory_reserved_mib", 0.0)
+
+
+# What ``remember_counters`` reads: the windowed conditions' counters, each GPU's identity (its UUID, on
+# ``gpu_pod_exporter_device_up``) and the sample time.
+COUNTER_FAMILIES = frozenset({*HISTORY_FAMILIES, "gpu_pod_exporter_device_up",
+                              "gpu_pod_exporter_last_sample_timestamp_seconds"})
+
+
+def remember_counters(samples: Iterable[Sample], history: CounterHistory | None = None) -> None:
+    """Add one exposition's counters to the history without building a view (the exporter does this
+    for every render), so a page opened now knows the errors of the last hour as Prometheus does."""
+    history = PROCESS_HISTORY if history is None else history
+    gpus: dict[int, GpuSamples] = {}
+    sampled_at: float | None = None
+    for name, labels, value in samples:
+        if name == "gpu_pod_exporter_last_sample_timestamp_seconds":
+            sampled_at = value or None
+            continue
+        index = _int(labels.get("gpu"))
+        if index is None or not math.isfinite(value):
+            continue
+        gpu = gpus.setdefault(index, GpuSamples(index))
+        if labels.get("UUID") and not labels.get("GPU_I_ID") and not gpu.uuid:
+            gpu.uuid = labels["UUID"]  # as ``build`` names the GPU
+        if name in HISTORY_FAMILIES:
+            gpu.add(name, labels, value)
+    at = sampled_at if sampled_at is not None else time.time()
+    for gpu in gpus.values():
+        record(gpu, at, history)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client.core import Metric
 
-from exporter.web.cache import ExpositionCache
+from exporter.web.cache import ExpositionCache, node_view_json
 from exporter.web.health import HealthReport
 from exporter.web.nodepage import CONTENT_SECURITY_POLICY
 from exporter.web.server import ExporterHTTPServer, WebSecurity
@@ -103,3 +103,28 @@ def test_the_page_and_its_data_need_the_same_credentials_as_metrics() -> None:
             assert get(server, path, {"Authorization": "Basic b2s6b2s="})[0] == 200
     finally:
         server.stop()
+
+
+def test_every_render_feeds_the_counter_history_so_a_page_opened_later_knows_recent_errors() -> None:
+    """Nobody asks for /gpus.json while two expositions are rendered; the page opened afterwards still
+    reports the uncorrectable ECC error that arrived between them (as Prometheus, scraping all along)."""
+    errors = iter((0.0, 1.0, 1.0))
+    sampled = iter((5_000.0, 5_001.0, 5_002.0))
+    gpu = {"gpu": "0", "UUID": "GPU-render-history", "Hostname": "n"}
+
+    def render() -> list[Metric]:
+        up = Metric("gpu_pod_exporter_device_up", "up", "gauge")
+        up.add_sample("gpu_pod_exporter_device_up", gpu, 1)
+        ecc = Metric("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "dbe", "counter")
+        ecc.add_sample("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gpu, next(errors))
+        stamp = Metric("gpu_pod_exporter_last_sample_timestamp_seconds", "t", "gauge")
+        stamp.add_sample("gpu_pod_exporter_last_sample_timestamp_seconds", {}, next(sampled))
+        return [up, ecc, stamp]
+
+    cache = ExpositionCache(render)
+    cache.refresh()
+    cache.refresh()
+    cache.refresh()
+    view = json.loads(node_view_json(cache.current.node_view("test"), 5_002.5, 1.0))
+    assert [c["text"] for c in view["gpus"][0]["conditions"]] == [
+        "1 new uncorrectable ECC errors (volatile) in the last 2 s"]
