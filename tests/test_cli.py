@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.cli import build_app, resolve
+from exporter.composition import build_app, resolve
 from exporter.config import load_config
 from exporter.metrics.counters import load_counters
 

@@ -1,12 +1,12 @@
 """Wiring the Kubernetes attribution (``-k``) into the running exporter.
 
 The attribution library (``attribution``, ``series``) knows nothing about the app; this module
-connects the two through the app's ``Extensions`` hooks, so neither the sampler nor the renderer
-learns about Kubernetes:
+connects the two through the hub (``KubernetesWiring.install(hub)``, the shape every optional source
+has), so neither the sampler nor the renderer learns about Kubernetes:
 
-* lifecycle: the kubelet client and the API watches start before the sampler and stop after the
-  HTTP server; every change they publish invalidates the exposition cache (``bind``), so the
-  renderer thread re-renders. A scrape only copies bytes.
+* lifecycle: the kubelet client and the API watches start after NVML's first initialisation and stop
+  after the HTTP server; every change they publish invalidates the exposition cache (``hub.invalidate``,
+  which exists before any source), so the renderer thread re-renders. A scrape only copies bytes.
 * once per render (``extend_context``, a context hook): the attribution is joined for the GPUs
   and MIG instances of the snapshot being rendered (``KubernetesAttribution.snapshot`` does no
   I/O and is memoised), and the result goes into ``RenderContext.attribution`` and into a workload
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 
-from exporter.app import App, Extensions
 from exporter.config import Config
+from exporter.hub import Hub
 from exporter.kube.attribution import KubernetesAttribution
 from exporter.kube.series import (
     VIRTUAL_GPU_FIELDS,
@@ -146,8 +146,8 @@ class KubernetesWiring:
     """The attribution as seen by the app: hooks for start/stop, snapshots, renders and builders."""
 
     def __init__(self, config: Config, attribution: KubernetesAttribution | None = None) -> None:
-        self.config = config  # resolved before wiring (exporter.cli.resolve): process lists read when implied
-        self._invalidate: Callable[[], None] = lambda: None
+        self.config = config  # resolved before wiring (exporter.composition.resolve): process lists read when implied
+        self._invalidate: Callable[[], None] = lambda: None  # the hub's, once installed
         self.attribution = attribution or KubernetesAttribution(config, on_change=self._changed)
         self._feed = _ProcessFeed(self._update_processes) if config.process_attribution else None
         self._offered: ProcessReadings | None = None
@@ -158,17 +158,14 @@ class KubernetesWiring:
     def _changed(self) -> None:
         self._invalidate()
 
-    def bind(self, app: App) -> None:
-        """Re-render whenever the attribution changes (called from the sources' threads)."""
-        self._invalidate = app.cache.invalidate
-
-    def install(self, extensions: Extensions) -> None:
-        extensions.on_start.append(self.start)
-        extensions.on_stop.append(self.stop)
-        extensions.context_hooks.append(self.extend_context)
-        extensions.builders.append(self.families)
+    def install(self, hub: Hub) -> None:
+        """Plug into the hub: re-render whenever the attribution changes (from the sources' threads)."""
+        self._invalidate = hub.invalidate
+        hub.add_service(self.start, self.stop)
+        hub.add_context(self.extend_context)
+        hub.add_families(self.families)
         if self._feed is not None:
-            extensions.on_snapshot.append(self.on_snapshot)
+            hub.on_snapshot(self.on_snapshot)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -241,12 +238,3 @@ class KubernetesWiring:
 
 def _same_objects(old: Mapping[str, object], new: Mapping[str, object]) -> bool:
     return old.keys() == new.keys() and all(new[key] is old[key] for key in new)
-
-
-def kubernetes_extensions(config: Config, extensions: Extensions) -> KubernetesWiring | None:
-    """Add the attribution's hooks to ``extensions`` when ``-k`` is on (None otherwise); then ``wiring.bind(app)``."""
-    if not config.kubernetes:
-        return None
-    wiring = KubernetesWiring(config)
-    wiring.install(extensions)
-    return wiring
