@@ -36,7 +36,7 @@ from prometheus_client.core import Metric
 
 from exporter.config import Config
 from exporter.hub import Hub
-from exporter.kube.attribution import KubernetesAttribution
+from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution
 from exporter.kube.series import (
     VIRTUAL_GPU_FIELDS,
     LabeledDevice,
@@ -231,7 +231,7 @@ class KubernetesWiring:
 
     def families(self, ctx: RenderContext) -> list[Metric]:
         """DCGM_EXP_GPU_ALLOCATED/_ALLOCATION_INFO, memory per container, and the Kubernetes self-metrics."""
-        if ctx.attribution is None:  # a context that did not go through extend_context
+        if not isinstance(ctx.attribution, AttributionSnapshot):  # a context that did not go through extend_context
             return []
         return attribution_families(ctx.attribution, labeled_devices(ctx), self.config)
 

@@ -14,7 +14,7 @@ import os
 import socket
 from collections.abc import MutableMapping
 
-from exporter.config import ConfigError
+from exporter.options import ConfigError
 from exporter.logs import get_logger
 
 LOG = get_logger("web")
