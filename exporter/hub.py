@@ -13,8 +13,8 @@ What a source can contribute, one method each:
   start before the sampler's first NVML initialisation, the others after it, in install order; all
   stop in reverse order;
 * ``add_families(builder)``: metric families rendered after the built-in ones;
-* ``add_context(hook)``: once per render, a value joined for that render (the Kubernetes attribution)
-  and the workload label sets it gives each series;
+* ``set_attribution(hook)``: once per render, the join of GPUs to workloads (the Kubernetes
+  attribution: at most one per app) and the workload label sets it gives each series;
 * ``add_label_source(source)``: once per render, a transform of each series' workload label sets
   (the one way to add a pod label source: docs/extending.md);
 * ``on_snapshot(consumer)`` / ``on_inventory(consumer)``: the sampler's published values;
@@ -107,7 +107,7 @@ class Hub:
         self.supervisor = supervisor or SUPERVISOR
         self.options = options
         self._builders: list[FamilyBuilder] = []
-        self._contexts: list[Callable[[RenderContext], RenderContext]] = []
+        self._attribution: Callable[[RenderContext], RenderContext] | None = None
         self._label_sources: list[LabelSource] = []
         self._snapshot_consumers: list[Callable[[Snapshot], None]] = []
         self._inventory_consumers: list[Callable[[Inventory], None]] = []
@@ -128,8 +128,11 @@ class Hub:
     def add_families(self, builder: FamilyBuilder) -> None:
         self._builders.append(builder)
 
-    def add_context(self, hook: Callable[[RenderContext], RenderContext]) -> None:
-        self._contexts.append(hook)
+    def set_attribution(self, hook: Callable[[RenderContext], RenderContext]) -> None:
+        """The render's join of GPUs to workloads; labels from anywhere else are label sources."""
+        if self._attribution is not None:
+            raise ValueError("an attribution is installed already; add labels with add_label_source")
+        self._attribution = hook
 
     def add_label_source(self, source: LabelSource) -> None:
         self._label_sources.append(source)
@@ -187,8 +190,8 @@ class Hub:
     def render_context(self) -> RenderContext:
         ctx = RenderContext(snapshot=self.sampler.snapshot, counters=self.counters, options=self.options,
                             stall=self.stall)
-        for hook in self._contexts:
-            ctx = hook(ctx)
+        if self._attribution is not None:
+            ctx = self._attribution(ctx)
         return with_label_sources(ctx, self._label_sources)
 
     def render(self) -> list[Metric]:

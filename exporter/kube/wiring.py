@@ -162,7 +162,7 @@ class KubernetesWiring:
         """Plug into the hub: re-render whenever the attribution changes (from the sources' threads)."""
         self._invalidate = hub.invalidate
         hub.add_service(self.start, self.stop)
-        hub.add_context(self.extend_context)
+        hub.set_attribution(self.extend_context)
         hub.add_families(self.families)
         if self._feed is not None:
             hub.on_snapshot(self.on_snapshot)
