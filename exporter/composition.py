@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from exporter.app import App, ServeSettings, node_hostname
 from exporter.config import Config, with_implied_settings
+from exporter.health.wiring import HealthSettings, HealthTelemetry
 from exporter.hub import Hub, SamplerSettings, Source
 from exporter.logs import get_logger
 from exporter.metrics.counters import CounterSet
@@ -99,6 +100,11 @@ def sampler_settings(config: Config) -> SamplerSettings:
         peak_window_s=config.peak_window_ms / 1000)
 
 
+def health_settings(config: Config) -> HealthSettings:
+    return HealthSettings(xid_count_window_ms=config.xid_count_window_ms,
+                          clock_events_window_ms=config.clock_events_window_ms)
+
+
 def optional_sources(resolved: Resolved, counters: CounterSet) -> list[Source]:
     """The sources this configuration turns on, in install (and start) order."""
     config = resolved.config
@@ -106,17 +112,16 @@ def optional_sources(resolved: Resolved, counters: CounterSet) -> list[Source]:
     if resolved.simulation is not None:
         sources.append(resolved.simulation)  # the fake GPUs and simulated node start first
     if config.kubernetes:
-        from exporter.kube.wiring import KubernetesWiring  # noqa: PLC0415 - grpc is only needed with -k
+        from exporter.kube.settings import KubernetesSettings  # noqa: PLC0415 - grpc is only needed with -k
+        from exporter.kube.wiring import KubernetesWiring  # noqa: PLC0415
 
-        sources.append(KubernetesWiring(config))
+        sources.append(KubernetesWiring(KubernetesSettings.from_config(config)))
     if config.hpc_job_mapping_dir:
         from exporter.hpcjobs import HpcJobMapping  # noqa: PLC0415 - only with --hpc-job-mapping-dir
 
         sources.append(HpcJobMapping(config.hpc_job_mapping_dir, config.hpc_job_mapping_interval_ms / 1000))
     sources.append(UnknownDeviceIds(config.devices))
-    from exporter.health.wiring import HealthTelemetry  # noqa: PLC0415 - beside its siblings
-
-    sources.append(HealthTelemetry(config, counters))
+    sources.append(HealthTelemetry(health_settings(config), counters))
     return sources
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from exporter.config import Config
 from exporter.health.clock_events import ClockEventTracker
 from exporter.health.families import (
     CLOCK_EVENTS_COUNT,
@@ -36,15 +36,23 @@ log = get_logger("health")
 XID_LOG_INTERVAL_S = 60.0  # one log line per GPU and Xid code per minute; the metrics count every one
 
 
+@dataclass(frozen=True)
+class HealthSettings:
+    """The health telemetry's settings (``-x`` and ``--clock-events-count-window-size``), in milliseconds."""
+
+    xid_count_window_ms: int
+    clock_events_window_ms: int
+
+
 class HealthTelemetry:
     """The Xid ledger, the clock-event tracker (when the CSV asks for it) and the event watcher."""
 
-    def __init__(self, config: Config, counters: CounterSet, *, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, settings: HealthSettings, counters: CounterSet, *, clock: Callable[[], float] = time.monotonic,
                  wait_timeout_ms: int = WAIT_TIMEOUT_MS) -> None:
-        self.config = config
-        self.ledger = XidLedger(config.xid_count_window_ms / 1000, clock)
+        self.settings = settings
+        self.ledger = XidLedger(settings.xid_count_window_ms / 1000, clock)
         wants_clock_events = any(row.spec.name in (CLOCK_EVENTS_COUNT, CLOCK_EVENTS_TOTAL) for row in counters.metrics)
-        self.clock_events = ClockEventTracker(config.clock_events_window_ms / 1000, clock) \
+        self.clock_events = ClockEventTracker(settings.clock_events_window_ms / 1000, clock) \
             if wants_clock_events else None
         self.watcher = EventWatcher(self._inventory, self._on_event, wait_timeout_ms=wait_timeout_ms, clock=clock)
         self._hub: Hub | None = None  # set by install
@@ -54,10 +62,10 @@ class HealthTelemetry:
 
     def install(self, hub: Hub) -> None:
         self._hub = hub
-        hub.add_families(xid_families(self.ledger, self.config.xid_count_window_ms))
+        hub.add_families(xid_families(self.ledger, self.settings.xid_count_window_ms))
         hub.add_families(health_family(self.ledger))
         if self.clock_events is not None:
-            hub.add_families(clock_event_families(self.clock_events, self.config.clock_events_window_ms))
+            hub.add_families(clock_event_families(self.clock_events, self.settings.clock_events_window_ms))
             hub.on_snapshot(self.clock_events.observe)
         hub.require_readings(health_dependencies())
         hub.on_inventory(self.watcher.prepare)  # registered right after NVML init

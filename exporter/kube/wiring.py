@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 
-from exporter.config import Config
 from exporter.hub import Hub
 from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution
 from exporter.kube.series import (
@@ -44,6 +43,7 @@ from exporter.kube.series import (
     virtual_gpu_samples,
     workload_label_sets,
 )
+from exporter.kube.settings import KubernetesSettings
 from exporter.logs import get_logger
 from exporter.metrics.render import RenderContext
 from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity, ProcessUtilization, Snapshot
@@ -145,11 +145,11 @@ class _ProcessFeed:
 class KubernetesWiring:
     """The attribution as seen by the app: hooks for start/stop, snapshots, renders and builders."""
 
-    def __init__(self, config: Config, attribution: KubernetesAttribution | None = None) -> None:
-        self.config = config  # resolved before wiring (exporter.composition.resolve): process lists read when implied
+    def __init__(self, settings: KubernetesSettings, attribution: KubernetesAttribution | None = None) -> None:
+        self.settings = settings  # built at the composition root from the resolved configuration
         self._invalidate: Callable[[], None] = lambda: None  # the hub's, once installed
-        self.attribution = attribution or KubernetesAttribution(config, on_change=self._changed)
-        self._feed = _ProcessFeed(self._update_processes) if config.process_attribution else None
+        self.attribution = attribution or KubernetesAttribution(settings, on_change=self._changed)
+        self._feed = _ProcessFeed(self._update_processes) if settings.process_attribution else None
         self._offered: ProcessReadings | None = None
 
     def _update_processes(self, readings: ProcessReadings) -> None:
@@ -170,12 +170,12 @@ class KubernetesWiring:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:
-        config = self.config
+        settings = self.settings
         LOG.info("Kubernetes attribution on", extra={"fields": {
-            "pod_resources_socket": config.pod_resources_socket, "node": config.node_name or "(hostname)",
-            "kubeconfig": config.kubeconfig or "(in-cluster)", "gpu_id_type": config.kubernetes_gpu_id_type,
-            "virtual_gpus": config.kubernetes_virtual_gpus,
-            "process_attribution": config.process_attribution, "proc_root": config.proc_root}})
+            "pod_resources_socket": settings.pod_resources_socket, "node": settings.node_name or "(hostname)",
+            "kubeconfig": settings.kubeconfig or "(in-cluster)", "gpu_id_type": settings.kubernetes_gpu_id_type,
+            "virtual_gpus": settings.kubernetes_virtual_gpus,
+            "process_attribution": settings.process_attribution, "proc_root": settings.proc_root}})
         if self._feed is not None:
             self._feed.start()
         self.attribution.start()
@@ -211,20 +211,20 @@ class KubernetesWiring:
         devices: tuple[DeviceIdentity, ...] = tuple(reading.identity for reading in ctx.snapshot.devices)
         attribution = self.attribution.snapshot(devices, mig_identities(ctx.snapshot))
         instances = mig_instances(ctx.snapshot)
-        config = self.config
+        settings = self.settings
 
         def workloads(identity: DeviceIdentity, gpu_instance_id: int | None) -> Sequence[Mapping[str, str]]:
             mig = instances.get((identity.uuid, gpu_instance_id)) if gpu_instance_id is not None else None
             device = LabeledDevice(identity.uuid, gpu_instance_id, ctx.base_labels(identity, mig))
-            return workload_label_sets(attribution, device, config)
+            return workload_label_sets(attribution, device, settings)
 
         def field_workloads(identity: DeviceIdentity, gpu_instance_id: int | None,
                             field: str) -> Sequence[tuple[Mapping[str, str], float]] | None:
-            if not config.kubernetes_virtual_gpus or field not in VIRTUAL_GPU_FIELDS:
+            if not settings.kubernetes_virtual_gpus or field not in VIRTUAL_GPU_FIELDS:
                 return None
             mig = instances.get((identity.uuid, gpu_instance_id)) if gpu_instance_id is not None else None
             device = LabeledDevice(identity.uuid, gpu_instance_id, ctx.base_labels(identity, mig))
-            return virtual_gpu_samples(attribution, device, field, config)
+            return virtual_gpu_samples(attribution, device, field, settings)
 
         return dataclasses.replace(ctx, workloads=workloads, field_workloads=field_workloads,
                                    attribution=attribution)
@@ -233,7 +233,7 @@ class KubernetesWiring:
         """DCGM_EXP_GPU_ALLOCATED/_ALLOCATION_INFO, memory per container, and the Kubernetes self-metrics."""
         if not isinstance(ctx.attribution, AttributionSnapshot):  # a context that did not go through extend_context
             return []
-        return attribution_families(ctx.attribution, labeled_devices(ctx), self.config)
+        return attribution_families(ctx.attribution, labeled_devices(ctx), self.settings)
 
 
 def _same_objects(old: Mapping[str, object], new: Mapping[str, object]) -> bool:

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import App, ServeSettings
-from exporter.composition import render_options, sampler_settings
+from exporter.composition import health_settings, render_options, sampler_settings
 from exporter.config import load_config
 from exporter.health.wiring import HealthTelemetry
 from exporter.hub import Hub
@@ -47,7 +47,7 @@ def running() -> Iterator[Running]:
     fake = FakeNvmlLibrary(parse_scenario("gpu_count: 4\n", "storm.yaml", "storm"))
     hub = Hub(counters, sampler_settings(config), render_options(config))
     hub.add_service(fake.install, fake.uninstall, before_nvml=True)
-    telemetry = HealthTelemetry(config, counters, wait_timeout_ms=50)
+    telemetry = HealthTelemetry(health_settings(config), counters, wait_timeout_ms=50)
     telemetry.install(hub)
     app = App(hub, ServeSettings.from_config(config), config)
     app.start()
@@ -133,7 +133,7 @@ def test_an_xid_raised_while_the_rest_of_start_up_runs_is_counted() -> None:
     hub = Hub(counters, sampler_settings(config), render_options(config))
     hub.add_service(fake.install, fake.uninstall, before_nvml=True)
     hub.add_service(slow_source_start, lambda: None)
-    telemetry = HealthTelemetry(config, counters, wait_timeout_ms=50)
+    telemetry = HealthTelemetry(health_settings(config), counters, wait_timeout_ms=50)
     telemetry.install(hub)  # the watcher's thread starts after the slow step
     app = App(hub, ServeSettings.from_config(config), config)
     app.start()

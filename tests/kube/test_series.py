@@ -25,6 +25,7 @@ from exporter.kube.attribution import (
 )
 from exporter.kube.deviceids import GpuKey
 from exporter.kube.series import LabeledDevice, attribution_families, virtual_gpu_samples, workload_label_sets
+from exporter.kube.settings import KubernetesSettings
 
 from .helpers import GPU0, GPU1, GPU2
 
@@ -89,8 +90,8 @@ def _snapshot(**kwargs: object) -> AttributionSnapshot:
     return AttributionSnapshot(**values)  # type: ignore[arg-type]
 
 
-def _config(**kwargs: object) -> Config:
-    return Config(kubernetes=True, **kwargs)  # type: ignore[arg-type]
+def _config(**kwargs: object) -> KubernetesSettings:
+    return KubernetesSettings.from_config(Config(kubernetes=True, **kwargs))  # type: ignore[arg-type]
 
 
 def test_exclusive_gpu_gets_workload_labels_in_order() -> None:
@@ -271,7 +272,7 @@ def test_self_metrics() -> None:
 
 
 def test_nothing_when_kubernetes_mode_is_off() -> None:
-    assert attribution_families(AttributionSnapshot(), [DEVICE0], Config()) == []
+    assert attribution_families(AttributionSnapshot(), [DEVICE0], KubernetesSettings.from_config(Config())) == []
 
 
 def test_families_encode_and_parse_with_standard_tooling() -> None:

@@ -22,6 +22,7 @@ from exporter.kube.attribution import (
 )
 from exporter.kube.deviceids import GpuKey
 from exporter.kube.metadata import WatchTimeouts
+from exporter.kube.settings import KubernetesSettings
 from exporter.kube.wiring import KubernetesWiring
 from exporter.metrics.counters import load_counters
 from exporter.metrics.render import DEFAULT_BUILDERS, RenderContext, RenderOptions, render
@@ -105,9 +106,10 @@ def test_mig_instances_are_attributed_per_gpu_instance(
     kubelet.set_pods([FakePod("lab", "nb", (FakeContainer("jupyter", (("nvidia.com/mig-3g.40gb", mig_id),)),)),
                       FakePod("lab", "trainer", (FakeContainer("trainer", (("nvidia.com/gpu", gpu0_id),)),))])
     kubelet.start()
-    config = Config(kubernetes=True, pod_resources_socket=str(kubelet.socket_path), kubeconfig=str(
+    config = KubernetesSettings.from_config(
+            Config(kubernetes=True, pod_resources_socket=str(kubelet.socket_path), kubeconfig=str(
         api.write_kubeconfig(short_tmp / "kubeconfig")), node_name="node-a", kubernetes_gpu_id_type=id_type,
-        process_attribution=process_attribution, proc_root=str(proc), pod_resources_interval_ms=50)
+        process_attribution=process_attribution, proc_root=str(proc), pod_resources_interval_ms=50))
     attribution = KubernetesAttribution(config, watch_timeouts=FAST)
     wiring = KubernetesWiring(config, attribution)
     attribution.start()
@@ -185,7 +187,7 @@ SHARED = AttributionSnapshot(
 
 def _stub_wiring(snapshot: AttributionSnapshot = SHARED, **config: object) -> tuple[KubernetesWiring, StubAttribution]:
     stub = StubAttribution(snapshot)
-    resolved = with_implied_settings(Config(kubernetes=True, **config))  # type: ignore[arg-type]
+    resolved = KubernetesSettings.from_config(with_implied_settings(Config(kubernetes=True, **config)))  # type: ignore[arg-type]
     return KubernetesWiring(resolved, stub), stub  # type: ignore[arg-type]
 
 
@@ -213,7 +215,7 @@ def test_virtual_gpus_repeat_the_device_series_per_pod() -> None:
 
 def test_virtual_gpus_read_the_process_lists_their_per_pod_values_come_from() -> None:
     wiring, _ = _stub_wiring(kubernetes_virtual_gpus=True)
-    assert wiring.config.process_attribution is True
+    assert wiring.settings.process_attribution is True
     families = _render(wiring, _mig_snapshot())
     # no process data yet: the device series alone, never the device total copied onto each pod
     assert [(labels.get("pod"), value) for labels, value in _samples(families, "DCGM_FI_DEV_FB_USED")
@@ -262,10 +264,11 @@ def test_process_metrics_turn_on_process_lists(node: tuple[FakeApiServer, FakeKu
     api, kubelet, proc = node
     kubelet.set_pods([FakePod("lab", "nb", (FakeContainer("jupyter", (("nvidia.com/gpu", GPU0),)),))])
     kubelet.start()
-    config = with_implied_settings(Config(  # as resolved before wiring (exporter.cli.resolve)
+    config = KubernetesSettings.from_config(
+            with_implied_settings(Config(  # as resolved before wiring (exporter.cli.resolve)
         kubernetes=True, pod_resources_socket=str(kubelet.socket_path), kubeconfig=str(
             api.write_kubeconfig(short_tmp / "kubeconfig")), node_name="node-a", proc_root=str(proc),
-        pod_resources_interval_ms=50, process_metrics=True))  # --kubernetes-process-attribution left off
+        pod_resources_interval_ms=50, process_metrics=True)))  # --kubernetes-process-attribution left off
     hub = _hub()
     wiring = KubernetesWiring(config)
     wiring.install(hub)
@@ -308,7 +311,7 @@ def test_changes_invalidate_the_hub_it_is_installed_in() -> None:
 
 def test_installing_adds_a_service_a_context_and_families() -> None:
     hub = _hub()
-    wiring = KubernetesWiring(Config(kubernetes=True))
+    wiring = KubernetesWiring(KubernetesSettings.from_config(Config(kubernetes=True)))
     wiring.install(hub)
     assert hub.families == (wiring.families,)
     assert hub.services(before_nvml=False) == [(wiring.start, wiring.stop)]

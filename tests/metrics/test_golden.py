@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.composition import health_settings
 from exporter.config import Config
 from exporter.health.wiring import HealthTelemetry
 from exporter.health.xid import XidSource
@@ -36,7 +37,7 @@ def render_default_scenario(monkeypatch: pytest.MonkeyPatch) -> bytes:
     now = [119.0]
     counters = load_counters(str(ALL_ROWS))
     hub = Hub(counters, SamplerSettings(1.0, None, 60.0), RenderOptions(hostname="gpu-node-1"))
-    health = HealthTelemetry(Config(), counters, clock=lambda: now[0])
+    health = HealthTelemetry(health_settings(Config()), counters, clock=lambda: now[0])
     health.install(hub)
     with installed("default", lambda: now[0], wall_epoch=WALL_EPOCH):
         sampler = Sampler(counters.field_specs(), 1.0, clock=lambda: now[0], wall_clock=lambda: WALL_EPOCH + now[0],
