@@ -92,7 +92,7 @@ class Config:
     """The effective settings, each declared once here. Immutable: nothing changes it after ``resolve``.
 
     Loaded by ``load_config`` (flags > environment > file > defaults), then completed once by
-    ``exporter.cli.resolve`` before anything is wired (a simulated node's endpoints, implied settings).
+    ``exporter.composition.resolve`` before anything is wired (a simulated node's endpoints, implied settings).
     """
 
     collectors: str = setting(
@@ -489,7 +489,7 @@ _BY_YAML_KEY = {option.yaml_key: option for option in OPTIONS}
 
 
 def with_implied_settings(config: Config) -> Config:
-    """``config`` with the settings its others imply; part of the one resolve step (``exporter.cli.resolve``).
+    """``config`` with the settings its others imply; part of the one resolve step (``exporter.composition.resolve``).
 
     With ``-k``, ``--kubernetes-process-metrics`` and ``--kubernetes-virtual-gpus`` (each pod's own
     GPU_UTIL and FB_USED) are computed from NVML's process lists, so they turn on reading them

@@ -7,7 +7,7 @@ has), so neither the sampler nor the renderer learns about Kubernetes:
 * lifecycle: the kubelet client and the API watches start after NVML's first initialisation and stop
   after the HTTP server; every change they publish invalidates the exposition cache (``hub.invalidate``,
   which exists before any source), so the renderer thread re-renders. A scrape only copies bytes.
-* once per render (``extend_context``, a context hook): the attribution is joined for the GPUs
+* once per render (``extend_context``, the hub's attribution hook): the attribution is joined for the GPUs
   and MIG instances of the snapshot being rendered (``KubernetesAttribution.snapshot`` does no
   I/O and is memoised), and the result goes into ``RenderContext.attribution`` and into a workload
   labeler bound to it. The payload series (``DCGM_FI_*``) and the attribution's own families

@@ -217,7 +217,7 @@ def self_families(ctx: RenderContext) -> list[Metric]:
             unsupported.add_sample("gpu_pod_exporter_field_unsupported",
                                    {"gpu": str(index), "UUID": identity.uuid, "field": field_name}, 1)
     families.append(unsupported)
-    # From the counters in use (App.set_counters swaps them on a ConfigMap reload, and the cache re-renders).
+    # From the counters in use (Hub.set_counters swaps them on a ConfigMap reload, and the cache re-renders).
     skipped = owned_family("gpu_pod_exporter_counters_skipped_rows")
     for reason, count in ctx.counters.skipped.items():
         skipped.add_sample("gpu_pod_exporter_counters_skipped_rows", {"reason": reason}, count)
