@@ -80,18 +80,39 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client.core import Metric
 
 from exporter.kube.attribution import NO_UTILIZATION, AllocationHolder, AttributionSnapshot, Workload
 from exporter.kube.container_peaks import PeakKey
 from exporter.kube.deviceids import GpuKey
-from exporter.kube.settings import KubernetesSettings
 from exporter.metrics.render import owned_family
 
 MIB = 1024.0 * 1024.0
 WORKLOAD_NAMES = ("container", "namespace", "pod")
 OLD_WORKLOAD_NAMES = ("container_name", "pod_namespace", "pod_name")  # -o/--use-old-namespace (1.x)
+
+
+class SeriesSettings(Protocol):
+    """The five settings the series read (``exporter.kube.settings.KubernetesSettings`` has them): the
+    label spellings, pod_uid, DRA labels, virtual-GPU repeats and per-process series. Nothing else of the
+    configuration reaches these functions."""
+
+    @property
+    def use_old_namespace(self) -> bool: ...
+
+    @property
+    def kubernetes_enable_pod_uid(self) -> bool: ...
+
+    @property
+    def kubernetes_enable_dra(self) -> bool: ...
+
+    @property
+    def kubernetes_virtual_gpus(self) -> bool: ...
+
+    @property
+    def process_metrics(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -107,7 +128,7 @@ class LabeledDevice:
         return GpuKey(self.uuid, self.gpu_instance_id)
 
 
-def workload_labels(workload: Workload, settings: KubernetesSettings,
+def workload_labels(workload: Workload, settings: SeriesSettings,
                     base: Mapping[str, str] | None = None, *, pod_uid: bool = False) -> dict[str, str]:
     """``container, namespace, pod [, pod_uid] [, team] [, pod labels...]``; a name already in
     ``base`` is never overridden, and a label without a value is left out. With ``-o`` the first
@@ -127,7 +148,7 @@ def workload_labels(workload: Workload, settings: KubernetesSettings,
     return {name: value for name, value in labels.items() if value}
 
 
-def dra_labels(holder: AllocationHolder, settings: KubernetesSettings, base: Mapping[str, str]) -> dict[str, str]:
+def dra_labels(holder: AllocationHolder, settings: SeriesSettings, base: Mapping[str, str]) -> dict[str, str]:
     """dcgm-exporter's ``dra_*`` labels of the claim ``holder`` holds the device through (its first,
     when a container holds one device through several claims); empty values are left out."""
     if not settings.kubernetes_enable_dra or not holder.claims:
@@ -139,7 +160,7 @@ def dra_labels(holder: AllocationHolder, settings: KubernetesSettings, base: Map
     return {name: value for name, value in labels.items() if value and name not in base}
 
 
-def holder_labels(holder: AllocationHolder, settings: KubernetesSettings, base: Mapping[str, str], *,
+def holder_labels(holder: AllocationHolder, settings: SeriesSettings, base: Mapping[str, str], *,
                   pod_uid: bool = False) -> dict[str, str]:
     """A holder's workload labels followed by its ``dra_*`` labels (``pod_uid``: see ``workload_labels``)."""
     labels = workload_labels(holder.workload, settings, base, pod_uid=pod_uid)
@@ -148,7 +169,7 @@ def holder_labels(holder: AllocationHolder, settings: KubernetesSettings, base: 
 
 
 def workload_label_sets(attribution: AttributionSnapshot, device: LabeledDevice,
-                        settings: KubernetesSettings) -> list[dict[str, str]]:
+                        settings: SeriesSettings) -> list[dict[str, str]]:
     """The workload-label extensions for one device's payload series (see the module docstring)."""
     allocation = attribution.allocation(device.uuid, device.gpu_instance_id)
     if allocation is None or not allocation.holders:
@@ -178,7 +199,7 @@ def _same_container(a: Workload, b: Workload) -> bool:
 
 
 def virtual_gpu_samples(attribution: AttributionSnapshot, device: LabeledDevice, field: str,
-                        settings: KubernetesSettings) -> list[tuple[dict[str, str], float]] | None:
+                        settings: SeriesSettings) -> list[tuple[dict[str, str], float]] | None:
     """With ``--kubernetes-virtual-gpus``, the per-holder samples of GPU_UTIL / FB_USED, as dcgm-exporter.
 
     None: the field is not one of those two (or virtual mode is off, or the device has no holder),
@@ -234,7 +255,7 @@ def virtual_gpu_samples(attribution: AttributionSnapshot, device: LabeledDevice,
 
 
 def attribution_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
-                         settings: KubernetesSettings) -> list[Metric]:
+                         settings: SeriesSettings) -> list[Metric]:
     """Every family the Kubernetes attribution contributes (see the module docstring).
 
     Nothing is emitted when Kubernetes mode is off. Allocation families are left out while the
@@ -255,7 +276,7 @@ def attribution_families(attribution: AttributionSnapshot, devices: Sequence[Lab
 
 
 def _allocation_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
-                         settings: KubernetesSettings) -> list[Metric]:
+                         settings: SeriesSettings) -> list[Metric]:
     allocated = owned_family("DCGM_EXP_GPU_ALLOCATED")
     info = owned_family("DCGM_EXP_GPU_ALLOCATION_INFO")
     for device in devices:
@@ -271,7 +292,7 @@ def _allocation_families(attribution: AttributionSnapshot, devices: Sequence[Lab
 
 
 def _memory_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
-                     settings: KubernetesSettings) -> list[Metric]:
+                     settings: SeriesSettings) -> list[Metric]:
     container_fb = owned_family("DCGM_EXP_CONTAINER_FB_USED")
     container_peak = owned_family("DCGM_EXP_CONTAINER_FB_USED_PEAK")
     unattributed = owned_family("DCGM_EXP_UNATTRIBUTED_FB_USED")
@@ -307,7 +328,7 @@ def _peak_key(device: LabeledDevice, workload: Workload) -> PeakKey:
 
 
 def _add_peaks(family: Metric, device: LabeledDevice, current: Sequence[tuple[Workload, float, dict[str, str]]],
-               peaks: Mapping[PeakKey, tuple[Workload, float]], settings: KubernetesSettings, *, scale: float) -> None:
+               peaks: Mapping[PeakKey, tuple[Workload, float]], settings: SeriesSettings, *, scale: float) -> None:
     """A container's peak beside each of its current series (never below the current value, which the
     memoised join may have from a newer read), then the peaks of containers that left within the window."""
     shown: set[PeakKey] = set()
@@ -332,7 +353,7 @@ PROCESS_ATTRIBUTION_FAMILIES = frozenset({
 
 
 def _utilization_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
-                          settings: KubernetesSettings) -> list[Metric]:
+                          settings: SeriesSettings) -> list[Metric]:
     """Per-container and unattributed utilization of every whole GPU whose samples were read."""
     containers = [(owned_family(f"DCGM_EXP_CONTAINER_{engine}_UTIL"), part) for engine, part in _ENGINES]
     nobody = [(owned_family(f"DCGM_EXP_UNATTRIBUTED_{engine}_UTIL"), part) for engine, part in _ENGINES]
