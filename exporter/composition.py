@@ -16,6 +16,7 @@ In order, and nowhere else:
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from exporter.app import App, ServeSettings, node_hostname
 from exporter.config import Config, with_implied_settings
 from exporter.health.wiring import HealthSettings, HealthTelemetry
 from exporter.hub import Hub, SamplerSettings, Source
+from exporter.kube.settings import KubernetesSettings
 from exporter.logs import get_logger
 from exporter.metrics.counters import CounterSet
 from exporter.metrics.render import RenderOptions
@@ -100,6 +102,12 @@ def sampler_settings(config: Config) -> SamplerSettings:
         peak_window_s=config.peak_window_ms / 1000)
 
 
+def kubernetes_settings(config: Config) -> KubernetesSettings:
+    """The attribution's part of the resolved configuration (its fields are named as the settings)."""
+    fields = dataclasses.fields(KubernetesSettings)
+    return KubernetesSettings(**{item.name: getattr(config, item.name) for item in fields})
+
+
 def health_settings(config: Config) -> HealthSettings:
     return HealthSettings(xid_count_window_ms=config.xid_count_window_ms,
                           clock_events_window_ms=config.clock_events_window_ms)
@@ -112,10 +120,9 @@ def optional_sources(resolved: Resolved, counters: CounterSet) -> list[Source]:
     if resolved.simulation is not None:
         sources.append(resolved.simulation)  # the fake GPUs and simulated node start first
     if config.kubernetes:
-        from exporter.kube.settings import KubernetesSettings  # noqa: PLC0415 - grpc is only needed with -k
-        from exporter.kube.wiring import KubernetesWiring  # noqa: PLC0415
+        from exporter.kube.wiring import KubernetesWiring  # noqa: PLC0415 - grpc is only needed with -k
 
-        sources.append(KubernetesWiring(KubernetesSettings.from_config(config)))
+        sources.append(KubernetesWiring(kubernetes_settings(config)))
     if config.hpc_job_mapping_dir:
         from exporter.hpcjobs import HpcJobMapping  # noqa: PLC0415 - only with --hpc-job-mapping-dir
 

@@ -1,16 +1,16 @@
 """The Kubernetes attribution's own settings: what ``-k`` and its flags say, and nothing else.
 
-Built once at the composition root (``KubernetesSettings.from_config``) from the resolved
-configuration; the attribution, its series and its wiring read only these, so a change to any other
-setting cannot reach them, and a test builds exactly what it needs. The field names are the
-configuration's (``exporter.config.Config``), where each is declared with its flag and help.
+Built once at the composition root (``exporter.composition.kubernetes_settings``) from the resolved
+configuration; the attribution, its series and its wiring read only these (the package does not import
+``exporter.config``: an import contract says so), so a change to any other setting cannot reach them.
+The field names are the configuration's (``exporter.config.Config``), where each is declared with its
+flag and help.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.config import Config
 from exporter.options import TeamSource
 
 
@@ -38,8 +38,3 @@ class KubernetesSettings:
     proc_root: str
     peak_window_ms: int
     use_old_namespace: bool
-
-    @classmethod
-    def from_config(cls, config: Config) -> KubernetesSettings:
-        """The attribution's part of a resolved configuration (``exporter.composition.resolve``)."""
-        return cls(**{name: getattr(config, name) for name in cls.__dataclass_fields__})

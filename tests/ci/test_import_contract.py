@@ -4,8 +4,8 @@ through the hub.
 The contracts live in pyproject.toml (``[tool.importlinter]``) and scripts/test runs ``lint-imports``
 right after mypy. These tests show that every one holds on the repository, that each catches the import
 it forbids (a new import of the simulator in the product, a lower package importing a higher one, which
-is how an import cycle starts, and a source reaching for the app), and what the first is for: importing
-the exporter loads no simulator.
+is how an import cycle starts, a component reading the configuration instead of its own settings, and a
+source reaching for the app), and what the first is for: importing the exporter loads no simulator.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"  # installed by the 
 CONTRACT = "exporter must not import simulator"
 LAYERS = "exporter packages form layers"
 SOURCES = "optional sources do not import the app or the composition root"
-CONTRACTS = (CONTRACT, LAYERS, SOURCES)
+SETTINGS = "components do not import the configuration"
+CONTRACTS = (CONTRACT, LAYERS, SETTINGS, SOURCES)
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -79,3 +80,12 @@ def test_importing_the_exporter_loads_no_simulator() -> None:
     result = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=120,
                             check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_component_reading_the_configuration_breaks_the_settings_contract(tmp_path: Path) -> None:
+    """hpcjobs sits above config in the layers, but takes its settings from the composition root."""
+    result = _with_import(tmp_path, "exporter/hpcjobs.py", "import exporter.config")
+    assert result.returncode != 0, result.stdout
+    assert f"{SETTINGS} BROKEN" in result.stdout
+    assert f"{LAYERS} KEPT" in result.stdout
+    assert "exporter.hpcjobs -> exporter.config" in result.stdout

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from exporter.composition import kubernetes_settings
 from exporter.config import Config
 from exporter.kube import dra
 from exporter.kube.allocation import AllocationIndex, build_allocation_index
@@ -40,7 +41,7 @@ GPU1_DEVICE = gpu_device(1, GPU1)
 MIG_A_DEVICE = mig_device(2, GPU2, MIG_A, "3g.40gb", 3)
 MIG_B_DEVICE = mig_device(2, GPU2, MIG_B, "1g.10gb", 5)
 ELSEWHERE = "GPU-99999999-9999-9999-9999-999999999999"  # a GPU of another node
-DRA_CONFIG = KubernetesSettings.from_config(Config(kubernetes=True, node_name=NODE, kubernetes_enable_dra=True))
+DRA_CONFIG = kubernetes_settings(Config(kubernetes=True, node_name=NODE, kubernetes_enable_dra=True))
 
 
 def _slices(*devices: tuple[str, dict[str, str | int]], version: str = "v1", generation: int = 1,
@@ -264,7 +265,7 @@ def test_a_claim_shared_by_two_pods_follows_the_time_slicing_rules() -> None:
             if family.name == "DCGM_EXP_GPU_ALLOCATION_INFO" for sample in family.samples]
     assert [(labels["pod"], labels["dra_claim_name"]) for labels in info] == [("a", "shared-gpu"), ("b", "shared-gpu")]
     # Virtual-GPU mode: one set per sharing pod, as for time-slicing replicas.
-    virtual = KubernetesSettings.from_config(
+    virtual = kubernetes_settings(
             Config(kubernetes=True, kubernetes_enable_dra=True, kubernetes_virtual_gpus=True))
     assert [labels["pod"] for labels in workload_label_sets(snapshot, GPU1_LABELS, virtual)] == ["a", "b"]
 
@@ -286,7 +287,7 @@ def test_an_unresolvable_device_leaves_its_gpu_unattributed_and_is_counted_once_
 
 def test_dra_labels_and_counts_stay_off_without_the_flag() -> None:
     snapshot = _snapshot(_index(MIXED))
-    plain = KubernetesSettings.from_config(Config(kubernetes=True))
+    plain = kubernetes_settings(Config(kubernetes=True))
     assert "dra_claim_name" not in workload_label_sets(snapshot, GPU1_LABELS, plain)[0]
     no_dra = AttributionSnapshot(status=AttributionStatus(enabled=True), allocation_known=True,
                                  allocations=snapshot.allocations)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.composition import kubernetes_settings
 from exporter.config import Config
 from exporter.kube import dra
 from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution
@@ -56,7 +57,7 @@ def node(short_tmp: Path) -> Iterator[Node]:
         FakePod("ml", "nb", (FakeContainer("jupyter", claims=(FakeClaim("ml", "nb-mig", (
             FakeClaimDevice(DRIVER, NODE, MIG_A_DEVICE[0]),)),)),)),
     ], seed=5).start()
-    config = KubernetesSettings.from_config(
+    config = kubernetes_settings(
             Config(kubernetes=True, node_name=NODE, pod_resources_socket=kubelet.socket_path,
                     pod_resources_interval_ms=20, kubeconfig=str(api.write_kubeconfig(short_tmp / "kubeconfig")),
                     kubernetes_enable_dra=True))

@@ -11,6 +11,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
+from exporter.composition import kubernetes_settings
 from exporter.config import Config
 from exporter.kube.attribution import (
     AllocationHolder,
@@ -91,7 +92,7 @@ def _snapshot(**kwargs: object) -> AttributionSnapshot:
 
 
 def _config(**kwargs: object) -> KubernetesSettings:
-    return KubernetesSettings.from_config(Config(kubernetes=True, **kwargs))  # type: ignore[arg-type]
+    return kubernetes_settings(Config(kubernetes=True, **kwargs))  # type: ignore[arg-type]
 
 
 def test_exclusive_gpu_gets_workload_labels_in_order() -> None:
@@ -272,7 +273,7 @@ def test_self_metrics() -> None:
 
 
 def test_nothing_when_kubernetes_mode_is_off() -> None:
-    assert attribution_families(AttributionSnapshot(), [DEVICE0], KubernetesSettings.from_config(Config())) == []
+    assert attribution_families(AttributionSnapshot(), [DEVICE0], kubernetes_settings(Config())) == []
 
 
 def test_families_encode_and_parse_with_standard_tooling() -> None:

@@ -10,6 +10,7 @@ from types import MappingProxyType
 import pytest
 from prometheus_client.core import Metric
 
+from exporter.composition import kubernetes_settings
 from exporter.config import Config, with_implied_settings
 from exporter.hub import Hub, SamplerSettings
 from exporter.kube.attribution import (
@@ -22,7 +23,6 @@ from exporter.kube.attribution import (
 )
 from exporter.kube.deviceids import GpuKey
 from exporter.kube.metadata import WatchTimeouts
-from exporter.kube.settings import KubernetesSettings
 from exporter.kube.wiring import KubernetesWiring
 from exporter.metrics.counters import load_counters
 from exporter.metrics.render import DEFAULT_BUILDERS, RenderContext, RenderOptions, render
@@ -106,7 +106,7 @@ def test_mig_instances_are_attributed_per_gpu_instance(
     kubelet.set_pods([FakePod("lab", "nb", (FakeContainer("jupyter", (("nvidia.com/mig-3g.40gb", mig_id),)),)),
                       FakePod("lab", "trainer", (FakeContainer("trainer", (("nvidia.com/gpu", gpu0_id),)),))])
     kubelet.start()
-    config = KubernetesSettings.from_config(
+    config = kubernetes_settings(
             Config(kubernetes=True, pod_resources_socket=str(kubelet.socket_path), kubeconfig=str(
         api.write_kubeconfig(short_tmp / "kubeconfig")), node_name="node-a", kubernetes_gpu_id_type=id_type,
         process_attribution=process_attribution, proc_root=str(proc), pod_resources_interval_ms=50))
@@ -187,7 +187,7 @@ SHARED = AttributionSnapshot(
 
 def _stub_wiring(snapshot: AttributionSnapshot = SHARED, **config: object) -> tuple[KubernetesWiring, StubAttribution]:
     stub = StubAttribution(snapshot)
-    resolved = KubernetesSettings.from_config(with_implied_settings(Config(kubernetes=True, **config)))  # type: ignore[arg-type]
+    resolved = kubernetes_settings(with_implied_settings(Config(kubernetes=True, **config)))  # type: ignore[arg-type]
     return KubernetesWiring(resolved, stub), stub  # type: ignore[arg-type]
 
 
@@ -264,7 +264,7 @@ def test_process_metrics_turn_on_process_lists(node: tuple[FakeApiServer, FakeKu
     api, kubelet, proc = node
     kubelet.set_pods([FakePod("lab", "nb", (FakeContainer("jupyter", (("nvidia.com/gpu", GPU0),)),))])
     kubelet.start()
-    config = KubernetesSettings.from_config(
+    config = kubernetes_settings(
             with_implied_settings(Config(  # as resolved before wiring (exporter.cli.resolve)
         kubernetes=True, pod_resources_socket=str(kubelet.socket_path), kubeconfig=str(
             api.write_kubeconfig(short_tmp / "kubeconfig")), node_name="node-a", proc_root=str(proc),
@@ -311,7 +311,7 @@ def test_changes_invalidate_the_hub_it_is_installed_in() -> None:
 
 def test_installing_adds_a_service_a_context_and_families() -> None:
     hub = _hub()
-    wiring = KubernetesWiring(KubernetesSettings.from_config(Config(kubernetes=True)))
+    wiring = KubernetesWiring(kubernetes_settings(Config(kubernetes=True)))
     wiring.install(hub)
     assert hub.families == (wiring.families,)
     assert hub.services(before_nvml=False) == [(wiring.start, wiring.stop)]

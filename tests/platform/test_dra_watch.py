@@ -29,6 +29,7 @@ import pytest
 
 from devcluster.api import Api
 from devcluster.control_plane import Cluster
+from exporter.composition import kubernetes_settings
 from exporter.config import Config
 from exporter.kube import dra
 from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution
@@ -81,7 +82,7 @@ def node(cluster: Cluster, admin: Api) -> Iterator[Node]:
         FakePod(namespace, "nb", (FakeContainer("jupyter", claims=(FakeClaim(namespace, "nb-mig", (
             FakeClaimDevice(DRIVER, NODE, MIG_A_DEVICE[0]),)),)),)),
     ], seed=5).start()
-    config = KubernetesSettings.from_config(
+    config = kubernetes_settings(
             Config(kubernetes=True, node_name=NODE, pod_resources_socket=kubelet.socket_path,
                     pod_resources_interval_ms=20, kubeconfig=str(cluster.kubeconfig), kubernetes_enable_dra=True))
     try:

@@ -32,12 +32,12 @@ from typing import Any
 
 from devcluster.api import Api
 from devcluster.control_plane import Cluster
+from exporter.composition import kubernetes_settings
 from exporter.config import Config
 from exporter.kube.apiserver import build_lists
 from exporter.kube.attribution import KubernetesAttribution
 from exporter.kube.reflector import WatchTimeouts
 from exporter.kube.series import attribution_families
-from exporter.kube.settings import KubernetesSettings
 from tests.platform.support import ensure_namespace, poll
 
 # A node name no pod is bound to: every version this pods watch learns after its list comes from a
@@ -126,7 +126,7 @@ def _resumed_past(transport: RecordingTransport, version: int) -> int | None:
 def test_watches_resume_from_the_real_servers_bookmarks_without_relisting(
         cluster: Cluster, admin: Api, tmp_path: Path) -> None:
     transport = RecordingTransport(build_lists(str(cluster.kubeconfig)))
-    config = KubernetesSettings.from_config(Config(kubernetes=True, node_name=NODE, kubeconfig=str(cluster.kubeconfig),
+    config = kubernetes_settings(Config(kubernetes=True, node_name=NODE, kubeconfig=str(cluster.kubeconfig),
                     pod_resources_socket=str(tmp_path / "no-kubelet.sock")))
     attribution = KubernetesAttribution(config, watch_timeouts=SHORT, api_factory=lambda: transport)
     attribution.start()

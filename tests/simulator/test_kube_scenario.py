@@ -10,11 +10,11 @@ from typing import TypeVar
 import pytest
 import yaml
 
+from exporter.composition import kubernetes_settings
 from exporter.config import Config, ConfigError
 from exporter.kube.attribution import KubernetesAttribution
 from exporter.kube.metadata import WatchTimeouts
 from exporter.kube.processes import CgroupIdentity, parse_cgroup_file
-from exporter.kube.settings import KubernetesSettings
 from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity
 from simulator.kube_scenario import (
     GpuRef,
@@ -260,7 +260,7 @@ def test_simulated_cluster_feeds_the_real_attribution(
     # A deep work directory: the socket must still fit in a unix socket path.
     cluster = start_simulated_cluster(section, GPUS, MIGS, tmp_path / ("deep" * 20) / "cluster")
     attribution = KubernetesAttribution(
-        KubernetesSettings.from_config(
+        kubernetes_settings(
                 Config(pod_resources_interval_ms=50, process_attribution=True, **cluster.config_overrides())),  # type: ignore[arg-type]
         watch_timeouts=WatchTimeouts(backoff_initial_s=0.02, backoff_max_s=0.1),
     )
