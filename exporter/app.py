@@ -46,25 +46,13 @@ FIRST_INIT_WAIT_S = 5.0
 
 @dataclass(frozen=True)
 class ServeSettings:
-    """What the app itself needs from the configuration (built at the composition root)."""
+    """What the app itself needs from the configuration (``exporter.composition.serve_settings``)."""
 
     address: str
     collect_interval_s: float
     max_connections: int
     read_timeout_s: float | None = None  # None: the server's own default
     write_timeout_s: float | None = None
-
-    @classmethod
-    def from_config(cls, config: Config) -> ServeSettings:
-        return cls(address=config.address, collect_interval_s=config.collect_interval_s,
-                   max_connections=config.web_max_connections,
-                   read_timeout_s=_if_set(config, "web_read_timeout_s"),
-                   write_timeout_s=_if_set(config, "web_write_timeout_s"))
-
-
-def _if_set(config: Config, attr: str) -> float | None:
-    """A setting's value when the user gave one, else None (the component keeps its own default)."""
-    return float(getattr(config, attr)) if attr in config.sources else None
 
 
 def node_hostname(config: Config) -> str | None:

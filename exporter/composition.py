@@ -95,6 +95,18 @@ def render_options(config: Config) -> RenderOptions:
                          use_old_namespace=config.use_old_namespace, hostname_label=config.hostname_label)
 
 
+def serve_settings(config: Config) -> ServeSettings:
+    return ServeSettings(address=config.address, collect_interval_s=config.collect_interval_s,
+                         max_connections=config.web_max_connections,
+                         read_timeout_s=_if_set(config, "web_read_timeout_s"),
+                         write_timeout_s=_if_set(config, "web_write_timeout_s"))
+
+
+def _if_set(config: Config, attr: str) -> float | None:
+    """A setting's value when the user gave one, else None (the component keeps its own default)."""
+    return float(getattr(config, attr)) if attr in config.sources else None
+
+
 def sampler_settings(config: Config) -> SamplerSettings:
     return SamplerSettings(
         interval_s=config.collect_interval_s,
@@ -145,7 +157,7 @@ def build_app(config: Config, counters: CounterSet, security: WebSecurity | None
         hub = Hub(counters, sampler_settings(resolved_config), render_options(resolved_config))
         for source in (*optional_sources(resolved, counters), *extra):
             source.install(hub)
-        return App(hub, ServeSettings.from_config(resolved_config), resolved_config, security=security,
+        return App(hub, serve_settings(resolved_config), resolved_config, security=security,
                    listener=listener)
     except BaseException:
         if resolved.simulation is not None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.app import App, ServeSettings
-from exporter.composition import health_settings, render_options, sampler_settings
+from exporter.app import App
+from exporter.composition import health_settings, render_options, sampler_settings, serve_settings
 from exporter.config import load_config
 from exporter.health.wiring import HealthTelemetry
 from exporter.hub import Hub
@@ -49,7 +49,7 @@ def running() -> Iterator[Running]:
     hub.add_service(fake.install, fake.uninstall, before_nvml=True)
     telemetry = HealthTelemetry(health_settings(config), counters, wait_timeout_ms=50)
     telemetry.install(hub)
-    app = App(hub, ServeSettings.from_config(config), config)
+    app = App(hub, serve_settings(config), config)
     app.start()
     try:
         yield Running(app, fake, telemetry)
@@ -135,7 +135,7 @@ def test_an_xid_raised_while_the_rest_of_start_up_runs_is_counted() -> None:
     hub.add_service(slow_source_start, lambda: None)
     telemetry = HealthTelemetry(health_settings(config), counters, wait_timeout_ms=50)
     telemetry.install(hub)  # the watcher's thread starts after the slow step
-    app = App(hub, ServeSettings.from_config(config), config)
+    app = App(hub, serve_settings(config), config)
     app.start()
     try:
         running = Running(app, fake, telemetry)
