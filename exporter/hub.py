@@ -32,7 +32,6 @@ from typing import Protocol
 
 from prometheus_client.core import Metric
 
-from exporter.logs import get_logger
 from exporter.metrics.catalog import FieldSpec
 from exporter.metrics.counters import CounterSet
 from exporter.metrics.render import DEFAULT_BUILDERS, FamilyBuilder, RenderContext, RenderOptions, owned_family, render
@@ -41,8 +40,6 @@ from exporter.nvml.sampler import Sampler
 from exporter.snapshot import DeviceIdentity, InFlight, Snapshot
 from exporter.supervisor import SUPERVISOR, Supervisor
 from exporter.web.cache import ExpositionCache
-
-log = get_logger("hub")
 
 LabelSets = Sequence[Mapping[str, str]]
 
