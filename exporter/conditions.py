@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from exporter.health.xid_codes import xid_message
+from exporter.xid_codes import xid_message
 
 # ----------------------------------------------------------------------------------------- numbers
 IDLE_BELOW_PERCENT = 5.0  # GpuAllocatedButIdle: GPU_UTIL (or a MIG instance's engine activity) below this

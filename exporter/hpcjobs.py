@@ -9,7 +9,8 @@ its series unchanged.
 
 dcgm-exporter lists and reads the directory on every scrape. Here a thread re-reads it every
 ``--hpc-job-mapping-interval`` (5 s) and publishes an immutable mapping; a render only looks it up
-(``extend_context``), and the exposition is re-rendered only when the mapping changed. Defensive
+(``labeler``, its label source: ``install(hub)``), and the exposition is re-rendered only when the
+mapping changed. Defensive
 reading, since the directory is written by other programs: names that are not ``<n>`` or
 ``<n>.<n>`` and anything but regular files are ignored, blank lines are skipped, at most
 ``MAX_JOBS_PER_FILE`` ids are taken from a file and at most ``MAX_FILE_BYTES`` are read. A missing
@@ -18,16 +19,15 @@ directory or an unreadable file is logged once per state change, not once per re
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from exporter.hub import Hub, LabelSets, LabelTransform
 from exporter.logs import get_logger
-from exporter.metrics.render import RenderContext
 from exporter.periodic import Periodic
 from exporter.snapshot import DeviceIdentity
 
@@ -85,7 +85,7 @@ def read_job_mapping(directory: Path) -> tuple[JobMapping, list[str]]:
 
 
 class HpcJobMapping:
-    """The directory, re-read in the background; ``extend_context`` adds ``hpc_job`` at render time."""
+    """The directory, re-read in the background; its label source adds ``hpc_job`` at render time."""
 
     def __init__(self, directory: str, interval_s: float, on_change: Callable[[], None] = lambda: None) -> None:
         self.directory = Path(directory)
@@ -132,18 +132,22 @@ class HpcJobMapping:
             self.on_change()
         return self.interval_s
 
-    def extend_context(self, ctx: RenderContext) -> RenderContext:
-        """Repeat each series of a GPU (instance) with jobs once per job, adding ``hpc_job``."""
+    def install(self, hub: Hub) -> None:
+        """Plug into the hub: a label source, a service, and a re-render whenever the mapping changes."""
+        self.on_change = hub.invalidate
+        hub.add_service(self.start, self.stop)
+        hub.add_label_source(self.labeler)
+
+    def labeler(self) -> LabelTransform | None:
+        """This render's transform: each series of a GPU (instance) with jobs, once per job with ``hpc_job``."""
         mapping = self._mapping
         if not mapping:
-            return ctx
-        inner = ctx.workloads
+            return None
 
-        def workloads(identity: DeviceIdentity, gpu_instance_id: int | None) -> Sequence[Mapping[str, str]]:
-            sets = inner(identity, gpu_instance_id)
+        def add_jobs(identity: DeviceIdentity, gpu_instance_id: int | None, label_sets: LabelSets) -> LabelSets:
             jobs = mapping.get((identity.index, gpu_instance_id))
             if not jobs:
-                return sets
-            return [{**labels, LABEL: job} for labels in sets for job in jobs]
+                return label_sets
+            return [{**labels, LABEL: job} for labels in label_sets for job in jobs]
 
-        return dataclasses.replace(ctx, workloads=workloads)
+        return add_jobs

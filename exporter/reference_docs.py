@@ -27,7 +27,7 @@ def _default(option: Option) -> str:
     if isinstance(value, bool):
         return "`true`" if value else "`false`"
     if isinstance(value, tuple):
-        return "`" + ",".join(value) + "`" if value else "(none)"
+        return "`" + ",".join(map(str, value)) + "`" if value else "(none)"
     if isinstance(value, float):  # a Go duration, in seconds
         return f"`{value:g}s`"
     if value == "":

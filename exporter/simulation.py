@@ -2,7 +2,7 @@
 
 The simulator (``--simulate``: fake NVML library, simulated kubelet and API server) is its own
 top-level package, ``simulator``, shipped in the same wheel. The product reaches it only through
-``simulator.entry``, imported inside the functions that run with ``--simulate`` (``exporter.cli``,
+``simulator.entry``, imported inside the functions that run with ``--simulate`` (``exporter.composition``,
 ``exporter.doctor.cli``); the import contract in pyproject.toml (``[tool.importlinter]``) forbids every
 other import of it. What the entry returns is typed here, in the product, so that the product's types
 never depend on the simulator's modules: the simulator conforms to these protocols, not the reverse.
@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Protocol, Self
 
 from exporter.config import Config
 
-if TYPE_CHECKING:  # exporter.app is the product's own; only its type is needed here
-    from exporter.app import Extensions
+if TYPE_CHECKING:  # exporter.hub is the product's own; only its type is needed here
+    from exporter.hub import Hub
 
 
 class SimulatedRun(Protocol):
-    """A ``--simulate`` run, planned before anything is wired (``exporter.cli.resolve``).
+    """A ``--simulate`` run, planned before anything is wired (``exporter.composition.resolve``), then
+    installed like every other optional source (``exporter.hub.Source``).
 
     ``config`` is the user's configuration completed by the scenario's simulated node (its kubelet
     socket, kubeconfig, ``/proc`` and node name, for the settings the user did not choose).
@@ -29,8 +30,8 @@ class SimulatedRun(Protocol):
     @property
     def config(self) -> Config: ...
 
-    def extend(self, extensions: Extensions) -> None:
-        """Add the start/stop hooks that install the fake GPUs and run the simulated node with the app."""
+    def install(self, hub: Hub) -> None:
+        """Add the services that install the fake GPUs (before NVML) and run the simulated node."""
 
     def discard(self) -> None:
         """Release what planning took (the simulated node's directory) when the app is never started."""

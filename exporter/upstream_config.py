@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping
 from typing import Any
 
-from exporter.config import _BY_ATTR, ConfigError, _convert, _parse_go_duration
+from exporter.options import ConfigError, Option, convert, parse_duration_s
 from exporter.safeyaml import YamlValue
 
 SUPPORTED_VERSIONS = (1, 2)
@@ -48,8 +49,9 @@ _COLLECTIONS_ITEM = ("name", "every", "metrics", "sources")
 class _Reader:
     """One file's settings, gathered as ``attr -> (value, file:line)``."""
 
-    def __init__(self, version: int) -> None:
+    def __init__(self, version: int, options: Mapping[str, Option]) -> None:
         self.version = version
+        self.options = options  # exporter.config's settings by attribute (it passes them: no import back)
         self.result: dict[str, tuple[Any, str]] = {}
         self.notes: list[str] = []
 
@@ -60,7 +62,15 @@ class _Reader:
     def set(self, attr: str, value: YamlValue) -> None:
         """The setting of option ``attr`` from a scalar, parsed as its flag would be."""
         raw = _scalar(value)
-        self.result[attr] = (_convert(_BY_ATTR[attr], raw, _where(value)), _where(value))
+        self.result[attr] = (convert(self.options[attr], raw, _where(value)), _where(value))
+
+    def duration_ms(self, raw: object, where: str, key: str, *, allow_zero: bool = False) -> int:
+        return _duration_ms(raw, where, key, self.options["collect_interval_ms"], allow_zero=allow_zero)
+
+    def interval_ms(self, raw: object, where: str, key: str) -> int:
+        """The collection interval: milliseconds as a number (as ``-c``), or a Go duration (``30s``)."""
+        interval = self.options["collect_interval_ms"]
+        return int(convert(interval, self.duration_ms(raw, where, key), where))
 
     def metrics(self, node: YamlValue) -> None:
         metrics = self.mapping(node, _METRICS)
@@ -94,14 +104,14 @@ class _Reader:
         entries = self.mapping(node, keys)
         age, samples = keys
         if age in entries:
-            _duration_ms(_scalar(entries[age]), _where(entries[age]), age, allow_zero=True)
+            self.duration_ms(_scalar(entries[age]), _where(entries[age]), age, allow_zero=True)
             if default:
                 self.set("watch_max_keep_age", entries[age])
         if samples in entries:
             if default:
                 self.set("watch_max_keep_samples", entries[samples])
             else:
-                _convert(_BY_ATTR["watch_max_keep_samples"], _scalar(entries[samples]), _where(entries[samples]))
+                convert(self.options["watch_max_keep_samples"], _scalar(entries[samples]), _where(entries[samples]))
 
     def server(self, node: YamlValue) -> None:
         server = self.mapping(node, _SERVER)
@@ -122,7 +132,7 @@ class _Reader:
             for group in groups.sequence():
                 entries = self.mapping(group, _GROUP)
                 if "interval" in entries:
-                    _duration_ms(_scalar(entries["interval"]), _where(entries["interval"]),
+                    self.duration_ms(_scalar(entries["interval"]), _where(entries["interval"]),
                                  "collection.watchGroups[].interval")
                 if "retention" in entries:
                     self.watch(entries["retention"], _RETENTION, default=False)
@@ -148,7 +158,7 @@ class _Reader:
                 if "*" in patterns:
                     self.interval(entries["every"], "collections[].every")
                 else:
-                    _duration_ms(_scalar(entries["every"]), _where(entries["every"]), "collections[].every")
+                    self.duration_ms(_scalar(entries["every"]), _where(entries["every"]), "collections[].every")
                     narrower.append(name)
         if narrower:
             self.notes.append(f"{_where(node)}: collections {', '.join(narrower)}: per-collection intervals are not "
@@ -164,7 +174,7 @@ class _Reader:
         return [str(_scalar(item)) for item in include.sequence()]
 
     def interval(self, node: YamlValue, key: str) -> None:
-        self.result["collect_interval_ms"] = (_interval_ms(_scalar(node), _where(node), key), _where(node))
+        self.result["collect_interval_ms"] = (self.interval_ms(_scalar(node), _where(node), key), _where(node))
 
 
 def _scalar(value: YamlValue) -> Any:
@@ -178,21 +188,16 @@ def _where(value: YamlValue) -> str:
     return f"{value.source}:{value.line}"
 
 
-def _duration_ms(raw: object, where: str, key: str, *, allow_zero: bool = False) -> int:
+def _duration_ms(raw: object, where: str, key: str, interval: Option, *, allow_zero: bool = False) -> int:
     """A Go duration (``30s``) or a number of milliseconds, as dcgm-exporter's config takes them."""
     if isinstance(raw, str) and not raw.strip().isdigit():
         if allow_zero and raw.strip() in ("0", "0s"):
             return 0
         try:
-            return round(_parse_go_duration(raw) * 1000)
+            return round(parse_duration_s(raw) * 1000)
         except ValueError as exc:
             raise ConfigError(where, key, str(exc)) from None
-    return int(_convert(_BY_ATTR["collect_interval_ms"], raw, where)) if not allow_zero else int(str(raw))
-
-
-def _interval_ms(raw: object, where: str, key: str) -> int:
-    """The collection interval: milliseconds as a number (as ``-c``), or a Go duration (``30s``)."""
-    return int(_convert(_BY_ATTR["collect_interval_ms"], _duration_ms(raw, where, key), where))
+    return int(convert(interval, raw, where)) if not allow_zero else int(str(raw))
 
 
 def _fields_csv(reader: _Reader, node: YamlValue) -> str:
@@ -211,8 +216,9 @@ def _fields_csv(reader: _Reader, node: YamlValue) -> str:
     return out.getvalue()
 
 
-def load_upstream_config(root: YamlValue) -> dict[str, tuple[Any, str]]:
-    """Settings from a dcgm-exporter config file: ``attr -> (value, file:line)``.
+def load_upstream_config(root: YamlValue, options: Mapping[str, Option]) -> dict[str, tuple[Any, str]]:
+    """Settings from a dcgm-exporter config file: ``attr -> (value, file:line)``, each parsed by its
+    option in ``options`` (``exporter.config``'s, by attribute).
 
     Besides option attributes, the result holds ``upstream_format`` and may hold ``inline_counters``
     (CSV text), ``inline_counters_source`` and ``notes`` (lines to log at start).
@@ -224,7 +230,7 @@ def load_upstream_config(root: YamlValue) -> dict[str, tuple[Any, str]]:
     if version not in SUPPORTED_VERSIONS:
         raise version_value.error(f"unsupported version {version!r}: dcgm-exporter's config file versions "
                                   f"{' and '.join(str(v) for v in SUPPORTED_VERSIONS)} are read here")
-    reader = _Reader(int(version))
+    reader = _Reader(int(version), options)
     top_keys = {key for key, _ in ((k.value, v) for k, v in root.node.value)}
     other = 2 if version == 1 else 1
     for key in ("collection", "collections"):

@@ -37,8 +37,8 @@ import threading
 from functools import partial
 from pathlib import Path
 
-from exporter.app import Extensions
 from exporter.config import Config
+from exporter.hub import Hub
 from exporter.logs import get_logger
 from exporter.nvml.mig import profile_from_name
 from exporter.snapshot import DeviceIdentity, MigIdentity
@@ -131,6 +131,10 @@ class SimulatedClusterRunner:
             return {}
         return {"kubernetes_enable_dra": True, "kubernetes_dra_driver_names": (dra.driver,)}
 
+    def install(self, hub: Hub) -> None:
+        """Start the planned cluster with the app (before the sources that read it) and stop it after."""
+        hub.add_service(self.start, self.stop)
+
     def start(self) -> None:
         with self._lock:
             if self.cluster is not None:
@@ -152,7 +156,7 @@ class SimulatedClusterRunner:
 def plan_simulated_cluster(config: Config, scenario: Scenario) -> tuple[Config, SimulatedClusterRunner | None]:
     """Plan the scenario's cluster: the configuration pointing at it, and the runner that starts it.
 
-    Part of resolving the configuration (``exporter.cli.resolve``), before anything is wired: the
+    Part of resolving the configuration (``exporter.composition.resolve``), before anything is wired: the
     runner's directory is fixed now, so every component reads the final paths. Nothing happens
     (``(config, None)``) when the scenario has no ``kubernetes:`` section or the user turned
     Kubernetes mode off. Raises ``ConfigError`` (file:line: key) for a bad section.
@@ -169,9 +173,3 @@ def plan_simulated_cluster(config: Config, scenario: Scenario) -> tuple[Config, 
     planned = {**runner.settings(), **runner.dra_settings()}
     overrides = {attr: value for attr, value in planned.items() if not chosen_by_user(config, attr)}
     return dataclasses.replace(config, **overrides), runner  # type: ignore[arg-type]
-
-
-def simulated_cluster_extensions(runner: SimulatedClusterRunner, extensions: Extensions) -> None:
-    """Start the planned cluster with the app (before the sources that read it) and stop it after."""
-    extensions.on_start.append(runner.start)
-    extensions.on_stop.append(runner.stop)

@@ -1,6 +1,6 @@
 """The one door from the product into the simulator.
 
-``exporter.cli`` (the exporter's ``--simulate``) and ``exporter.doctor.cli`` (``doctor --simulate``)
+``exporter.composition`` (the exporter's ``--simulate``) and ``exporter.doctor.cli`` (``doctor --simulate``)
 import this module and nothing else of the simulator, and only inside the functions that run with
 ``--simulate``, so that the exporter without ``--simulate`` loads none of it. The import contract in
 pyproject.toml (``[tool.importlinter]``, run by ``lint-imports`` in scripts/test) keeps it that way.
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.app import Extensions
 from exporter.config import Config
+from exporter.hub import Hub
 from exporter.simulation import DoctorInspection, SimulatedRun
-from simulator.cluster_wiring import SimulatedClusterRunner, plan_simulated_cluster, simulated_cluster_extensions
+from simulator.cluster_wiring import SimulatedClusterRunner, plan_simulated_cluster
 from simulator.doctor import DoctorSimulation
 from simulator.scenario import Scenario, load_scenario
-from simulator.wiring import simulation_extensions
+from simulator.wiring import FakeGpus
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,11 @@ class PlannedRun:
     scenario: Scenario
     cluster: SimulatedClusterRunner | None = None
 
-    def extend(self, extensions: Extensions) -> None:
-        simulation_extensions(self.config, self.scenario, extensions)
+    def install(self, hub: Hub) -> None:
+        """One source of the hub: the fake GPUs (before NVML), then the simulated node (first of the rest)."""
+        FakeGpus(self.scenario).install(hub)
         if self.cluster is not None:
-            simulated_cluster_extensions(self.cluster, extensions)
+            self.cluster.install(hub)
 
     def discard(self) -> None:
         if self.cluster is not None:

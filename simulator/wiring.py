@@ -1,14 +1,14 @@
-"""``--simulate``: wire the fake NVML library into the app (the scenario's simulated Kubernetes node,
-fake kubelet and API server, is wired by ``cluster_wiring``).
+"""``--simulate``: the fake NVML library as a source of the hub (the scenario's simulated Kubernetes
+node, fake kubelet and API server, is ``cluster_wiring``'s).
 
 The fakes sit at the outermost edge, so the exporter runs its production code unchanged: the fake
-library is installed as ``pynvml.nvmlLib`` before the sampler initialises NVML.
+library is installed as ``pynvml.nvmlLib`` before the sampler initialises NVML (a ``before_nvml``
+service).
 """
 
 from __future__ import annotations
 
-from exporter.app import Extensions
-from exporter.config import Config
+from exporter.hub import Hub
 from exporter.logs import get_logger
 from simulator.fakenvml import FakeNvmlLibrary
 from simulator.scenario import Scenario
@@ -16,15 +16,16 @@ from simulator.scenario import Scenario
 log = get_logger("simulate")
 
 
-def simulation_extensions(config: Config, scenario: Scenario, extensions: Extensions | None = None) -> Extensions:
-    """Add the simulator's start/stop hooks to ``extensions`` (created when None)."""
-    extensions = extensions or Extensions()
-    library = FakeNvmlLibrary(scenario)
+class FakeGpus:
+    """The scenario's GPUs behind the fake NVML library, for as long as the app runs."""
 
-    def start() -> None:
-        library.install()
-        log.info("simulating GPUs", extra={"fields": {"scenario": scenario.name, "gpus": len(scenario.gpus)}})
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.library = FakeNvmlLibrary(scenario)
 
-    extensions.before_nvml.append(start)
-    extensions.on_stop.append(library.uninstall)
-    return extensions
+    def install(self, hub: Hub) -> None:
+        hub.add_service(self.start, self.library.uninstall, before_nvml=True)
+
+    def start(self) -> None:
+        self.library.install()
+        log.info("simulating GPUs", extra={"fields": {"scenario": self.scenario.name, "gpus": len(self.scenario.gpus)}})

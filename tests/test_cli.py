@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from exporter.cli import build_app, resolve
+from exporter.composition import build_app, resolve
 from exporter.config import load_config
+from exporter.hub import Hub
 from exporter.metrics.counters import load_counters
 
 
@@ -33,3 +36,30 @@ def test_settings_that_others_imply_are_part_of_the_configuration_every_componen
 def test_resolving_a_configuration_that_implies_nothing_keeps_it() -> None:
     loaded = load_config(["-k", "--address", "127.0.0.1:0"], {})
     assert resolve(loaded).config is loaded and resolve(loaded).simulation is None
+
+
+class _Recording:
+    """A source that records what the hub held when it was installed."""
+
+    def __init__(self) -> None:
+        self.hub: Hub | None = None
+        self.cache_existed = False
+
+    def install(self, hub: Hub) -> None:
+        self.hub = hub
+        self.cache_existed = hub.cache is not None and hub.sampler is not None
+        hub.add_service(lambda: None, lambda: None)
+
+
+def test_every_source_installs_into_the_hub_before_the_app_is_built_in_one_order(tmp_path: Path) -> None:
+    loaded = load_config(["-k", "--hpc-job-mapping-dir", str(tmp_path), "--address", "127.0.0.1:0"], {})
+    recording = _Recording()
+    app = build_app(loaded, load_counters(None), extra=[recording])
+    try:
+        assert recording.hub is app.hub and recording.cache_existed  # the cache came first
+        starts = [start for start, _stop in app.hub.services(before_nvml=False)]
+        owners = [type(getattr(start, "__self__", None)).__name__ for start in starts]
+        # Kubernetes, then HPC jobs, then health's event watcher, then the prepared source, in install order
+        assert owners == ["KubernetesWiring", "HpcJobMapping", "EventWatcher", "NoneType"]
+    finally:
+        app.stop()

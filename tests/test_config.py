@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from exporter.cli import main
 from exporter.config import OPTIONS, Config, ConfigError, load_config
+from exporter.options import TeamSource, declared_options, positive_int, setting
 
 
 def test_defaults_match_dcgm_exporter_where_the_concept_matches() -> None:
@@ -260,3 +262,32 @@ def test_a_dcgm_exporter_variable_no_release_reads_is_named_once_at_start() -> N
         "environment variable DCGM_EXPORTER_FUTURE_KNOB is not read by this exporter and is not a variable of "
         "dcgm-exporter up to 4.6.1-4.8.4; a newer release's? see "
         "docs/migrate-from-dcgm-exporter.md#a-dcgm-exporter-release-newer-than-this-guide",)
+
+
+def test_each_setting_is_declared_once_as_a_config_field_that_carries_its_spellings() -> None:
+    """OPTIONS is read back from Config's fields: a field's name, type and default are its option's."""
+    plain = {"config_file", "inline_counters", "inline_counters_source", "notes", "sources"}  # not settable
+    declared = {item.name: item for item in dataclasses.fields(Config) if item.name not in plain}
+    assert [option.attr for option in OPTIONS] == list(declared)
+    for option in OPTIONS:
+        assert option.default == declared[option.attr].default == getattr(Config(), option.attr)
+
+
+def test_a_new_field_declared_with_setting_is_a_flag_a_variable_and_a_file_key() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Settings:
+        answer_ms: int = setting(("--answer",), "ANSWER_MS", positive_int(1, "milliseconds"), 42, "The answer.")
+        unspelled: str = ""
+
+    [option] = declared_options(Settings)
+    assert (option.attr, option.long_flag, option.env, option.yaml_key, option.default) == (
+        "answer_ms", "--answer", "ANSWER_MS", "answer", 42)
+    assert option.parse("7") == 7
+
+
+def test_team_label_sources_are_parsed_once_where_they_are_read() -> None:
+    config = load_config(["--kubernetes-team-label-sources", "namespace:owner,pod:squad"], {})
+    assert config.team_label_sources == (TeamSource("namespace", "owner"), TeamSource("pod", "squad"))
+    assert [str(source) for source in Config().team_label_sources] == ["pod:team", "namespace:team"]
+    with pytest.raises(ConfigError, match="kubernetes-team-label-sources: invalid label source 'node:team'"):
+        load_config([], {"GPU_POD_EXPORTER_TEAM_LABEL_SOURCES": "node:team"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from exporter.hpcjobs import MAX_JOBS_PER_FILE, HpcJobMapping, read_job_mapping
+from exporter.hub import with_label_sources
 from exporter.metrics.counters import load_counters
 from exporter.metrics.render import RenderContext, RenderOptions, render
 from exporter.snapshot import DeviceIdentity, DeviceReading, MigIdentity, MigReading, SamplerStatus, Snapshot
@@ -22,7 +23,7 @@ SNAPSHOT = Snapshot(
 
 def _jobs_of(mapping: HpcJobMapping, name: str) -> list[tuple[str, str | None, str | None]]:
     ctx = RenderContext(snapshot=SNAPSHOT, counters=load_counters(None), options=RenderOptions(hostname="n"))
-    ctx = mapping.extend_context(ctx)
+    ctx = with_label_sources(ctx, [mapping.labeler])  # as the hub does once per render
     return [(sample.labels["gpu"], sample.labels.get("GPU_I_ID"), sample.labels.get("hpc_job"))
             for family in render(ctx) for sample in family.samples if sample.name == name]
 

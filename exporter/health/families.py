@@ -35,10 +35,10 @@ from prometheus_client.core import Metric
 from exporter.health.clock_events import CLOCK_EVENT_REASONS, ClockEventTracker
 from exporter.health.verdict import evaluate
 from exporter.health.xid import XidLedger, XidSource, XidTally, XidView
-from exporter.health.xid_codes import xid_message
 from exporter.metrics.counters import CounterRow
 from exporter.metrics.render import FamilyBuilder, RenderContext, owned_family
 from exporter.snapshot import DeviceReading, MigReading
+from exporter.xid_codes import xid_message
 
 XID_GAUGE = "DCGM_FI_DEV_XID_ERRORS"
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"

@@ -1,9 +1,9 @@
 """Wiring the health telemetry into the app: the event watcher, the ledgers and their metric families.
 
-``health_extensions`` runs before the ``App`` exists (it adds builders, the snapshot consumer and the
-sampler dependencies to ``Extensions``); ``HealthTelemetry.bind(app)`` then gives the watcher the
-sampler's inventory and the exposition cache to invalidate when an event arrives, so a new Xid shows
-up at the next scrape instead of the next sampling cycle.
+``HealthTelemetry(...).install(hub)`` (the shape every optional source has) adds the builders, the
+snapshot consumer and the readings the health gauge needs, and gives the watcher the sampler's
+inventory and the exposition cache to invalidate when an event arrives (both exist before any source),
+so a new Xid shows up at the next scrape instead of the next sampling cycle.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from exporter.app import App, Extensions
-from exporter.config import Config
 from exporter.health.clock_events import ClockEventTracker
 from exporter.health.families import (
     CLOCK_EVENTS_COUNT,
@@ -24,50 +23,56 @@ from exporter.health.families import (
 )
 from exporter.health.verdict import HEALTH_READINGS
 from exporter.health.xid import XidLedger, XidSource
-from exporter.health.xid_codes import xid_message
+from exporter.hub import Hub
 from exporter.logs import StateLog, get_logger
 from exporter.metrics.catalog import CATALOG, FieldSpec
 from exporter.metrics.counters import CounterSet
 from exporter.nvml.events import WAIT_TIMEOUT_MS, DeviceEvent, EventWatcher
 from exporter.nvml.inventory import Inventory
+from exporter.xid_codes import xid_message
 
 log = get_logger("health")
 
 XID_LOG_INTERVAL_S = 60.0  # one log line per GPU and Xid code per minute; the metrics count every one
 
 
+@dataclass(frozen=True)
+class HealthSettings:
+    """The health telemetry's settings (``-x`` and ``--clock-events-count-window-size``), in milliseconds."""
+
+    xid_count_window_ms: int
+    clock_events_window_ms: int
+
+
 class HealthTelemetry:
     """The Xid ledger, the clock-event tracker (when the CSV asks for it) and the event watcher."""
 
-    def __init__(self, config: Config, counters: CounterSet, *, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, settings: HealthSettings, counters: CounterSet, *, clock: Callable[[], float] = time.monotonic,
                  wait_timeout_ms: int = WAIT_TIMEOUT_MS) -> None:
-        self.config = config
-        self.ledger = XidLedger(config.xid_count_window_ms / 1000, clock)
+        self.settings = settings
+        self.ledger = XidLedger(settings.xid_count_window_ms / 1000, clock)
         wants_clock_events = any(row.spec.name in (CLOCK_EVENTS_COUNT, CLOCK_EVENTS_TOTAL) for row in counters.metrics)
-        self.clock_events = ClockEventTracker(config.clock_events_window_ms / 1000, clock) \
+        self.clock_events = ClockEventTracker(settings.clock_events_window_ms / 1000, clock) \
             if wants_clock_events else None
         self.watcher = EventWatcher(self._inventory, self._on_event, wait_timeout_ms=wait_timeout_ms, clock=clock)
-        self._app: App | None = None
+        self._hub: Hub | None = None  # set by install
         self._log = StateLog(log)
         self._clock = clock
         self._xid_logged: dict[tuple[str, int], float] = {}
 
-    def extend(self, extensions: Extensions) -> None:
-        extensions.builders.append(xid_families(self.ledger, self.config.xid_count_window_ms))
-        extensions.builders.append(health_family(self.ledger))
+    def install(self, hub: Hub) -> None:
+        self._hub = hub
+        hub.add_families(xid_families(self.ledger, self.settings.xid_count_window_ms))
+        hub.add_families(health_family(self.ledger))
         if self.clock_events is not None:
-            extensions.builders.append(clock_event_families(self.clock_events, self.config.clock_events_window_ms))
-            extensions.on_snapshot.append(self.clock_events.observe)
-        extensions.sampler_dependencies.extend(health_dependencies())
-        extensions.on_inventory.append(self.watcher.prepare)  # registered right after NVML init
-        extensions.on_start.append(self.watcher.start)
-        extensions.on_stop.append(self._stop)
-
-    def bind(self, app: App) -> None:
-        self._app = app
+            hub.add_families(clock_event_families(self.clock_events, self.settings.clock_events_window_ms))
+            hub.on_snapshot(self.clock_events.observe)
+        hub.require_readings(health_dependencies())
+        hub.on_inventory(self.watcher.prepare)  # registered right after NVML init
+        hub.add_service(self.watcher.start, self._stop)
 
     def _inventory(self) -> Inventory | None:
-        return self._app.sampler.inventory if self._app is not None else None
+        return self._hub.inventory() if self._hub is not None else None
 
     def _on_event(self, event: DeviceEvent) -> None:
         identity = event.identity
@@ -88,8 +93,8 @@ class HealthTelemetry:
             self._log.once(("event", identity.uuid, event.type_name), logging.WARNING,
                            "GPU reported an NVML event; its counters show the details",
                            gpu=identity.index, uuid=identity.uuid, event=event.type_name)
-        if self._app is not None:
-            self._app.cache.invalidate()
+        if self._hub is not None:
+            self._hub.invalidate()
 
     def _stop(self) -> None:
         if not self.watcher.stop():
@@ -100,10 +105,3 @@ def health_dependencies() -> list[FieldSpec]:
     """The readings the health gauge needs every cycle, whatever the CSV exports."""
     specs = [CATALOG.lookup(name) for name in HEALTH_READINGS]
     return [spec for spec in specs if spec is not None]
-
-
-def health_extensions(config: Config, counters: CounterSet, extensions: Extensions) -> HealthTelemetry:
-    """Create the health telemetry and add it to ``extensions``; call ``bind(app)`` once the app exists."""
-    telemetry = HealthTelemetry(config, counters)
-    telemetry.extend(extensions)
-    return telemetry

@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from exporter.health.xid_codes import FATAL_XIDS
+from exporter.xid_codes import FATAL_XIDS
 
 BUCKET_S = 0.010
 

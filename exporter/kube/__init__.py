@@ -6,8 +6,9 @@ Entry points for the rest of the exporter:
   ``update_processes(...)`` and ``snapshot(devices, migs) -> AttributionSnapshot`` (no I/O);
 * ``exporter.kube.series`` - pure helpers that turn a snapshot into workload label sets for the
   payload series and into the attribution's own metric families.
-* ``exporter.kube.wiring`` - ``kubernetes_extensions(config, extensions)``: the app's hooks (start/stop,
-  a once-per-render context hook, the families builder, process lists off the sampling thread).
+* ``exporter.kube.wiring`` - ``KubernetesWiring(settings).install(hub)``: the source's part of the app
+  (a service, the once-per-render attribution hook, the families builder, process lists off the
+  sampling thread), from its own ``exporter.kube.settings.KubernetesSettings``.
 
 Sources, one module each: ``podresources`` (kubelet gRPC client and its canonical answer),
 ``deviceids`` (what a device ID names), ``allocation`` (device -> holders), ``metadata`` (pod and

@@ -40,7 +40,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from exporter.config import Config
 from exporter.kube.allocation import (
     EMPTY_INDEX,
     AllocationIndex,
@@ -70,6 +69,7 @@ from exporter.kube.processes import (
     attribute_utilization,
 )
 from exporter.kube.resourceslices import ResourceSliceWatch, SliceView
+from exporter.kube.settings import KubernetesSettings
 from exporter.logs import StateLog, get_logger
 from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity, ProcessUtilization
 
@@ -260,10 +260,10 @@ class _ProcessInput:
 class WorkloadFactory:
     """Turns kubelet container references and process owners into ``Workload`` values."""
 
-    def __init__(self, config: Config) -> None:
-        self._teams = TeamResolver(config.team_label_sources)
-        self._pod_labels = PodLabelPolicy(config.kubernetes_enable_pod_labels,
-                                          config.kubernetes_pod_label_allowlist_regex)
+    def __init__(self, settings: KubernetesSettings) -> None:
+        self._teams = TeamResolver(settings.team_label_sources)
+        self._pod_labels = PodLabelPolicy(settings.kubernetes_enable_pod_labels,
+                                          settings.kubernetes_pod_label_allowlist_regex)
 
     def build(self, namespace: str, pod: str, container: str, view: MetadataView) -> Workload:
         metadata = view.pods_by_name.get((namespace, pod))
@@ -385,7 +385,7 @@ class KubernetesAttribution:
 
     def __init__(
         self,
-        config: Config,
+        settings: KubernetesSettings,
         on_change: Callable[[], None] = lambda: None,
         *,
         stale_after_s: float = DEFAULT_STALE_AFTER_S,
@@ -394,28 +394,28 @@ class KubernetesAttribution:
         api_factory: Callable[[], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.config = config
+        self.settings = settings
         self._clock = clock  # the per-container peak windows' time (the sampler's clock in production)
-        self._peaks = ContainerPeaks(config.peak_window_ms / 1000.0)
+        self._peaks = ContainerPeaks(settings.peak_window_ms / 1000.0)
         self._published_peaks = NO_PEAKS
         self._on_change = on_change
-        self._workloads = WorkloadFactory(config)
+        self._workloads = WorkloadFactory(settings)
         self.kubelet = PodResourcesClient(
-            config.pod_resources_socket, config.pod_resources_interval_ms / 1000.0,
-            gpu_resource_filter(config.nvidia_resource_names), on_change=lambda _state: self._notify(),
-            call_timeout_s=kubelet_call_timeout_s, stale_after_s=stale_after_s, dra=config.kubernetes_enable_dra)
+            settings.pod_resources_socket, settings.pod_resources_interval_ms / 1000.0,
+            gpu_resource_filter(settings.nvidia_resource_names), on_change=lambda _state: self._notify(),
+            call_timeout_s=kubelet_call_timeout_s, stale_after_s=stale_after_s, dra=settings.kubernetes_enable_dra)
         timeouts = watch_timeouts or WatchTimeouts(stale_after_s=stale_after_s)
-        node = config.node_name or socket.gethostname()
+        node = settings.node_name or socket.gethostname()
         self.metadata = KubernetesMetadata(
-            node, on_change=self._notify, kubeconfig=config.kubeconfig,
-            allow_exec=config.kubeconfig_allow_exec, timeouts=timeouts, api_factory=api_factory)
+            node, on_change=self._notify, kubeconfig=settings.kubeconfig,
+            allow_exec=settings.kubeconfig_allow_exec, timeouts=timeouts, api_factory=api_factory)
         # DRA: this node's ResourceSlices, watched over the pod watch's API connection.
         self.slices = ResourceSliceWatch(node, on_change=self._notify, timeouts=timeouts) \
-            if config.kubernetes_enable_dra else None
-        self._dra_drivers = frozenset(config.kubernetes_dra_driver_names)
+            if settings.kubernetes_enable_dra else None
+        self._dra_drivers = frozenset(settings.kubernetes_dra_driver_names)
         self._unresolved_log = StateLog(LOG)
         self._logged_unresolved: dict[tuple[tuple[str, str, str], tuple[str, ...]], str] = {}
-        self._resolver = ProcessCgroupResolver(config.proc_root)
+        self._resolver = ProcessCgroupResolver(settings.proc_root)
         self._process_input: _ProcessInput | None = None
         self._process_lock = threading.Lock()
         self._memo_lock = threading.Lock()
@@ -431,13 +431,13 @@ class KubernetesAttribution:
 
     @property
     def process_attribution(self) -> bool:
-        return self.config.process_attribution or self.config.process_metrics
+        return self.settings.process_attribution or self.settings.process_metrics
 
     def start(self) -> None:
-        if not self.config.kubernetes or self._started:
+        if not self.settings.kubernetes or self._started:
             return
         self._started = True
-        if not self.config.node_name:
+        if not self.settings.node_name:
             LOG.warning("NODE_NAME is not set; watching pods with spec.nodeName=%s (this machine's "
                         "hostname). Set NODE_NAME from the downward API (spec.nodeName).",
                         socket.gethostname())
@@ -470,7 +470,7 @@ class KubernetesAttribution:
         thread, so call it from the sampler, never from a scrape. Fires ``on_change`` when the
         attribution it leads to differs from the previous one.
         """
-        if not self.config.kubernetes or not self.process_attribution:
+        if not self.settings.kubernetes or not self.process_attribution:
             return
         with self._process_lock:
             frozen = {uuid: tuple(listed) for uuid, listed in processes.items()}
@@ -514,7 +514,7 @@ class KubernetesAttribution:
 
     def snapshot(self, devices: Sequence[DeviceIdentity], migs: Sequence[MigIdentity]) -> AttributionSnapshot:
         """The current attribution for this GPU inventory. Cheap; no I/O."""
-        if not self.config.kubernetes:
+        if not self.settings.kubernetes:
             return EMPTY_SNAPSHOT
         kubelet = self.kubelet.state
         api = self.metadata.state
@@ -607,7 +607,7 @@ class KubernetesAttribution:
                      extra={"fields": {"driver": key[0][0], "pool": key[0][1], "device": key[0][2]}})
 
     def _log_unmatched(self, index: AllocationIndex) -> None:
-        configured = self.config.kubernetes_gpu_id_type
+        configured = self.settings.kubernetes_gpu_id_type
         if index.id_types and configured not in index.id_types and index.id_types != self._logged_id_types:
             LOG.info("the device plugin names GPUs as %s, not %s as --kubernetes-gpu-id-type says; both "
                      "forms are understood, so attribution works either way",

@@ -9,7 +9,8 @@ dcgm-exporter reads key ``metrics`` of that ConfigMap once at start and exits wh
   starts with ``--collectors`` (or the built-in default) and says so;
 * afterwards it is re-read every ``--configmap-refresh-interval`` (60 s) on a thread of its own,
   never per scrape. A changed CSV is applied without a restart (``on_change``: the renderer at
-  once, the sampler from its next cycle; only adding or removing the ``DCGM_EXP_CLOCK_EVENTS_*``
+  once, the sampler from its next cycle: ``install(hub)`` makes ``on_change`` the hub's
+  ``set_counters``); only adding or removing the ``DCGM_EXP_CLOCK_EVENTS_*``
   rows waits for a restart, their tracker being set up at start); a broken one is
   logged once and the counters in use stay; failures back off exponentially with jitter (so a fleet
   does not hammer a struggling API server in step) and are logged once per state change.
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from exporter.backoff import Backoff, BackoffPolicy
+from exporter.hub import Hub
 from exporter.kube.apiserver import ApiError, build_lists
 from exporter.logs import get_logger
 from exporter.metrics.counters import CounterFileError, CounterSet, parse_counters
@@ -122,6 +124,11 @@ class ConfigMapCounters:
         return counters
 
     # -- refreshing --------------------------------------------------------------------------------
+
+    def install(self, hub: Hub) -> None:
+        """Plug into the hub (after the first ``read``): refresh with the app, apply a changed CSV to it."""
+        self.on_change = hub.set_counters
+        hub.add_service(self.start, self.stop)
 
     def start(self) -> None:
         self._thread.start()

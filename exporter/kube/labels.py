@@ -35,6 +35,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
+from exporter.options import TeamSource
+
 MAX_POD_LABELS = 10
 MAX_POD_LABEL_VALUE_LENGTH = 256
 
@@ -105,22 +107,17 @@ class PodLabelPolicy:
 
 
 class TeamResolver:
-    """The ``team`` value: the first configured ``pod:<key>`` / ``namespace:<key>`` that is set."""
+    """The ``team`` value: the first configured ``pod:<key>`` / ``namespace:<key>`` that is set.
 
-    def __init__(self, sources: Sequence[str]) -> None:
-        parsed: list[tuple[str, str]] = []
-        for source in sources:
-            kind, _, key = source.partition(":")
-            if kind not in ("pod", "namespace") or not key:
-                raise ValueError(f"invalid team label source {source!r}: "
-                                 "expected pod:<key> or namespace:<key>")
-            parsed.append((kind, key))
-        self._sources = tuple(parsed)
+    The sources arrive parsed (``exporter.options.parse_team_sources``, when the setting is read)."""
+
+    def __init__(self, sources: Sequence[TeamSource]) -> None:
+        self._sources = tuple(sources)
 
     def team(self, pod_labels: Mapping[str, str], namespace_labels: Mapping[str, str] | None) -> str | None:
-        for kind, key in self._sources:
-            labels = pod_labels if kind == "pod" else (namespace_labels or {})
-            value = labels.get(key)
+        for source in self._sources:
+            labels = pod_labels if source.kind == "pod" else (namespace_labels or {})
+            value = labels.get(source.key)
             if value:
                 return value
         return None

@@ -80,10 +80,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client.core import Metric
 
-from exporter.config import Config
 from exporter.kube.attribution import NO_UTILIZATION, AllocationHolder, AttributionSnapshot, Workload
 from exporter.kube.container_peaks import PeakKey
 from exporter.kube.deviceids import GpuKey
@@ -92,6 +92,27 @@ from exporter.metrics.render import owned_family
 MIB = 1024.0 * 1024.0
 WORKLOAD_NAMES = ("container", "namespace", "pod")
 OLD_WORKLOAD_NAMES = ("container_name", "pod_namespace", "pod_name")  # -o/--use-old-namespace (1.x)
+
+
+class SeriesSettings(Protocol):
+    """The five settings the series read (``exporter.kube.settings.KubernetesSettings`` has them): the
+    label spellings, pod_uid, DRA labels, virtual-GPU repeats and per-process series. Nothing else of the
+    configuration reaches these functions."""
+
+    @property
+    def use_old_namespace(self) -> bool: ...
+
+    @property
+    def kubernetes_enable_pod_uid(self) -> bool: ...
+
+    @property
+    def kubernetes_enable_dra(self) -> bool: ...
+
+    @property
+    def kubernetes_virtual_gpus(self) -> bool: ...
+
+    @property
+    def process_metrics(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -107,15 +128,15 @@ class LabeledDevice:
         return GpuKey(self.uuid, self.gpu_instance_id)
 
 
-def workload_labels(workload: Workload, config: Config,
+def workload_labels(workload: Workload, settings: SeriesSettings,
                     base: Mapping[str, str] | None = None, *, pod_uid: bool = False) -> dict[str, str]:
     """``container, namespace, pod [, pod_uid] [, team] [, pod labels...]``; a name already in
     ``base`` is never overridden, and a label without a value is left out. With ``-o`` the first
     three are dcgm-exporter 1.x's ``container_name, pod_namespace, pod_name``. ``pod_uid`` comes with
     ``--kubernetes-enable-pod-uid``, or always where ``pod_uid=True`` (virtual-GPU per-pod series)."""
-    names = OLD_WORKLOAD_NAMES if config.use_old_namespace else WORKLOAD_NAMES
+    names = OLD_WORKLOAD_NAMES if settings.use_old_namespace else WORKLOAD_NAMES
     labels: dict[str, str] = dict(zip(names, (workload.container, workload.namespace, workload.pod), strict=True))
-    if (pod_uid or config.kubernetes_enable_pod_uid) and workload.pod_uid:
+    if (pod_uid or settings.kubernetes_enable_pod_uid) and workload.pod_uid:
         labels["pod_uid"] = workload.pod_uid
     if workload.team:
         labels["team"] = workload.team
@@ -127,10 +148,10 @@ def workload_labels(workload: Workload, config: Config,
     return {name: value for name, value in labels.items() if value}
 
 
-def dra_labels(holder: AllocationHolder, config: Config, base: Mapping[str, str]) -> dict[str, str]:
+def dra_labels(holder: AllocationHolder, settings: SeriesSettings, base: Mapping[str, str]) -> dict[str, str]:
     """dcgm-exporter's ``dra_*`` labels of the claim ``holder`` holds the device through (its first,
     when a container holds one device through several claims); empty values are left out."""
-    if not config.kubernetes_enable_dra or not holder.claims:
+    if not settings.kubernetes_enable_dra or not holder.claims:
         return {}
     claim = holder.claims[0]
     labels = {"dra_claim_name": claim.name, "dra_claim_namespace": claim.namespace, "dra_driver_name": claim.driver,
@@ -139,27 +160,27 @@ def dra_labels(holder: AllocationHolder, config: Config, base: Mapping[str, str]
     return {name: value for name, value in labels.items() if value and name not in base}
 
 
-def holder_labels(holder: AllocationHolder, config: Config, base: Mapping[str, str], *,
+def holder_labels(holder: AllocationHolder, settings: SeriesSettings, base: Mapping[str, str], *,
                   pod_uid: bool = False) -> dict[str, str]:
     """A holder's workload labels followed by its ``dra_*`` labels (``pod_uid``: see ``workload_labels``)."""
-    labels = workload_labels(holder.workload, config, base, pod_uid=pod_uid)
-    labels.update(dra_labels(holder, config, {**base, **labels}))
+    labels = workload_labels(holder.workload, settings, base, pod_uid=pod_uid)
+    labels.update(dra_labels(holder, settings, {**base, **labels}))
     return labels
 
 
 def workload_label_sets(attribution: AttributionSnapshot, device: LabeledDevice,
-                        config: Config) -> list[dict[str, str]]:
+                        settings: SeriesSettings) -> list[dict[str, str]]:
     """The workload-label extensions for one device's payload series (see the module docstring)."""
     allocation = attribution.allocation(device.uuid, device.gpu_instance_id)
     if allocation is None or not allocation.holders:
         return [{}]
-    if not config.kubernetes_virtual_gpus:
+    if not settings.kubernetes_virtual_gpus:
         if allocation.shared:
             return [{}]
-        return [holder_labels(allocation.holders[0], config, device.labels)]
+        return [holder_labels(allocation.holders[0], settings, device.labels)]
     sets: list[dict[str, str]] = []
     for holder in allocation.holders:
-        labels = holder_labels(holder, config, device.labels)
+        labels = holder_labels(holder, settings, device.labels)
         if holder.replica_ids and "vgpu" not in device.labels:
             labels["vgpu"] = holder.replica_ids[0]
         sets.append(labels)
@@ -178,7 +199,7 @@ def _same_container(a: Workload, b: Workload) -> bool:
 
 
 def virtual_gpu_samples(attribution: AttributionSnapshot, device: LabeledDevice, field: str,
-                        config: Config) -> list[tuple[dict[str, str], float]] | None:
+                        settings: SeriesSettings) -> list[tuple[dict[str, str], float]] | None:
     """With ``--kubernetes-virtual-gpus``, the per-holder samples of GPU_UTIL / FB_USED, as dcgm-exporter.
 
     None: the field is not one of those two (or virtual mode is off, or the device has no holder),
@@ -194,14 +215,14 @@ def virtual_gpu_samples(attribution: AttributionSnapshot, device: LabeledDevice,
     (``DCGM_EXP_FB_USED_PEAK``, ``DCGM_EXP_GPU_UTIL_PEAK``) is, per holder, that holder's own peak over
     the peak window (never below its current value), so a pod's peak is its spike, not a neighbour's.
     """
-    if not config.kubernetes_virtual_gpus or field not in VIRTUAL_GPU_FIELDS:
+    if not settings.kubernetes_virtual_gpus or field not in VIRTUAL_GPU_FIELDS:
         return None
     allocation = attribution.allocation(device.uuid, device.gpu_instance_id)
     if allocation is None or not allocation.holders:
         return None
     peak_of = VIRTUAL_GPU_PEAKS.get(field)
     if peak_of is not None:
-        current = virtual_gpu_samples(attribution, device, peak_of, config)
+        current = virtual_gpu_samples(attribution, device, peak_of, settings)
         if not current:
             return current
         memory, sm_util = attribution.container_peaks.memory, attribution.container_peaks.sm_util
@@ -226,7 +247,7 @@ def virtual_gpu_samples(attribution: AttributionSnapshot, device: LabeledDevice,
     for holder in allocation.holders:
         # Always with pod_uid, --kubernetes-enable-pod-uid or not: dcgm-exporter sets it on these per-pod series
         # (its process_metrics transformation keys them by pod UID), and queries written for it join on it.
-        labels = holder_labels(holder, config, device.labels, pod_uid=True)
+        labels = holder_labels(holder, settings, device.labels, pod_uid=True)
         if holder.replica_ids and "vgpu" not in device.labels:
             labels["vgpu"] = holder.replica_ids[0]
         samples.append((labels, sum(value for workload, value in used if _same_container(workload, holder.workload))))
@@ -234,7 +255,7 @@ def virtual_gpu_samples(attribution: AttributionSnapshot, device: LabeledDevice,
 
 
 def attribution_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
-                         config: Config) -> list[Metric]:
+                         settings: SeriesSettings) -> list[Metric]:
     """Every family the Kubernetes attribution contributes (see the module docstring).
 
     Nothing is emitted when Kubernetes mode is off. Allocation families are left out while the
@@ -245,17 +266,17 @@ def attribution_families(attribution: AttributionSnapshot, devices: Sequence[Lab
         return []
     families: list[Metric] = []
     if attribution.allocation_known:
-        families += _allocation_families(attribution, devices, config)
+        families += _allocation_families(attribution, devices, settings)
     if attribution.process_gpus:
-        families += _memory_families(attribution, devices, config)
+        families += _memory_families(attribution, devices, settings)
     if attribution.utilization_gpus:
-        families += _utilization_families(attribution, devices, config)
+        families += _utilization_families(attribution, devices, settings)
     families += _self_metrics(attribution)
     return families
 
 
 def _allocation_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
-                         config: Config) -> list[Metric]:
+                         settings: SeriesSettings) -> list[Metric]:
     allocated = owned_family("DCGM_EXP_GPU_ALLOCATED")
     info = owned_family("DCGM_EXP_GPU_ALLOCATION_INFO")
     for device in devices:
@@ -263,7 +284,7 @@ def _allocation_families(attribution: AttributionSnapshot, devices: Sequence[Lab
         holders = allocation.holders if allocation is not None else ()
         allocated.add_sample(allocated.name, dict(device.labels), 1.0 if holders else 0.0)
         for holder in holders:
-            labels = {**device.labels, **holder_labels(holder, config, device.labels)}
+            labels = {**device.labels, **holder_labels(holder, settings, device.labels)}
             if holder.replica_ids and "vgpu" not in labels:
                 labels["vgpu"] = holder.replica_ids[0]
             info.add_sample(info.name, labels, 1.0)
@@ -271,7 +292,7 @@ def _allocation_families(attribution: AttributionSnapshot, devices: Sequence[Lab
 
 
 def _memory_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
-                     config: Config) -> list[Metric]:
+                     settings: SeriesSettings) -> list[Metric]:
     container_fb = owned_family("DCGM_EXP_CONTAINER_FB_USED")
     container_peak = owned_family("DCGM_EXP_CONTAINER_FB_USED_PEAK")
     unattributed = owned_family("DCGM_EXP_UNATTRIBUTED_FB_USED")
@@ -282,13 +303,13 @@ def _memory_families(attribution: AttributionSnapshot, devices: Sequence[Labeled
             continue
         current = []
         for item in attribution.memory(device.uuid, device.gpu_instance_id):
-            labels = {**device.labels, **workload_labels(item.workload, config, device.labels)}
+            labels = {**device.labels, **workload_labels(item.workload, settings, device.labels)}
             container_fb.add_sample(container_fb.name, labels, item.used_bytes / MIB)
             current.append((item.workload, float(item.used_bytes), labels))
-        _add_peaks(container_peak, device, current, peaks.get(device.key, {}), config, scale=1 / MIB)
+        _add_peaks(container_peak, device, current, peaks.get(device.key, {}), settings, scale=1 / MIB)
         unattributed.add_sample(unattributed.name, dict(device.labels),
                                 attribution.unattributed_bytes.get(device.key, 0) / MIB)
-        if not config.process_metrics:
+        if not settings.process_metrics:
             continue
         for process in attribution.processes:
             if process.used_bytes is None or (process.uuid, process.gpu_instance_id) != (
@@ -296,10 +317,10 @@ def _memory_families(attribution: AttributionSnapshot, devices: Sequence[Labeled
                 continue  # another device, or NVML did not say: omit rather than invent a value
             labels = {**device.labels, "pid": str(process.pid)}
             if process.workload is not None:
-                labels.update(workload_labels(process.workload, config, labels))
+                labels.update(workload_labels(process.workload, settings, labels))
             process_fb.add_sample(process_fb.name, labels, process.used_bytes / MIB)
     families = [container_fb, container_peak, unattributed]
-    return [*families, process_fb] if config.process_metrics else families
+    return [*families, process_fb] if settings.process_metrics else families
 
 
 def _peak_key(device: LabeledDevice, workload: Workload) -> PeakKey:
@@ -307,7 +328,7 @@ def _peak_key(device: LabeledDevice, workload: Workload) -> PeakKey:
 
 
 def _add_peaks(family: Metric, device: LabeledDevice, current: Sequence[tuple[Workload, float, dict[str, str]]],
-               peaks: Mapping[PeakKey, tuple[Workload, float]], config: Config, *, scale: float) -> None:
+               peaks: Mapping[PeakKey, tuple[Workload, float]], settings: SeriesSettings, *, scale: float) -> None:
     """A container's peak beside each of its current series (never below the current value, which the
     memoised join may have from a newer read), then the peaks of containers that left within the window."""
     shown: set[PeakKey] = set()
@@ -318,7 +339,7 @@ def _add_peaks(family: Metric, device: LabeledDevice, current: Sequence[tuple[Wo
         family.add_sample(family.name, labels, max(value, peak[1]) * scale if peak is not None else value * scale)
     for key, (workload, peak_value) in sorted(peaks.items()):
         if key not in shown:
-            family.add_sample(family.name, {**device.labels, **workload_labels(workload, config, device.labels)},
+            family.add_sample(family.name, {**device.labels, **workload_labels(workload, settings, device.labels)},
                               peak_value * scale)
 
 
@@ -332,7 +353,7 @@ PROCESS_ATTRIBUTION_FAMILIES = frozenset({
 
 
 def _utilization_families(attribution: AttributionSnapshot, devices: Sequence[LabeledDevice],
-                          config: Config) -> list[Metric]:
+                          settings: SeriesSettings) -> list[Metric]:
     """Per-container and unattributed utilization of every whole GPU whose samples were read."""
     containers = [(owned_family(f"DCGM_EXP_CONTAINER_{engine}_UTIL"), part) for engine, part in _ENGINES]
     nobody = [(owned_family(f"DCGM_EXP_UNATTRIBUTED_{engine}_UTIL"), part) for engine, part in _ENGINES]
@@ -343,11 +364,11 @@ def _utilization_families(attribution: AttributionSnapshot, devices: Sequence[La
             continue
         current = []
         for item in attribution.utilization(device.uuid):
-            labels = {**device.labels, **workload_labels(item.workload, config, device.labels)}
+            labels = {**device.labels, **workload_labels(item.workload, settings, device.labels)}
             for family, part in containers:
                 family.add_sample(family.name, labels, getattr(item.utilization, part))
             current.append((item.workload, float(item.utilization.sm), labels))
-        _add_peaks(sm_peak, device, current, peaks.get(device.key, {}), config, scale=1.0)
+        _add_peaks(sm_peak, device, current, peaks.get(device.key, {}), settings, scale=1.0)
         unattributed = attribution.unattributed_utilization.get(device.uuid, NO_UTILIZATION)
         for family, part in nobody:
             family.add_sample(family.name, dict(device.labels), getattr(unattributed, part))

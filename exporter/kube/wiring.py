@@ -1,13 +1,13 @@
 """Wiring the Kubernetes attribution (``-k``) into the running exporter.
 
 The attribution library (``attribution``, ``series``) knows nothing about the app; this module
-connects the two through the app's ``Extensions`` hooks, so neither the sampler nor the renderer
-learns about Kubernetes:
+connects the two through the hub (``KubernetesWiring.install(hub)``, the shape every optional source
+has), so neither the sampler nor the renderer learns about Kubernetes:
 
-* lifecycle: the kubelet client and the API watches start before the sampler and stop after the
-  HTTP server; every change they publish invalidates the exposition cache (``bind``), so the
-  renderer thread re-renders. A scrape only copies bytes.
-* once per render (``extend_context``, a context hook): the attribution is joined for the GPUs
+* lifecycle: the kubelet client and the API watches start after NVML's first initialisation and stop
+  after the HTTP server; every change they publish invalidates the exposition cache (``hub.invalidate``,
+  which exists before any source), so the renderer thread re-renders. A scrape only copies bytes.
+* once per render (``extend_context``, the hub's attribution hook): the attribution is joined for the GPUs
   and MIG instances of the snapshot being rendered (``KubernetesAttribution.snapshot`` does no
   I/O and is memoised), and the result goes into ``RenderContext.attribution`` and into a workload
   labeler bound to it. The payload series (``DCGM_FI_*``) and the attribution's own families
@@ -34,9 +34,8 @@ from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 
-from exporter.app import App, Extensions
-from exporter.config import Config
-from exporter.kube.attribution import KubernetesAttribution
+from exporter.hub import Hub
+from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution
 from exporter.kube.series import (
     VIRTUAL_GPU_FIELDS,
     LabeledDevice,
@@ -44,6 +43,7 @@ from exporter.kube.series import (
     virtual_gpu_samples,
     workload_label_sets,
 )
+from exporter.kube.settings import KubernetesSettings
 from exporter.logs import get_logger
 from exporter.metrics.render import RenderContext
 from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity, ProcessUtilization, Snapshot
@@ -145,11 +145,11 @@ class _ProcessFeed:
 class KubernetesWiring:
     """The attribution as seen by the app: hooks for start/stop, snapshots, renders and builders."""
 
-    def __init__(self, config: Config, attribution: KubernetesAttribution | None = None) -> None:
-        self.config = config  # resolved before wiring (exporter.cli.resolve): process lists read when implied
-        self._invalidate: Callable[[], None] = lambda: None
-        self.attribution = attribution or KubernetesAttribution(config, on_change=self._changed)
-        self._feed = _ProcessFeed(self._update_processes) if config.process_attribution else None
+    def __init__(self, settings: KubernetesSettings, attribution: KubernetesAttribution | None = None) -> None:
+        self.settings = settings  # built at the composition root from the resolved configuration
+        self._invalidate: Callable[[], None] = lambda: None  # the hub's, once installed
+        self.attribution = attribution or KubernetesAttribution(settings, on_change=self._changed)
+        self._feed = _ProcessFeed(self._update_processes) if settings.process_attribution else None
         self._offered: ProcessReadings | None = None
 
     def _update_processes(self, readings: ProcessReadings) -> None:
@@ -158,27 +158,24 @@ class KubernetesWiring:
     def _changed(self) -> None:
         self._invalidate()
 
-    def bind(self, app: App) -> None:
-        """Re-render whenever the attribution changes (called from the sources' threads)."""
-        self._invalidate = app.cache.invalidate
-
-    def install(self, extensions: Extensions) -> None:
-        extensions.on_start.append(self.start)
-        extensions.on_stop.append(self.stop)
-        extensions.context_hooks.append(self.extend_context)
-        extensions.builders.append(self.families)
+    def install(self, hub: Hub) -> None:
+        """Plug into the hub: re-render whenever the attribution changes (from the sources' threads)."""
+        self._invalidate = hub.invalidate
+        hub.add_service(self.start, self.stop)
+        hub.set_attribution(self.extend_context)
+        hub.add_families(self.families)
         if self._feed is not None:
-            extensions.on_snapshot.append(self.on_snapshot)
+            hub.on_snapshot(self.on_snapshot)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:
-        config = self.config
+        settings = self.settings
         LOG.info("Kubernetes attribution on", extra={"fields": {
-            "pod_resources_socket": config.pod_resources_socket, "node": config.node_name or "(hostname)",
-            "kubeconfig": config.kubeconfig or "(in-cluster)", "gpu_id_type": config.kubernetes_gpu_id_type,
-            "virtual_gpus": config.kubernetes_virtual_gpus,
-            "process_attribution": config.process_attribution, "proc_root": config.proc_root}})
+            "pod_resources_socket": settings.pod_resources_socket, "node": settings.node_name or "(hostname)",
+            "kubeconfig": settings.kubeconfig or "(in-cluster)", "gpu_id_type": settings.kubernetes_gpu_id_type,
+            "virtual_gpus": settings.kubernetes_virtual_gpus,
+            "process_attribution": settings.process_attribution, "proc_root": settings.proc_root}})
         if self._feed is not None:
             self._feed.start()
         self.attribution.start()
@@ -214,39 +211,30 @@ class KubernetesWiring:
         devices: tuple[DeviceIdentity, ...] = tuple(reading.identity for reading in ctx.snapshot.devices)
         attribution = self.attribution.snapshot(devices, mig_identities(ctx.snapshot))
         instances = mig_instances(ctx.snapshot)
-        config = self.config
+        settings = self.settings
 
         def workloads(identity: DeviceIdentity, gpu_instance_id: int | None) -> Sequence[Mapping[str, str]]:
             mig = instances.get((identity.uuid, gpu_instance_id)) if gpu_instance_id is not None else None
             device = LabeledDevice(identity.uuid, gpu_instance_id, ctx.base_labels(identity, mig))
-            return workload_label_sets(attribution, device, config)
+            return workload_label_sets(attribution, device, settings)
 
         def field_workloads(identity: DeviceIdentity, gpu_instance_id: int | None,
                             field: str) -> Sequence[tuple[Mapping[str, str], float]] | None:
-            if not config.kubernetes_virtual_gpus or field not in VIRTUAL_GPU_FIELDS:
+            if not settings.kubernetes_virtual_gpus or field not in VIRTUAL_GPU_FIELDS:
                 return None
             mig = instances.get((identity.uuid, gpu_instance_id)) if gpu_instance_id is not None else None
             device = LabeledDevice(identity.uuid, gpu_instance_id, ctx.base_labels(identity, mig))
-            return virtual_gpu_samples(attribution, device, field, config)
+            return virtual_gpu_samples(attribution, device, field, settings)
 
         return dataclasses.replace(ctx, workloads=workloads, field_workloads=field_workloads,
                                    attribution=attribution)
 
     def families(self, ctx: RenderContext) -> list[Metric]:
         """DCGM_EXP_GPU_ALLOCATED/_ALLOCATION_INFO, memory per container, and the Kubernetes self-metrics."""
-        if ctx.attribution is None:  # a context that did not go through extend_context
+        if not isinstance(ctx.attribution, AttributionSnapshot):  # a context that did not go through extend_context
             return []
-        return attribution_families(ctx.attribution, labeled_devices(ctx), self.config)
+        return attribution_families(ctx.attribution, labeled_devices(ctx), self.settings)
 
 
 def _same_objects(old: Mapping[str, object], new: Mapping[str, object]) -> bool:
     return old.keys() == new.keys() and all(new[key] is old[key] for key in new)
-
-
-def kubernetes_extensions(config: Config, extensions: Extensions) -> KubernetesWiring | None:
-    """Add the attribution's hooks to ``extensions`` when ``-k`` is on (None otherwise); then ``wiring.bind(app)``."""
-    if not config.kubernetes:
-        return None
-    wiring = KubernetesWiring(config)
-    wiring.install(extensions)
-    return wiring

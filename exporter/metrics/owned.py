@@ -9,6 +9,7 @@ the DCGM catalog, so documentation and output cannot drift apart. Two groups:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -140,6 +141,13 @@ CONTAINER_PEAK_METRICS: tuple[OwnedMetric, ...] = (
                 _CONTAINER_PEAK_SOURCE.format(field="DCGM_EXP_CONTAINER_SM_UTIL",
                                               where="GPU (not on MIG-enabled GPUs)"), "kubernetes"),
 )
+# The readings whose peaks are kept (catalog names, DCGM units) and the family each peak is exported as.
+PEAK_FAMILIES: Mapping[str, str] = {
+    "DCGM_FI_DEV_FB_USED": "DCGM_EXP_FB_USED_PEAK",
+    "DCGM_FI_DEV_GPU_UTIL": "DCGM_EXP_GPU_UTIL_PEAK",
+    "DCGM_FI_DEV_POWER_USAGE": "DCGM_EXP_POWER_USAGE_PEAK",
+    "DCGM_FI_DEV_GPU_TEMP": "DCGM_EXP_GPU_TEMP_PEAK",
+}
 # The families per-process utilization feeds; a GPU without it lists them as unsupported fields.
 PROCESS_UTILIZATION_FAMILIES: tuple[str, ...] = (*(
     f"DCGM_EXP_{owner}_{engine}_UTIL" for owner in ("CONTAINER", "UNATTRIBUTED")

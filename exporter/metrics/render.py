@@ -19,20 +19,15 @@ from __future__ import annotations
 import platform
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 
 from exporter import __version__
 from exporter.metrics.counters import CounterSet
-from exporter.metrics.owned import family_name, owned
+from exporter.metrics.owned import PEAK_FAMILIES, family_name, owned
 from exporter.metrics.selection import DEFAULT as ALL_DEVICES
 from exporter.metrics.selection import DeviceSelection, Entity, select
-from exporter.nvml.peaks import PEAK_FAMILIES
 from exporter.snapshot import DeviceIdentity, InFlight, MigIdentity, Snapshot
-
-if TYPE_CHECKING:  # the renderer never imports the Kubernetes sources; it only carries their value
-    from exporter.kube.attribution import AttributionSnapshot
 
 WorkloadLabeler = Callable[[DeviceIdentity, int | None], Sequence[Mapping[str, str]]]
 
@@ -72,8 +67,10 @@ class RenderContext:
     field_workloads: FieldWorkloads = no_field_workloads
     stall: InFlight | None = None  # an NVML call in flight longer than the staleness limit
     # This render's join of GPUs to pods (-k), set by the Kubernetes context hook (exporter/kube/wiring.py)
-    # so the payload series' workload labels and the attribution's own families come from one value.
-    attribution: AttributionSnapshot | None = None
+    # so the payload series' workload labels and the attribution's own families come from one value. The
+    # renderer only carries it (an ``exporter.kube.attribution.AttributionSnapshot``): metrics sits below
+    # kube in the layers (pyproject.toml [tool.importlinter]) and never imports it, not even for its type.
+    attribution: object | None = None
 
     def identity_labels(self, identity: DeviceIdentity, mig: MigIdentity | None = None) -> dict[str, str]:
         """gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID], Hostname (or hostname)."""
@@ -220,7 +217,7 @@ def self_families(ctx: RenderContext) -> list[Metric]:
             unsupported.add_sample("gpu_pod_exporter_field_unsupported",
                                    {"gpu": str(index), "UUID": identity.uuid, "field": field_name}, 1)
     families.append(unsupported)
-    # From the counters in use (App.set_counters swaps them on a ConfigMap reload, and the cache re-renders).
+    # From the counters in use (Hub.set_counters swaps them on a ConfigMap reload, and the cache re-renders).
     skipped = owned_family("gpu_pod_exporter_counters_skipped_rows")
     for reason, count in ctx.counters.skipped.items():
         skipped.add_sample("gpu_pod_exporter_counters_skipped_rows", {"reason": reason}, count)

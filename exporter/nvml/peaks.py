@@ -26,13 +26,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-# The readings whose peaks are kept (catalog names, DCGM units) and the family each peak is exported as.
-PEAK_FAMILIES: Mapping[str, str] = {
-    "DCGM_FI_DEV_FB_USED": "DCGM_EXP_FB_USED_PEAK",
-    "DCGM_FI_DEV_GPU_UTIL": "DCGM_EXP_GPU_UTIL_PEAK",
-    "DCGM_FI_DEV_POWER_USAGE": "DCGM_EXP_POWER_USAGE_PEAK",
-    "DCGM_FI_DEV_GPU_TEMP": "DCGM_EXP_GPU_TEMP_PEAK",
-}
+from exporter.metrics.owned import PEAK_FAMILIES
+
 DEFAULT_WINDOW_S = 60.0
 
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from exporter.health.xid_codes import xid_message
 from exporter.remediate.nodestate import rfc3339
+from exporter.xid_codes import xid_message
 
 COMPONENT = "gpu-pod-exporter-remediate"
 NODE_EVENT_NAMESPACE = "default"  # where the kubelet records node events too

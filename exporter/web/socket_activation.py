@@ -14,8 +14,8 @@ import os
 import socket
 from collections.abc import MutableMapping
 
-from exporter.config import ConfigError
 from exporter.logs import get_logger
+from exporter.options import ConfigError
 
 LOG = get_logger("web")
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from exporter import safeyaml
-from exporter.config import ConfigError
+from exporter.options import ConfigError
 from exporter.safeyaml import YamlValue
 from exporter.units import parse_go_duration
 from exporter.web.tlsnames import check_cipher_suite, check_curve

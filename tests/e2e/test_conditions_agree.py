@@ -156,7 +156,8 @@ def test_page_top_and_alerts_name_the_same_conditions_in_every_scenario(fleet: F
     while time.monotonic() < fleet.listening_since + SETTLE_S:
         time.sleep(0.5)
     prometheus_top = PrometheusSource(Connection(fleet.prometheus.url, timeout_s=20.0, retries=1))
-    exporter_tops = {node.scenario: ExporterSource(Connection(url=f"http://{node.instance}/metrics")) for node in fleet.nodes}
+    exporter_tops = {node.scenario: ExporterSource(Connection(url=f"http://{node.instance}/metrics"))
+                     for node in fleet.nodes}
     agreed: set[str] = set()
     differences: dict[str, dict[str, set[Subject]]] = {}
     end = time.monotonic() + DEADLINE_S

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.app import App, Extensions
+from exporter.app import App
+from exporter.composition import health_settings, render_options, sampler_settings, serve_settings
 from exporter.config import load_config
 from exporter.health.wiring import HealthTelemetry
+from exporter.hub import Hub
 from exporter.metrics.counters import load_counters
 from exporter.nvml import events as events_module
 from exporter.nvml import sampler as sampler_module
@@ -43,11 +45,11 @@ def running() -> Iterator[Running]:
     config = load_config(["--address", "127.0.0.1:0", "-c", "100", "--collectors", HEALTH_CSV, "-x", "60000"])
     counters = load_counters(HEALTH_CSV)
     fake = FakeNvmlLibrary(parse_scenario("gpu_count: 4\n", "storm.yaml", "storm"))
-    extensions = Extensions(before_nvml=[fake.install], on_stop=[fake.uninstall])
-    telemetry = HealthTelemetry(config, counters, wait_timeout_ms=50)
-    telemetry.extend(extensions)
-    app = App(config, counters, extensions=extensions)
-    telemetry.bind(app)
+    hub = Hub(counters, sampler_settings(config), render_options(config))
+    hub.add_service(fake.install, fake.uninstall, before_nvml=True)
+    telemetry = HealthTelemetry(health_settings(config), counters, wait_timeout_ms=50)
+    telemetry.install(hub)
+    app = App(hub, serve_settings(config), config)
     app.start()
     try:
         yield Running(app, fake, telemetry)
@@ -128,11 +130,12 @@ def test_an_xid_raised_while_the_rest_of_start_up_runs_is_counted() -> None:
 
     config = load_config(["--address", "127.0.0.1:0", "-c", "100", "--collectors", HEALTH_CSV, "-x", "60000"])
     counters = load_counters(HEALTH_CSV)
-    extensions = Extensions(before_nvml=[fake.install], on_start=[slow_source_start], on_stop=[fake.uninstall])
-    telemetry = HealthTelemetry(config, counters, wait_timeout_ms=50)
-    telemetry.extend(extensions)  # the watcher's thread starts after the slow step
-    app = App(config, counters, extensions=extensions)
-    telemetry.bind(app)
+    hub = Hub(counters, sampler_settings(config), render_options(config))
+    hub.add_service(fake.install, fake.uninstall, before_nvml=True)
+    hub.add_service(slow_source_start, lambda: None)
+    telemetry = HealthTelemetry(health_settings(config), counters, wait_timeout_ms=50)
+    telemetry.install(hub)  # the watcher's thread starts after the slow step
+    app = App(hub, serve_settings(config), config)
     app.start()
     try:
         running = Running(app, fake, telemetry)

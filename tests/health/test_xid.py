@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 from exporter.health.xid import XidLedger, XidSource
-from exporter.health.xid_codes import FATAL_XIDS, xid_message
+from exporter.xid_codes import FATAL_XIDS, xid_message
 from tests.simulator.conftest import FixedClock
 
 GPU0 = XidSource("GPU-0")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.composition import kubernetes_settings
 from exporter.config import Config
 from exporter.kube import attribution as attribution_module
 from exporter.kube.allocation import AllocationIndex, build_allocation_index
@@ -40,6 +41,7 @@ from exporter.kube.podresources.listing import (
     PodResourcesListing,
 )
 from exporter.kube.series import LabeledDevice, workload_label_sets
+from exporter.kube.settings import KubernetesSettings
 from exporter.snapshot import GpuProcess
 from simulator.fakeapiserver import FakeApiServer
 from simulator.fakekubelet import FakeContainer, FakeKubelet, FakePod
@@ -65,7 +67,7 @@ class Cluster:
     kubelet: FakeKubelet
     api: FakeApiServer
     proc: Path
-    config: Config
+    config: KubernetesSettings
 
 
 @pytest.fixture
@@ -108,7 +110,7 @@ def cluster(short_tmp: Path, process_attribution: bool) -> Iterator[Cluster]:
     write_cgroup(proc, 300, notebook["metadata"]["uid"], NB_CID)
     (proc / "400").mkdir()
     (proc / "400" / "cgroup").write_text("0::/system.slice/leftover.service\n")
-    config = Config(
+    config = kubernetes_settings(Config(
         kubernetes=True,
         node_name=NODE,
         pod_resources_socket=kubelet.socket_path,
@@ -119,7 +121,7 @@ def cluster(short_tmp: Path, process_attribution: bool) -> Iterator[Cluster]:
         kubernetes_enable_pod_uid=True,
         kubernetes_enable_pod_labels=True,
         kubernetes_pod_label_allowlist_regex=("^app$",),
-    )
+    ))
     yield Cluster(kubelet, api, proc, config)
     kubelet.stop()
     api.stop()
@@ -231,7 +233,7 @@ def test_sources_down_keep_last_labels_then_drop_them(cluster: Cluster) -> None:
 
 
 def test_disabled_kubernetes_mode_does_nothing(cluster: Cluster) -> None:
-    attribution = KubernetesAttribution(Config(), Counter())
+    attribution = KubernetesAttribution(kubernetes_settings(Config()), Counter())
     attribution.start()
     attribution.update_processes({GPU0: [GpuProcess(100, 1)]})
     assert attribution.snapshot(DEVICES, MIGS) == AttributionSnapshot()
@@ -273,7 +275,7 @@ _REPLICA_CASES = {
 
 
 def _replica_labels(holders: list[tuple[str, list[str]]], uuid: str, gpu_instance_id: int | None,
-                    config: Config) -> list[dict[str, str]]:
+                    config: KubernetesSettings) -> list[dict[str, str]]:
     listing = PodResourcesListing(pods=tuple(
         PodAssignment("ml", f"{container}-0", (ContainerAssignment(container, tuple(
             sorted(AssignedDevice("nvidia.com/gpu.shared", device) for device in ids))),))
@@ -289,7 +291,7 @@ def _replica_labels(holders: list[tuple[str, list[str]]], uuid: str, gpu_instanc
 @pytest.mark.parametrize("case", [case for case in _REPLICA_CASES if not case.startswith("two")])
 def test_a_device_held_by_one_container_carries_its_labels_however_it_is_named(case: str) -> None:
     holders, uuid, gpu_instance_id = _REPLICA_CASES[case]
-    config = Config(kubernetes=True)
+    config = kubernetes_settings(Config(kubernetes=True))
     assert _replica_labels(holders, uuid, gpu_instance_id, config) == [
         {"container": "trainer", "namespace": "ml", "pod": "trainer-0"}]
 
@@ -297,11 +299,12 @@ def test_a_device_held_by_one_container_carries_its_labels_however_it_is_named(c
 @pytest.mark.parametrize("case", [case for case in _REPLICA_CASES if case.startswith("two")])
 def test_a_device_held_by_two_containers_carries_no_single_pod(case: str) -> None:
     holders, uuid, gpu_instance_id = _REPLICA_CASES[case]
-    assert _replica_labels(holders, uuid, gpu_instance_id, Config(kubernetes=True)) == [{}]
+    assert _replica_labels(holders, uuid, gpu_instance_id, kubernetes_settings(
+            Config(kubernetes=True))) == [{}]
 
 
 def test_virtual_gpu_mode_repeats_per_container_with_its_lowest_replica() -> None:
-    config = Config(kubernetes=True, kubernetes_virtual_gpus=True)
+    config = kubernetes_settings(Config(kubernetes=True, kubernetes_virtual_gpus=True))
     holders, uuid, gpu_instance_id = _REPLICA_CASES["two containers through replicas"]
     assert _replica_labels(holders, uuid, gpu_instance_id, config) == [
         {"container": "eval", "namespace": "ml", "pod": "eval-0", "vgpu": "1"},
@@ -314,7 +317,7 @@ def test_virtual_gpu_mode_repeats_per_container_with_its_lowest_replica() -> Non
 
 # --- what mutation testing found unguarded (docs/testing.md) --------------------------------------
 
-def _started(config: Config) -> KubernetesAttribution:
+def _started(config: KubernetesSettings) -> KubernetesAttribution:
     attribution = KubernetesAttribution(config, Counter(), watch_timeouts=FAST)
     attribution.start()
     return attribution
@@ -500,7 +503,8 @@ def test_an_unchanged_kubelet_answer_is_not_matched_again(cluster: Cluster, monk
 def test_only_allowlisted_pod_labels_are_copied() -> None:
     pod = PodMetadata("ml", "trainer-0", "uid-1", labels=(("app", "trainer"), ("tier", "batch")))
     view = MetadataView(pods_by_name={("ml", "trainer-0"): pod})
-    config = Config(kubernetes=True, kubernetes_enable_pod_labels=True, kubernetes_pod_label_allowlist_regex=("^app$",))
+    config = kubernetes_settings(
+            Config(kubernetes=True, kubernetes_enable_pod_labels=True, kubernetes_pod_label_allowlist_regex=("^app$",)))
     assert WorkloadFactory(config).build("ml", "trainer-0", "trainer", view).pod_labels == (("app", "trainer"),)
 
 

@@ -64,7 +64,7 @@ def test_the_skipped_rows_metric_follows_a_reload(tmp_path: Path) -> None:
         source = _source(server, tmp_path)
         app = build_app(loaded, source.read())
         try:
-            source.on_change = app.set_counters
+            source.on_change = app.hub.set_counters
             assert 'gpu_pod_exporter_counters_skipped_rows{reason="unknown_field"} 0' in _metrics(app)
             server.metrics = TEMP_ONLY + "DCGM_FI_DEV_FABRIC_FUTURE_THING, gauge, newer\n" \
                 + "DCGM_FI_DEV_GPU_TEMP, gauge, again\n"

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from exporter.composition import kubernetes_settings
 from exporter.config import Config
 from exporter.kube import dra
 from exporter.kube.allocation import AllocationIndex, build_allocation_index
@@ -25,6 +26,7 @@ from exporter.kube.podresources import api_pb2
 from exporter.kube.podresources.listing import ClaimedDevice, gpu_resource_filter, listing_from_response
 from exporter.kube.resourceslices import SliceCache, SliceView, slice_from_json
 from exporter.kube.series import LabeledDevice, attribution_families, workload_label_sets
+from exporter.kube.settings import KubernetesSettings
 from simulator.dra_devices import DRIVER, gpu_device, mig_device
 from simulator.fakeapiserver import resource_slice, served
 from simulator.fakekubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeKubelet, FakePod
@@ -39,7 +41,7 @@ GPU1_DEVICE = gpu_device(1, GPU1)
 MIG_A_DEVICE = mig_device(2, GPU2, MIG_A, "3g.40gb", 3)
 MIG_B_DEVICE = mig_device(2, GPU2, MIG_B, "1g.10gb", 5)
 ELSEWHERE = "GPU-99999999-9999-9999-9999-999999999999"  # a GPU of another node
-DRA_CONFIG = Config(kubernetes=True, node_name=NODE, kubernetes_enable_dra=True)
+DRA_CONFIG = kubernetes_settings(Config(kubernetes=True, node_name=NODE, kubernetes_enable_dra=True))
 
 
 def _slices(*devices: tuple[str, dict[str, str | int]], version: str = "v1", generation: int = 1,
@@ -73,7 +75,7 @@ def _index(pods: Sequence[FakePod], context: DraContext | None = CONTEXT) -> All
     return build_allocation_index(listing, CATALOG, context)
 
 
-def _snapshot(index: AllocationIndex, config: Config = DRA_CONFIG) -> AttributionSnapshot:
+def _snapshot(index: AllocationIndex, config: KubernetesSettings = DRA_CONFIG) -> AttributionSnapshot:
     parts = join_attribution(index, True, None, MetadataView(), WorkloadFactory(config))
     return AttributionSnapshot(status=AttributionStatus(enabled=True, dra_enabled=True, resourceslices_up=True),
                                allocation_known=True, allocations=parts.allocations,
@@ -263,7 +265,8 @@ def test_a_claim_shared_by_two_pods_follows_the_time_slicing_rules() -> None:
             if family.name == "DCGM_EXP_GPU_ALLOCATION_INFO" for sample in family.samples]
     assert [(labels["pod"], labels["dra_claim_name"]) for labels in info] == [("a", "shared-gpu"), ("b", "shared-gpu")]
     # Virtual-GPU mode: one set per sharing pod, as for time-slicing replicas.
-    virtual = Config(kubernetes=True, kubernetes_enable_dra=True, kubernetes_virtual_gpus=True)
+    virtual = kubernetes_settings(
+            Config(kubernetes=True, kubernetes_enable_dra=True, kubernetes_virtual_gpus=True))
     assert [labels["pod"] for labels in workload_label_sets(snapshot, GPU1_LABELS, virtual)] == ["a", "b"]
 
 
@@ -284,7 +287,7 @@ def test_an_unresolvable_device_leaves_its_gpu_unattributed_and_is_counted_once_
 
 def test_dra_labels_and_counts_stay_off_without_the_flag() -> None:
     snapshot = _snapshot(_index(MIXED))
-    plain = Config(kubernetes=True)
+    plain = kubernetes_settings(Config(kubernetes=True))
     assert "dra_claim_name" not in workload_label_sets(snapshot, GPU1_LABELS, plain)[0]
     no_dra = AttributionSnapshot(status=AttributionStatus(enabled=True), allocation_known=True,
                                  allocations=snapshot.allocations)

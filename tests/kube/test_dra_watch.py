@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from exporter.composition import kubernetes_settings
 from exporter.config import Config
 from exporter.kube import dra
 from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution
 from exporter.kube.metadata import WatchTimeouts
+from exporter.kube.settings import KubernetesSettings
 from simulator.dra_devices import DRIVER, gpu_device, mig_device
 from simulator.fakeaccess import DRA_GRANTS
 from simulator.fakeapiserver import FakeApiServer
@@ -38,7 +40,7 @@ MIG_A_DEVICE = mig_device(2, GPU2, MIG_A, "3g.40gb", 3)
 class Node:
     kubelet: FakeKubelet
     api: FakeApiServer
-    config: Config
+    config: KubernetesSettings
 
 
 @pytest.fixture
@@ -55,9 +57,10 @@ def node(short_tmp: Path) -> Iterator[Node]:
         FakePod("ml", "nb", (FakeContainer("jupyter", claims=(FakeClaim("ml", "nb-mig", (
             FakeClaimDevice(DRIVER, NODE, MIG_A_DEVICE[0]),)),)),)),
     ], seed=5).start()
-    config = Config(kubernetes=True, node_name=NODE, pod_resources_socket=kubelet.socket_path,
+    config = kubernetes_settings(
+            Config(kubernetes=True, node_name=NODE, pod_resources_socket=kubelet.socket_path,
                     pod_resources_interval_ms=20, kubeconfig=str(api.write_kubeconfig(short_tmp / "kubeconfig")),
-                    kubernetes_enable_dra=True)
+                    kubernetes_enable_dra=True))
     yield Node(kubelet, api, config)
     kubelet.stop()
     api.stop()

@@ -12,6 +12,7 @@ from exporter.kube.labels import (
     TeamResolver,
     sanitize_label_name,
 )
+from exporter.options import parse_team_sources
 
 
 @pytest.mark.parametrize(
@@ -117,13 +118,13 @@ def test_values_pass_through_unmodified() -> None:
 
 
 def test_team_first_configured_source_wins() -> None:
-    resolver = TeamResolver(("pod:team", "namespace:team"))
+    resolver = TeamResolver(parse_team_sources("pod:team,namespace:team"))
     assert resolver.team({"team": "vision"}, {"team": "research"}) == "vision"
     assert resolver.team({}, {"team": "research"}) == "research"
     assert resolver.team({"team": ""}, {"team": "research"}) == "research"
     assert resolver.team({}, None) is None
-    custom = TeamResolver(("namespace:owner", "pod:squad"))
+    custom = TeamResolver(parse_team_sources(["namespace:owner", "pod:squad"]))
     assert custom.team({"squad": "s"}, {"owner": "o"}) == "o"
     assert custom.team({"squad": "s"}, {}) == "s"
-    with pytest.raises(ValueError, match="pod:<key> or namespace:<key>"):
-        TeamResolver(("node:team",))
+    with pytest.raises(ValueError, match="pod:<label-key> or namespace:<label-key>"):
+        parse_team_sources("node:team")  # refused where the setting is read, so the resolver never sees it

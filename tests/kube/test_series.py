@@ -11,6 +11,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
+from exporter.composition import kubernetes_settings
 from exporter.config import Config
 from exporter.kube.attribution import (
     AllocationHolder,
@@ -25,6 +26,7 @@ from exporter.kube.attribution import (
 )
 from exporter.kube.deviceids import GpuKey
 from exporter.kube.series import LabeledDevice, attribution_families, virtual_gpu_samples, workload_label_sets
+from exporter.kube.settings import KubernetesSettings
 
 from .helpers import GPU0, GPU1, GPU2
 
@@ -89,8 +91,8 @@ def _snapshot(**kwargs: object) -> AttributionSnapshot:
     return AttributionSnapshot(**values)  # type: ignore[arg-type]
 
 
-def _config(**kwargs: object) -> Config:
-    return Config(kubernetes=True, **kwargs)  # type: ignore[arg-type]
+def _config(**kwargs: object) -> KubernetesSettings:
+    return kubernetes_settings(Config(kubernetes=True, **kwargs))  # type: ignore[arg-type]
 
 
 def test_exclusive_gpu_gets_workload_labels_in_order() -> None:
@@ -271,7 +273,7 @@ def test_self_metrics() -> None:
 
 
 def test_nothing_when_kubernetes_mode_is_off() -> None:
-    assert attribution_families(AttributionSnapshot(), [DEVICE0], Config()) == []
+    assert attribution_families(AttributionSnapshot(), [DEVICE0], kubernetes_settings(Config())) == []
 
 
 def test_families_encode_and_parse_with_standard_tooling() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.core import Metric
 
+from exporter.composition import kubernetes_settings
 from exporter.config import Config
 from exporter.kube.allocation import build_allocation_index
 from exporter.kube.attribution import (
@@ -107,7 +108,7 @@ LISTS = {GPU0: (GpuProcess(101, 1 << 30), GpuProcess(102, 1 << 30), GpuProcess(1
 
 
 def joined(utilization: dict[str, ProcessUtilization] | None = None) -> AttributionSnapshot:
-    config = Config(kubernetes=True, process_attribution=True)
+    config = kubernetes_settings(Config(kubernetes=True, process_attribution=True))
     parts = join_attribution(index(), True, _ProcessInput(LISTS, identities(), UTILIZATION if utilization is None
                                                           else utilization), view(), WorkloadFactory(config))
     return AttributionSnapshot(status=AttributionStatus(enabled=True, process_attribution=True),
@@ -151,7 +152,8 @@ def test_the_families_carry_the_gpu_and_workload_labels() -> None:
     devices = [LabeledDevice(GPU0, None, {"gpu": "0", "UUID": GPU0}),
                LabeledDevice(GPU1, None, {"gpu": "1", "UUID": GPU1}),
                LabeledDevice(GPU2, 3, {"gpu": "2", "UUID": GPU2, "GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "3"})]
-    families = attribution_families(joined(), devices, Config(kubernetes=True, process_attribution=True))
+    families = attribution_families(joined(), devices, kubernetes_settings(
+            Config(kubernetes=True, process_attribution=True)))
     sm = samples_of(families, "DCGM_EXP_CONTAINER_SM_UTIL")
     assert sm[:2] == [({"gpu": "0", "UUID": GPU0, "container": "main", "namespace": "serving", "pod": "chat-0",
                         "team": "serving"}, 60.0),
@@ -226,7 +228,7 @@ def test_the_facade_joins_samples_of_a_pid_that_left_and_of_no_pod(cluster: Clus
 
 def test_holders_of_a_sampled_gpu_show_idle_even_when_its_process_list_was_not_read() -> None:
     lists = {uuid: listed for uuid, listed in LISTS.items() if uuid != GPU0}
-    config = Config(kubernetes=True, process_attribution=True)
+    config = kubernetes_settings(Config(kubernetes=True, process_attribution=True))
     parts = join_attribution(index(), True, _ProcessInput(lists, identities(), UTILIZATION), view(),
                              WorkloadFactory(config))
     used = {item.workload.pod: item.utilization for item in parts.container_utilization if item.uuid == GPU0}
@@ -237,7 +239,7 @@ def test_holders_of_a_sampled_gpu_show_idle_even_when_its_process_list_was_not_r
 def test_a_container_with_a_process_on_a_gpu_it_does_not_hold_shows_there_even_when_idle() -> None:
     """solver-0 (a holder of GPU1) has a process listed on GPU0 too, without a sample: it shows there at 0."""
     lists = {**LISTS, GPU0: (*LISTS[GPU0], GpuProcess(203, 1 << 20))}
-    config = Config(kubernetes=True, process_attribution=True)
+    config = kubernetes_settings(Config(kubernetes=True, process_attribution=True))
     parts = join_attribution(index(), True, _ProcessInput(lists, identities(), UTILIZATION), view(),
                              WorkloadFactory(config))
     used = {item.workload.pod: item.utilization for item in parts.container_utilization if item.uuid == GPU0}

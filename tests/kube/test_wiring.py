@@ -5,13 +5,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from types import MappingProxyType, SimpleNamespace
+from types import MappingProxyType
 
 import pytest
 from prometheus_client.core import Metric
 
-from exporter.app import Extensions
+from exporter.composition import kubernetes_settings
 from exporter.config import Config, with_implied_settings
+from exporter.hub import Hub, SamplerSettings
 from exporter.kube.attribution import (
     AllocationHolder,
     AttributionSnapshot,
@@ -22,7 +23,7 @@ from exporter.kube.attribution import (
 )
 from exporter.kube.deviceids import GpuKey
 from exporter.kube.metadata import WatchTimeouts
-from exporter.kube.wiring import KubernetesWiring, kubernetes_extensions
+from exporter.kube.wiring import KubernetesWiring
 from exporter.metrics.counters import load_counters
 from exporter.metrics.render import DEFAULT_BUILDERS, RenderContext, RenderOptions, render
 from exporter.snapshot import (
@@ -105,9 +106,10 @@ def test_mig_instances_are_attributed_per_gpu_instance(
     kubelet.set_pods([FakePod("lab", "nb", (FakeContainer("jupyter", (("nvidia.com/mig-3g.40gb", mig_id),)),)),
                       FakePod("lab", "trainer", (FakeContainer("trainer", (("nvidia.com/gpu", gpu0_id),)),))])
     kubelet.start()
-    config = Config(kubernetes=True, pod_resources_socket=str(kubelet.socket_path), kubeconfig=str(
+    config = kubernetes_settings(
+            Config(kubernetes=True, pod_resources_socket=str(kubelet.socket_path), kubeconfig=str(
         api.write_kubeconfig(short_tmp / "kubeconfig")), node_name="node-a", kubernetes_gpu_id_type=id_type,
-        process_attribution=process_attribution, proc_root=str(proc), pod_resources_interval_ms=50)
+        process_attribution=process_attribution, proc_root=str(proc), pod_resources_interval_ms=50))
     attribution = KubernetesAttribution(config, watch_timeouts=FAST)
     wiring = KubernetesWiring(config, attribution)
     attribution.start()
@@ -185,7 +187,7 @@ SHARED = AttributionSnapshot(
 
 def _stub_wiring(snapshot: AttributionSnapshot = SHARED, **config: object) -> tuple[KubernetesWiring, StubAttribution]:
     stub = StubAttribution(snapshot)
-    resolved = with_implied_settings(Config(kubernetes=True, **config))  # type: ignore[arg-type]
+    resolved = kubernetes_settings(with_implied_settings(Config(kubernetes=True, **config)))  # type: ignore[arg-type]
     return KubernetesWiring(resolved, stub), stub  # type: ignore[arg-type]
 
 
@@ -213,7 +215,7 @@ def test_virtual_gpus_repeat_the_device_series_per_pod() -> None:
 
 def test_virtual_gpus_read_the_process_lists_their_per_pod_values_come_from() -> None:
     wiring, _ = _stub_wiring(kubernetes_virtual_gpus=True)
-    assert wiring.config.process_attribution is True
+    assert wiring.settings.process_attribution is True
     families = _render(wiring, _mig_snapshot())
     # no process data yet: the device series alone, never the device total copied onto each pod
     assert [(labels.get("pod"), value) for labels, value in _samples(families, "DCGM_FI_DEV_FB_USED")
@@ -262,20 +264,20 @@ def test_process_metrics_turn_on_process_lists(node: tuple[FakeApiServer, FakeKu
     api, kubelet, proc = node
     kubelet.set_pods([FakePod("lab", "nb", (FakeContainer("jupyter", (("nvidia.com/gpu", GPU0),)),))])
     kubelet.start()
-    config = with_implied_settings(Config(  # as resolved before wiring (exporter.cli.resolve)
+    config = kubernetes_settings(
+            with_implied_settings(Config(  # as resolved before wiring (exporter.cli.resolve)
         kubernetes=True, pod_resources_socket=str(kubelet.socket_path), kubeconfig=str(
             api.write_kubeconfig(short_tmp / "kubeconfig")), node_name="node-a", proc_root=str(proc),
-        pod_resources_interval_ms=50, process_metrics=True))  # --kubernetes-process-attribution left off
-    extensions = Extensions()
-    wiring = kubernetes_extensions(config, extensions)
-    assert wiring is not None
+        pod_resources_interval_ms=50, process_metrics=True)))  # --kubernetes-process-attribution left off
+    hub = _hub()
+    wiring = KubernetesWiring(config)
+    wiring.install(hub)
     snapshot = Snapshot(devices=(DeviceReading(DEVICES[0], values={"DCGM_FI_DEV_GPU_TEMP": 40},
                                                processes=(GpuProcess(4242, 2 << 30),)),), status=STATUS)
-    for start in extensions.on_start:
+    for start, _stop in hub.services(before_nvml=False):
         start()
     try:
-        for hook in extensions.on_snapshot:  # the sampler's hand-off, as the app calls it
-            hook(snapshot)
+        hub.publish_snapshot(snapshot)  # the sampler's hand-off, as the app has it
 
         def served() -> list[Metric] | None:
             families = _render(wiring, snapshot)
@@ -284,7 +286,7 @@ def test_process_metrics_turn_on_process_lists(node: tuple[FakeApiServer, FakeKu
 
         families = poll(served, what="pid 4242's memory served with its pod")
     finally:
-        for stop in extensions.on_stop:
+        for stop in hub.stops():
             stop()
     [(labels, value)] = _samples(families, "DCGM_EXP_PROCESS_FB_USED")
     assert (labels["pid"], labels["pod"], labels["container"], labels["namespace"], value) == (
@@ -293,24 +295,27 @@ def test_process_metrics_turn_on_process_lists(node: tuple[FakeApiServer, FakeKu
         ("nb", 2048.0)]
 
 
-def test_changes_invalidate_the_bound_app() -> None:
+def _hub() -> Hub:
+    return Hub(load_counters(None), SamplerSettings(1.0, None, 60.0), RenderOptions(hostname="node-a"))
+
+
+def test_changes_invalidate_the_hub_it_is_installed_in() -> None:
     wiring, _ = _stub_wiring()
-    invalidated: list[bool] = []
-    wiring._changed()  # before bind: nothing to invalidate, and no error
-    wiring.bind(SimpleNamespace(cache=SimpleNamespace(invalidate=lambda: invalidated.append(True))))  # type: ignore[arg-type]
+    wiring._changed()  # before install: nothing to invalidate, and no error
+    hub = _hub()
+    wiring.install(hub)
+    assert not hub.cache._dirty.is_set()
     wiring._changed()
-    assert invalidated == [True]
+    assert hub.cache._dirty.is_set()  # the renderer re-renders at its next wake-up
 
 
-def test_extensions_only_with_kubernetes_mode() -> None:
-    extensions = Extensions()
-    assert kubernetes_extensions(Config(), extensions) is None
-    assert extensions == Extensions()
-    wiring = kubernetes_extensions(Config(kubernetes=True), extensions)
-    assert wiring is not None
-    assert extensions.builders == [wiring.families] and extensions.context_hooks == [wiring.extend_context]
-    assert extensions.on_start == [wiring.start] and extensions.on_stop == [wiring.stop]
-    assert extensions.on_snapshot == []  # process lists are not read without process attribution
+def test_installing_adds_a_service_a_context_and_families() -> None:
+    hub = _hub()
+    wiring = KubernetesWiring(kubernetes_settings(Config(kubernetes=True)))
+    wiring.install(hub)
+    assert hub.families == (wiring.families,)
+    assert hub.services(before_nvml=False) == [(wiring.start, wiring.stop)]
+    assert hub.stops() == [wiring.stop]
 
 
 def test_mig_devices_known_only_from_the_inventory_are_attributed_too() -> None:

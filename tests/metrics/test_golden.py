@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from exporter.app import Extensions
+from exporter.composition import health_settings
 from exporter.config import Config
 from exporter.health.wiring import HealthTelemetry
 from exporter.health.xid import XidSource
+from exporter.hub import Hub, SamplerSettings
 from exporter.metrics.counters import load_counters
 from exporter.metrics.exposition import encode_text
 from exporter.metrics.render import DEFAULT_BUILDERS, RenderContext, RenderOptions, render
@@ -35,22 +36,19 @@ def render_default_scenario(monkeypatch: pytest.MonkeyPatch) -> bytes:
     monkeypatch.setattr(platform, "python_version", lambda: "3.11.x")
     now = [119.0]
     counters = load_counters(str(ALL_ROWS))
-    extensions = Extensions()
-    health = HealthTelemetry(Config(), counters, clock=lambda: now[0])
-    health.extend(extensions)
+    hub = Hub(counters, SamplerSettings(1.0, None, 60.0), RenderOptions(hostname="gpu-node-1"))
+    health = HealthTelemetry(health_settings(Config()), counters, clock=lambda: now[0])
+    health.install(hub)
     with installed("default", lambda: now[0], wall_epoch=WALL_EPOCH):
         sampler = Sampler(counters.field_specs(), 1.0, clock=lambda: now[0], wall_clock=lambda: WALL_EPOCH + now[0],
-                          dependencies=extensions.sampler_dependencies)
+                          dependencies=hub.readings, on_snapshot=hub.publish_snapshot)
         assert sampler.initialise()
-        for consumer in extensions.on_snapshot:
-            consumer(sampler.run_cycle())
+        sampler.run_cycle()
         now[0] = 120.0
         snapshot = sampler.run_cycle()
-        for consumer in extensions.on_snapshot:
-            consumer(snapshot)
     health.ledger.record(XidSource(snapshot.devices[2].identity.uuid), 13)
     ctx = RenderContext(snapshot=snapshot, counters=counters, options=RenderOptions(hostname="gpu-node-1"))
-    return encode_text(render(ctx, (*DEFAULT_BUILDERS, *extensions.builders)))
+    return encode_text(render(ctx, (*DEFAULT_BUILDERS, *hub.families)))
 
 
 def test_full_exposition_matches_the_golden_file(monkeypatch: pytest.MonkeyPatch) -> None:

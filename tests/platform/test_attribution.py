@@ -24,6 +24,7 @@ import pytest
 
 from devcluster.api import Api
 from devcluster.control_plane import Cluster, etcd_compact, restart_apiserver
+from exporter.composition import kubernetes_settings
 from exporter.config import Config
 from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution, Workload
 from exporter.kube.reflector import WatchTimeouts
@@ -241,10 +242,11 @@ def test_the_facade_joins_the_kubelet_the_real_objects_and_proc(cluster: Cluster
         write_cgroup(proc, pid, pod["metadata"]["uid"], cid)
     (proc / "400").mkdir()
     (proc / "400" / "cgroup").write_text("0::/system.slice/leftover.service\n")
-    config = Config(kubernetes=True, node_name=JOIN_NODE, pod_resources_socket=fake.socket_path,
+    config = kubernetes_settings(
+            Config(kubernetes=True, node_name=JOIN_NODE, pod_resources_socket=fake.socket_path,
                     pod_resources_interval_ms=20, kubeconfig=str(cluster.kubeconfig), proc_root=str(proc),
                     process_attribution=process_attribution, kubernetes_enable_pod_uid=True,
-                    kubernetes_enable_pod_labels=True, kubernetes_pod_label_allowlist_regex=("^app$",))
+                    kubernetes_enable_pod_labels=True, kubernetes_pod_label_allowlist_regex=("^app$",)))
     attribution = KubernetesAttribution(config, watch_timeouts=WatchTimeouts(backoff_initial_s=0.2, backoff_max_s=1.0))
     attribution.start()
     try:

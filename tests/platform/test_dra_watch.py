@@ -29,10 +29,12 @@ import pytest
 
 from devcluster.api import Api
 from devcluster.control_plane import Cluster
+from exporter.composition import kubernetes_settings
 from exporter.config import Config
 from exporter.kube import dra
 from exporter.kube.attribution import AttributionSnapshot, KubernetesAttribution
 from exporter.kube.metadata import WatchTimeouts
+from exporter.kube.settings import KubernetesSettings
 from simulator.dra_devices import DRIVER, gpu_device, mig_device
 from simulator.fakeapiserver import resource_slice
 from simulator.fakekubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeKubelet, FakePod
@@ -52,7 +54,7 @@ class Node:
     admin: Api
     kubelet: FakeKubelet
     namespace: str
-    config: Config
+    config: KubernetesSettings
     slice_name: str
 
     def attribution(self, kubeconfig: Path | None = None) -> KubernetesAttribution:
@@ -80,8 +82,9 @@ def node(cluster: Cluster, admin: Api) -> Iterator[Node]:
         FakePod(namespace, "nb", (FakeContainer("jupyter", claims=(FakeClaim(namespace, "nb-mig", (
             FakeClaimDevice(DRIVER, NODE, MIG_A_DEVICE[0]),)),)),)),
     ], seed=5).start()
-    config = Config(kubernetes=True, node_name=NODE, pod_resources_socket=kubelet.socket_path,
-                    pod_resources_interval_ms=20, kubeconfig=str(cluster.kubeconfig), kubernetes_enable_dra=True)
+    config = kubernetes_settings(
+            Config(kubernetes=True, node_name=NODE, pod_resources_socket=kubelet.socket_path,
+                    pod_resources_interval_ms=20, kubeconfig=str(cluster.kubeconfig), kubernetes_enable_dra=True))
     try:
         yield Node(admin, kubelet, namespace, config, f"{namespace}-gpus")
     finally:

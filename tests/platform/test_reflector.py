@@ -32,6 +32,7 @@ from typing import Any
 
 from devcluster.api import Api
 from devcluster.control_plane import Cluster
+from exporter.composition import kubernetes_settings
 from exporter.config import Config
 from exporter.kube.apiserver import build_lists
 from exporter.kube.attribution import KubernetesAttribution
@@ -125,8 +126,8 @@ def _resumed_past(transport: RecordingTransport, version: int) -> int | None:
 def test_watches_resume_from_the_real_servers_bookmarks_without_relisting(
         cluster: Cluster, admin: Api, tmp_path: Path) -> None:
     transport = RecordingTransport(build_lists(str(cluster.kubeconfig)))
-    config = Config(kubernetes=True, node_name=NODE, kubeconfig=str(cluster.kubeconfig),
-                    pod_resources_socket=str(tmp_path / "no-kubelet.sock"))
+    config = kubernetes_settings(Config(kubernetes=True, node_name=NODE, kubeconfig=str(cluster.kubeconfig),
+                    pod_resources_socket=str(tmp_path / "no-kubelet.sock")))
     attribution = KubernetesAttribution(config, watch_timeouts=SHORT, api_factory=lambda: transport)
     attribution.start()
     try:

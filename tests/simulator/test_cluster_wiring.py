@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from exporter.app import App
-from exporter.cli import build_app, resolve
+from exporter.composition import build_app, resolve
 from exporter.config import Config, ConfigError, load_config
 from exporter.metrics.counters import load_counters
 from simulator.cluster_wiring import plan_simulated_cluster, scenario_devices, scenario_migs

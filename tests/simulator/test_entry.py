@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.app import Extensions
 from exporter.config import ConfigError, load_config
+from exporter.hub import Hub, SamplerSettings
+from exporter.metrics.counters import load_counters
+from exporter.metrics.render import RenderOptions
 from simulator.entry import PlannedRun, doctor_inspection, plan_run
 
 
@@ -24,10 +26,10 @@ def test_a_planned_run_points_the_configuration_at_the_simulated_node_and_discar
 def test_a_run_without_a_kubernetes_section_adds_only_the_fake_gpus() -> None:
     run = plan_run(load_config(["--simulate", "gpu-lost", "--address", "127.0.0.1:0"], {}))
     assert isinstance(run, PlannedRun) and run.cluster is None and not run.config.kubernetes
-    extensions = Extensions()
-    run.extend(extensions)
-    assert len(extensions.before_nvml) == 1 and len(extensions.on_stop) == 1  # install / uninstall the library
-    assert not extensions.on_start  # the library is in place before the sampler's first NVML init
+    hub = Hub(load_counters(None), SamplerSettings(1.0, None, 60.0), RenderOptions(hostname="n"))
+    run.install(hub)
+    assert len(hub.services(before_nvml=True)) == 1 and len(hub.stops()) == 1  # install / uninstall the library
+    assert not hub.services(before_nvml=False)  # the library is in place before the sampler's first NVML init
     run.discard()  # nothing to release
 
 

@@ -10,6 +10,7 @@ from typing import TypeVar
 import pytest
 import yaml
 
+from exporter.composition import kubernetes_settings
 from exporter.config import Config, ConfigError
 from exporter.kube.attribution import KubernetesAttribution
 from exporter.kube.metadata import WatchTimeouts
@@ -259,7 +260,8 @@ def test_simulated_cluster_feeds_the_real_attribution(
     # A deep work directory: the socket must still fit in a unix socket path.
     cluster = start_simulated_cluster(section, GPUS, MIGS, tmp_path / ("deep" * 20) / "cluster")
     attribution = KubernetesAttribution(
-        Config(pod_resources_interval_ms=50, process_attribution=True, **cluster.config_overrides()),  # type: ignore[arg-type]
+        kubernetes_settings(
+                Config(pod_resources_interval_ms=50, process_attribution=True, **cluster.config_overrides())),  # type: ignore[arg-type]
         watch_timeouts=WatchTimeouts(backoff_initial_s=0.02, backoff_max_s=0.1),
     )
     try:
