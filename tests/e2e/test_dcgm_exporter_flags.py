@@ -10,9 +10,11 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from tests.e2e.exporter_process import REPO_ROOT, parse_samples, running_exporter, wait_for
-from tests.e2e.tools import stop_process
 from tests.kube.configmap_server import NAME, NAMESPACE, ConfigMapServer
+from tests.support.exporter_process import parse_samples, running_exporter
+from tests.support.paths import REPO_ROOT
+from tests.support.polling import wait_for
+from tests.support.processes import stop_process
 
 TEMP_ONLY = "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
 POWER_ONLY = "DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n"

@@ -70,9 +70,10 @@ from tests.dashboards.dashboard_queries import (
 )
 from tests.dashboards.exporter_metrics import EXTERNAL_METRICS, exporter_metric_entries
 from tests.dashboards.promql_names import names_in, or_branches, recorded_names, rule_groups
-from tests.e2e.exporter_process import ExporterProcess, free_port
 from tests.e2e.installed import Install, container_environment, helm_install, manifests_install
-from tests.e2e.prometheus_harness import (
+from tests.support.exporter_process import ExporterProcess
+from tests.support.ports import free_port
+from tests.support.prometheus import (
     ENGINES,
     PrometheusHarness,
     Sample,

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.exporter_process import REPO_ROOT, running_exporter, wait_for
-from tests.e2e.tools import require_program
+from tests.support.exporter_process import running_exporter
+from tests.support.paths import REPO_ROOT
+from tests.support.polling import wait_for
+from tests.support.programs import require_program
 
 pytestmark = pytest.mark.e2e
 

@@ -49,7 +49,6 @@ import pytest
 from exporter.report.cli import main as report_main
 from tests.dashboards.dashboard_queries import dashboard_queries, load_dashboards, query_variables
 from tests.e2e.installed import helm_install
-from tests.e2e.prometheus_harness import PrometheusHarness, Sample, prometheus_engine
 from tests.e2e.test_default_install import (
     GRAFANA_BUILTINS,
     PROCESS_ATTRIBUTION,
@@ -73,7 +72,8 @@ from tests.e2e.thanos_fleet import (
     two_clusters,
     wait_until,
 )
-from tests.e2e.thanos_harness import require_thanos
+from tests.support.prometheus import PrometheusHarness, Sample, prometheus_engine
+from tests.support.thanos import require_thanos
 
 pytestmark = pytest.mark.e2e
 

@@ -28,11 +28,12 @@ from typing import Any, TypeVar
 
 import yaml
 
-from tests.e2e.exporter_process import ExporterProcess, free_port
 from tests.e2e.installed import helm_install
-from tests.e2e.prometheus_harness import PrometheusHarness, engine_version
 from tests.e2e.test_default_install import KUBE_STATE_METRICS, PROCESS_ATTRIBUTION, ZOO, serve_text, start_exporter
-from tests.e2e.thanos_harness import ThanosProcess, ThanosQuery, start_ruler, start_sidecar
+from tests.support.exporter_process import ExporterProcess
+from tests.support.ports import free_port
+from tests.support.prometheus import PrometheusHarness, engine_version
+from tests.support.thanos import ThanosProcess, ThanosQuery, start_ruler, start_sidecar
 
 T = TypeVar("T")
 CLUSTERS = ("a", "b")

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.exporter_process import ExporterProcess, running_exporter, wait_for
-from tests.e2e.kube_cluster import NodeCluster, PodSpec, node_cluster, scenario_gpus, series_for, whole_gpu
 from tests.faults.support import log_lines, single_value, value
+from tests.support.exporter_process import ExporterProcess, running_exporter
+from tests.support.kube_cluster import NodeCluster, PodSpec, node_cluster, scenario_gpus, series_for, whole_gpu
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -56,9 +56,11 @@ from typing import Protocol
 import bcrypt
 import pytest
 
-from tests.e2e.exporter_process import REPO_ROOT, running_exporter, wait_for
 from tests.remediate.fakenodeapi import FakeNodeApiServer
 from tests.remediate.support import RemediatorProcess
+from tests.support.exporter_process import running_exporter
+from tests.support.paths import REPO_ROOT
+from tests.support.polling import wait_for
 from tests.web.certs import CertificateAuthority
 
 pytestmark = pytest.mark.e2e

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from exporter.report.promclient import Connection, PrometheusClient, PrometheusError, split_url
-from tests.e2e.prometheus_harness import free_port
+from tests.support.ports import free_port
 
 
 @dataclass

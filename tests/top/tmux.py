@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-from tests.e2e.tools import require_program
+from tests.support.programs import require_program
 
 
 class Pane:
