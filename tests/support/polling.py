@@ -32,6 +32,21 @@ def is_answer(value: object) -> bool:
     return value is not None
 
 
+def settle(check: Callable[[], T], deadline_s: float, interval_s: float = 0.05,
+           accept: Callable[[T], bool] = holds) -> T:
+    """Call ``check`` until ``accept(answer)`` holds or the deadline passes; the last answer either way.
+
+    For a caller that asserts on the answer itself with a better message than "timed out" (the
+    differing series, the screen, the alerts missing). ``check`` is called at least once.
+    """
+    end = time.monotonic() + deadline_s
+    while True:
+        answer = check()
+        if accept(answer) or time.monotonic() >= end:
+            return answer
+        time.sleep(interval_s)
+
+
 def wait_for(check: Callable[[], T], deadline_s: float, what: str, interval_s: float = 0.05,
              accept: Callable[[T], bool] = holds) -> T:
     """Call ``check`` until ``accept(answer)`` holds and return that answer; DeadlineExceeded otherwise.
@@ -40,11 +55,7 @@ def wait_for(check: Callable[[], T], deadline_s: float, what: str, interval_s: f
     never fails. Exceptions from ``check`` propagate (a process that died is not worth waiting for).
     The failure names ``what`` and the last answer.
     """
-    end = time.monotonic() + deadline_s
-    while True:
-        answer = check()
-        if accept(answer):
-            return answer
-        if time.monotonic() >= end:
-            raise DeadlineExceeded(f"timed out after {deadline_s:g} s waiting for {what} (last: {answer!r})")
-        time.sleep(interval_s)
+    answer = settle(check, deadline_s, interval_s, accept)
+    if not accept(answer):
+        raise DeadlineExceeded(f"timed out after {deadline_s:g} s waiting for {what} (last: {answer!r})")
+    return answer
