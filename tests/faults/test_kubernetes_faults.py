@@ -301,7 +301,8 @@ def test_api_server_slow(node: tuple[NodeCluster, ExporterProcess]) -> None:
     # but nothing has failed, so nothing is logged.
     wait_for(lambda: single_value(exporter, "gpu_pod_exporter_kube_api_up") == 0.0, SOURCE_WAIT_S,
              "kube_api_up 0 while the resumed watch waits")
-    assert cluster.api.request_count("watch", "namespaces") >= 2  # the resumed watch is waiting
+    wait_for(lambda: cluster.api.request_count("watch", "namespaces") >= 2, SOURCE_WAIT_S,
+             "the resumed watch, waiting for its answer")
 
     wait_for(lambda: _gpu0(exporter).get("team") == "platform", 30.0, "the change, once the slow watch answers")
     assert time.monotonic() - changed_at >= 9.0  # it came through the slowed watch, not around it
