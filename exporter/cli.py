@@ -19,6 +19,7 @@ from exporter.metrics.counters import CounterFileError, CounterSet, load_counter
 from exporter.metrics.selection import unknown_ids
 from exporter.metrics.upstream_paths import resolve_collectors
 from exporter.snapshot import Snapshot
+from exporter.tools import TOOLS
 from exporter.web.security import load_web_security
 from exporter.web.server import WebSecurity
 
@@ -29,16 +30,9 @@ log = get_logger("cli")
 
 EXIT_RUNTIME_ERROR = 1
 
-# Tools that ship in the same package and image as the exporter, each run as
-# ``gpu-pod-exporter <tool> ...``. The name maps to a module with ``main(argv) -> int``; it is imported
-# only when asked for, so none of them is loaded by (or slows down) the exporter itself. No subcommand
+# Tools that ship in the same package and image as the exporter (exporter/tools.py). No subcommand
 # means the exporter, so every dcgm-exporter command line keeps working.
-SUBCOMMANDS: dict[str, str] = {
-    "doctor": "exporter.doctor.cli",
-    "report": "exporter.report.cli",
-    "remediate": "exporter.remediate.cli",
-    "top": "exporter.top.cli",
-}
+SUBCOMMANDS: dict[str, str] = {name: tool.module for name, tool in TOOLS.items()}
 
 
 def _fail(message: str, code: int = EXIT_CONFIG_ERROR) -> int:

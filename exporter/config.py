@@ -29,6 +29,7 @@ import yaml
 from exporter import safeyaml
 from exporter.metrics.selection import CHIP_SERIES_LAYOUTS, CHIP_SERIES_PER_INSTANCE, DeviceSelection, parse_devices
 from exporter.metrics.selection import DEFAULT as ALL_DEVICES
+from exporter.tools import tools_help
 from exporter.units import parse_go_duration
 
 EXIT_CONFIG_ERROR = 2
@@ -664,8 +665,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineArgumentParser(
         prog=PROGRAM,
         description="Prometheus exporter for NVIDIA GPUs with DCGM-compatible metrics and pod attribution.",
-        epilog="Every flag also reads the environment variable shown; flags win over the environment, "
-        "which wins over --config-file.",
+        epilog="Every flag also reads the environment variable shown; flags win over the environment,\n"
+        "which wins over --config-file.\n\n" + tools_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the tools' table keeps its lines
         argument_default=argparse.SUPPRESS,
     )
     # -v as well: urfave/cli, which parses dcgm-exporter's command line, gives every app --version/-v.
