@@ -26,6 +26,10 @@ cluster:
 * every request is recorded (``log``: arrival time, verb, resource, query, User-Agent, status), so
   tests can count requests per client, per phase and per second.
 
+ConfigMaps (``set_configmap``): ``GET /api/v1/namespaces/<ns>/configmaps/<name>``, what ``-m/--configmap-data``
+reads, under the same token, RBAC (``access``: the chart grants ``get`` on configmaps only with ``-m``), outages
+and throttling as every other request.
+
 DRA: ``ResourceSlice`` objects (``add_resource_slice``) under
 ``/apis/resource.k8s.io/<version>/resourceslices`` for the versions in ``resource_versions``
 (default v1 only; a 404 for the others, as a cluster without them answers), listed and watched like
@@ -139,6 +143,7 @@ class FakeApiServer:
         self._pods: dict[tuple[str, str], JsonObject] = {}
         self._namespaces: dict[str, JsonObject] = {}
         self._slices: dict[str, JsonObject] = {}
+        self._configmaps: dict[tuple[str, str], JsonObject] = {}
         self.resource_versions: tuple[str, ...] = ("v1",)  # resource.k8s.io versions served (DRA)
         self._events: list[_Event] = []
         self._watches: set[_Watch] = set()
@@ -430,6 +435,24 @@ class FakeApiServer:
             self._record("resourceslices", event, obj)
         return copy.deepcopy(obj)
 
+    def set_configmap(self, namespace: str, name: str, data: Mapping[str, str] | None) -> None:
+        """Create or replace a ConfigMap with ``data``; None deletes it (a GET then answers 404)."""
+        with self._cond:
+            if data is None:
+                self._configmaps.pop((namespace, name), None)
+                return
+            self._rv += 1
+            self._configmaps[(namespace, name)] = {
+                "kind": "ConfigMap", "apiVersion": "v1",
+                "metadata": {"name": name, "namespace": namespace, "uid": stable_uid("configmap", namespace, name),
+                             "resourceVersion": str(self._rv), "creationTimestamp": "2024-01-01T00:00:00Z"},
+                "data": dict(data)}
+
+    def configmap(self, namespace: str, name: str) -> JsonObject | None:
+        with self._cond:
+            found = self._configmaps.get((namespace, name))
+            return copy.deepcopy(found) if found is not None else None
+
     def pod_names(self) -> list[tuple[str, str]]:
         with self._cond:
             return sorted(self._pods)
@@ -651,6 +674,14 @@ def _route(path: str, served_versions: Sequence[str]) -> tuple[str | None, str, 
     return None, "", ""
 
 
+def _configmap_key(path: str) -> tuple[str, str] | None:
+    """``(namespace, name)`` of ``/api/v1/namespaces/<namespace>/configmaps/<name>``, else None."""
+    parts = path.strip("/").split("/")
+    if len(parts) == 6 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "configmaps":
+        return parts[3], parts[5]
+    return None
+
+
 def _matches(obj: Mapping[str, Any], selector: Mapping[str, str]) -> bool:
     for key, wanted in selector.items():
         if key == "spec.nodeName":
@@ -757,11 +788,17 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             resource, group, api_version = _route(parts.path, api.resource_versions)
             watching = query.get("watch", "").lower() in ("true", "1")
             verb = "watch" if watching else "list"
+            configmap = _configmap_key(parts.path)
+            if configmap is not None:
+                resource, verb = "configmaps", "get"
             api.requests.append((verb, resource or parts.path, query))
             record = RequestRecord(time.monotonic(), verb, resource or parts.path, query,
                                    self.headers.get("User-Agent", ""))
             api.log.append(record)
             try:
+                if configmap is not None:
+                    record.status = self._answer_configmap(*configmap)
+                    return
                 record.status = self._answer(resource, watching, query, record, group=group, api_version=api_version)
             except OSError:  # the client went away mid-answer: nothing to send, nothing to report
                 record.status = -1
@@ -769,8 +806,9 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             finally:
                 record.answered_at = time.monotonic()
 
-        def _answer(self, resource: str | None, watching: bool, query: dict[str, str], record: RequestRecord, *,
-                    group: str = "", api_version: str = "v1") -> int:
+        def _refused(self) -> int | None:
+            """The answer every request gets before its resource is looked at (a wrong token, a pause the
+            server stopped in, throttling, an outage), or None when it may go on."""
             authorization = self.headers.get("Authorization", "")
             api.authorizations.append(authorization)
             if api.token is not None and authorization != f"Bearer {api.token}":
@@ -787,6 +825,24 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return _send(self, outage, json.dumps(_status(outage, "ServiceUnavailable" if outage == 503 else
                                                               "InternalError", "the server is currently unable to "
                                                               "handle the request")).encode())
+            return None
+
+        def _answer_configmap(self, namespace: str, name: str) -> int:
+            refused = self._refused()
+            if refused is not None:
+                return refused
+            if not api.access.allows("get", "configmaps"):
+                return _send(self, 403, json.dumps(api.access.forbidden_status("get", "configmaps")).encode())
+            found = api.configmap(namespace, name)
+            if found is None:
+                return _send(self, 404, json.dumps(_status(404, "NotFound", f'configmaps "{name}" not found')).encode())
+            return _send(self, 200, json.dumps(found).encode())
+
+        def _answer(self, resource: str | None, watching: bool, query: dict[str, str], record: RequestRecord, *,
+                    group: str = "", api_version: str = "v1") -> int:
+            refused = self._refused()
+            if refused is not None:
+                return refused
             if resource is None:
                 return _send(self, 404, json.dumps(_status(404, "NotFound", "the server could not find the "
                                                            "requested resource")).encode())
