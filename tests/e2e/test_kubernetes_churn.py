@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from simulator.fakeapiserver import stable_uid
+from simulator.fakewrites import stable_uid
 from tests.support.exporter_process import ExporterProcess, running_exporter
 from tests.support.kube_cluster import NodeCluster, PodSpec, node_cluster, replica, scenario_gpus, whole_gpu
 from tests.support.polling import wait_for
