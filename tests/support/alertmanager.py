@@ -11,21 +11,18 @@ A missing binary skips the calling test, or fails it when CI=true (``require_pro
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import tempfile
 import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
 
 from tests.support.ports import free_port
-from tests.support.processes import ServerProcess
+from tests.support.processes import ScratchServer, ServerProcess
 from tests.support.programs import require_program
 
 BINARY = "prometheus-alertmanager"
@@ -35,18 +32,13 @@ def require_alertmanager() -> str:
     return require_program(BINARY)
 
 
-class AlertmanagerHarness:
+class AlertmanagerHarness(ScratchServer):
     def __init__(self, config: dict[str, Any], *, startup_timeout_s: float = 60.0, binary: str | None = None) -> None:
         self.config = config
         self.binary = binary  # None: Debian's prometheus-alertmanager; else e.g. scripts/cluster bin alertmanager
         self.startup_timeout_s = startup_timeout_s
         self.port = 0
-        self.workdir: Path | None = None
-        self.server: ServerProcess | None = None
-
-    @property
-    def process(self) -> subprocess.Popen[bytes] | None:
-        return self.server.process if self.server is not None else None
+        super().__init__()
 
     @property
     def address(self) -> str:
@@ -74,27 +66,11 @@ class AlertmanagerHarness:
             raise
         return self
 
-    def log_tail(self, lines: int = 40) -> str:
-        return self.server.log_tail(lines) if self.server is not None else ""
 
     def alerts(self) -> list[dict[str, Any]]:
         with urllib.request.urlopen(f"{self.url}/api/v2/alerts", timeout=10) as response:
             return list(json.load(response))
 
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
-
-    def __enter__(self) -> AlertmanagerHarness:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.stop()
 
 
 class PayloadRecorder:

@@ -8,12 +8,15 @@ their command line and add their own API.
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 from tests.support.polling import DeadlineExceeded, wait_for
 
@@ -107,3 +110,41 @@ class ServerProcess:
         if self.process is not None:
             stop_process(self.process)
             self.process = None
+
+
+class ScratchServer:
+    """A harness whose program (``server``) runs in a directory made for it (``workdir``): ``stop`` stops
+    the program and deletes the directory, and the harness is a context manager around ``start``,
+    which each harness writes (its configuration, its command line)."""
+
+    def __init__(self) -> None:
+        self.workdir: Path | None = None
+        self.server: ServerProcess | None = None
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The running program (None before the start and after the stop)."""
+        return self.server.process if self.server is not None else None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines the program logged (for failure messages)."""
+        return self.server.log_tail(lines) if self.server is not None else ""
+
+    def stop(self) -> None:
+        """Stop the program (SIGTERM, then SIGKILL after 10 s) and delete its directory."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()

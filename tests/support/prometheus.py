@@ -30,7 +30,6 @@ import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -42,7 +41,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import pytest
@@ -58,7 +56,7 @@ from tests.dashboards.dashboard_queries import (
 from tests.support.paths import REPO_ROOT
 from tests.support.polling import DeadlineExceeded, is_answer, wait_for
 from tests.support.ports import free_port
-from tests.support.processes import ProcessExited, ServerProcess
+from tests.support.processes import ProcessExited, ScratchServer, ServerProcess
 from tests.support.programs import require_program
 
 RULE_FILES = tuple(sorted((REPO_ROOT / "deploy" / "rules").glob("*.yaml")))
@@ -176,7 +174,7 @@ def serve_metrics(render: Callable[[], bytes],
         server.server_close()
 
 
-class PrometheusHarness:
+class PrometheusHarness(ScratchServer):
     """A private Prometheus process scraping ``targets`` (host:port) every ``scrape_interval``.
 
     ``rule_files`` are loaded as they are (absolute paths); ``honor_labels`` defaults to True as
@@ -222,13 +220,7 @@ class PrometheusHarness:
         self.retention = retention
         self.extra_flags = list(extra_flags)
         self.port = 0
-        self.workdir: Path | None = None
-        self.server: ServerProcess | None = None
-
-    @property
-    def process(self) -> subprocess.Popen[bytes] | None:
-        """The running Prometheus process (None before the start and after the stop)."""
-        return self.server.process if self.server is not None else None
+        super().__init__()
 
     # ------------------------------------------------------------------------------ lifecycle
     @property
@@ -284,25 +276,6 @@ class PrometheusHarness:
             raise
         return self
 
-    def log_tail(self, lines: int = 40) -> str:
-        """The last lines Prometheus logged (for failure messages)."""
-        return self.server.log_tail(lines) if self.server is not None else ""
-
-    def stop(self) -> None:
-        """Stop Prometheus (SIGTERM, then SIGKILL after 10 s) and delete its data directory."""
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
-
-    def __enter__(self) -> PrometheusHarness:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.stop()
 
     # ------------------------------------------------------------------------------------ API
     def api(self, path: str, params: Mapping[str, str] | None = None) -> Any:

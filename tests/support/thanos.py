@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import urllib.parse
@@ -156,19 +155,9 @@ class ThanosQuery(PrometheusHarness):
         args = [f"--endpoint.sd-config={sd_config}", "--endpoint.sd-config-reload-interval=1s",
                 *(f"--query.replica-label={label}" for label in self.replica_labels)]
         self.thanos = ThanosProcess(self.binary, "query", args, self.workdir).start()
+        self.server = self.thanos.server  # stopped, and its directory deleted, as a Prometheus' is
         self.port = self.thanos.http_port
         return self
-
-    def stop(self) -> None:
-        if self.thanos is not None:
-            self.thanos.stop()
-            self.thanos = None
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
-
-    def log_tail(self, lines: int = 40) -> str:
-        return self.thanos.log_tail(lines) if self.thanos is not None else ""
 
     def stores(self) -> list[dict[str, Any]]:
         """The endpoints the Query holds (``/api/v1/stores``), each with its external label sets."""
