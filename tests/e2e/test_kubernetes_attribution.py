@@ -1,6 +1,6 @@
 """The real exporter process attributes GPUs to pods through a fake kubelet and a fake API server.
 
-Each test runs its own node (tests/e2e/kube_cluster.py) and starts ``python -m exporter --simulate
+Each test runs its own node (tests/support/kube_cluster.py) and starts ``python -m exporter --simulate
 <scenario> -k ...`` against it, exactly as a DaemonSet would be configured, then reads /metrics.
 Each runs in the default mode (as the chart installs it: allocation labels, no process lists) and
 with process attribution on (tests/attribution_modes.py).

@@ -1,7 +1,7 @@
 """The kubelet and the API server going wrong while the exporter runs: GPU metrics go on, labels recover.
 
 Each test runs the real process against a fake kubelet (gRPC on a unix socket) and a fake API server
-(HTTP list/watch) run by the test (``tests/e2e/kube_cluster.py``), injects one fault, and checks what
+(HTTP list/watch) run by the test (``tests/support/kube_cluster.py``), injects one fault, and checks what
 an operator sees: the process keeps running, ``/metrics`` answers at once with every GPU, the
 workload labels are what is still known (last known labels stay during an outage, bounded in age,
 five minutes by default; nothing is invented where nothing is known), the self-metrics name the
