@@ -112,7 +112,9 @@ def test_throttled_nodes_come_back_no_sooner_than_retry_after(phases: dict[str, 
     assert throttled.min_gap_after_429_s >= 0.95 * SETTINGS.retry_after_s
     periods = (throttled.duration_s + throttled.recovery_s) / SETTINGS.retry_after_s
     assert throttled.requests_max <= 2 * (periods + 2) < throttled.budget
-    assert throttled.requests_by_status["429"] >= 3
+    # Every node was throttled on both of its watches (how many 429s fit in the phase's seconds is the
+    # machine's business; that a node asked again after one is min_gap_after_429_s above).
+    assert throttled.requests_by_status["429"] >= 2
 
 
 def test_reconnects_after_a_restart_are_spread_over_the_window(phases: dict[str, PhaseReport]) -> None:
