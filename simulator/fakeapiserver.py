@@ -734,7 +734,16 @@ def _event_line(event_type: str, obj: JsonObject) -> bytes:
     return json.dumps({"type": event_type, "object": obj}).encode() + b"\n"
 
 
+def _answering(handler: BaseHTTPRequestHandler, code: int) -> None:
+    """Tell the handler the status before the first byte goes out, so that the request is on record
+    before a client that got the answer can look (``FakeApiServer.calls``)."""
+    noted = getattr(handler, "answering", None)
+    if noted is not None:
+        noted(code)
+
+
 def _send(handler: BaseHTTPRequestHandler, code: int, body: bytes, headers: Mapping[str, str] | None = None) -> int:
+    _answering(handler, code)
     handler.send_response(code)
     handler.send_header("Content-Type", "application/json")
     handler.send_header("Content-Length", str(len(body)))
@@ -755,6 +764,7 @@ def _too_large(handler: BaseHTTPRequestHandler, asked: str, current: int, retry_
 
 
 def _start_chunked(handler: BaseHTTPRequestHandler) -> None:
+    _answering(handler, 200)
     handler.send_response(200)
     handler.send_header("Content-Type", "application/json")
     handler.send_header("Transfer-Encoding", "chunked")
@@ -784,8 +794,25 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        call: tuple[str, str, dict[str, str], str, Any] | None = None  # the request being answered
+        noted = False
+
         def log_message(self, format: str, *args: Any) -> None:
             """Quiet: tests read ``api.requests`` instead."""
+
+        def begin_call(self, method: str, path: str, query: dict[str, str], content_type: str, body: Any) -> None:
+            self.call, self.noted = (method, path, query, content_type, body), False
+
+        def answering(self, code: int) -> None:
+            """Record the request with its status, once, as its answer starts (see ``_answering``)."""
+            if self.call is not None and not self.noted:
+                self.noted = True
+                api.record_call(Request(*self.call, code, time.time()))
+
+        def end_call(self, status: int) -> None:
+            """Record a request that got no answer (the client went away, the server stopped): ``status`` -1."""
+            self.answering(status)
+            self.call = None
 
         def setup(self) -> None:
             super().setup()
@@ -811,6 +838,7 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 self._write_side()
                 return
             api.requests.append((verb, resource or parts.path, query))
+            self.begin_call("GET", parts.path, query, "", None)
             record = RequestRecord(time.monotonic(), verb, resource or parts.path, query,
                                    self.headers.get("User-Agent", ""))
             api.log.append(record)
@@ -824,7 +852,7 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
             finally:
                 record.answered_at = time.monotonic()
-                api.record_call(Request("GET", parts.path, query, "", None, record.status, time.time()))
+                self.end_call(record.status)
 
         def _write_side(self) -> None:
             """A request the list/watch side does not serve: answered by ``NodeWrites.answer_write``."""
@@ -838,7 +866,9 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             try:
                 try:
                     body = json.loads(raw) if raw else None
+                    self.begin_call(self.command, parts.path, query, content_type, body)
                 except json.JSONDecodeError:
+                    self.begin_call(self.command, parts.path, query, content_type, None)
                     status = _send(self, 400, json.dumps(status_object(400, "BadRequest", "body is not JSON")).encode())
                 else:
                     refused = self._refused()
@@ -851,7 +881,7 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             except OSError:  # the client went away mid-answer
                 status = -1
                 self.close_connection = True
-            api.record_call(Request(self.command, parts.path, query, content_type, body, status, time.time()))
+            self.end_call(status)
 
         do_PATCH = do_PUT = do_DELETE = _write_side
 
@@ -920,13 +950,13 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             api.requests.append(("create", urlsplit(self.path).path, {}))
+            self.begin_call("POST", ACCESS_REVIEW_PATH, {}, self.headers.get("Content-Type", ""), None)
             if api.token is not None and self.headers.get("Authorization", "") != f"Bearer {api.token}":
                 code = _send(self, 401, json.dumps(status_object(401, "Unauthorized", "Unauthorized")).encode())
             else:
                 code, answer = api.access.review(body)
                 _send(self, code, json.dumps(answer).encode())
-            api.record_call(Request("POST", ACCESS_REVIEW_PATH, {}, self.headers.get("Content-Type", ""), None, code,
-                                    time.time()))
+            self.end_call(code)
 
     return Handler
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ from simulator.fakepatch import apply_patch, invalid_node
 
 JsonObject = dict[str, Any]
 Answer = tuple[int, JsonObject]
+CALL_LOG_LIMIT = 200_000  # requests kept in ``calls`` (a long --simulate run must not grow without bound)
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class NodeWrites:
         self.nodes: dict[str, JsonObject] = {}
         self.events: dict[tuple[str, str], JsonObject] = {}
         self.objects: dict[tuple[tuple[str, str, str], str], JsonObject] = {}  # ((group, ns, plural), name)
-        self.calls: list[Request] = []  # every request with its answer's status
+        self.calls: deque[Request] = deque(maxlen=CALL_LOG_LIMIT)  # every request with its answer's status
         self._conflicts = 0
         self._blocked: dict[tuple[str, str], int] = {}
 

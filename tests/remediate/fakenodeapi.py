@@ -29,7 +29,7 @@ class FakeNodeApiServer:
 
     @property
     def requests(self) -> list[Request]:
-        return self.server.calls
+        return list(self.server.calls)
 
     def add_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None,
                 gpu_resource: str = "nvidia.com/gpu", gpus: int = 1, owner_kind: str | None = None,
