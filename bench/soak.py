@@ -54,8 +54,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # ``python bench/soak.py`` works as well as ``python -m bench.soak``
     sys.path.insert(0, str(REPO_ROOT))
 
-from tests.e2e.exporter_process import ExporterProcess, parse_samples, wait_for  # noqa: E402
-from tests.e2e.kube_cluster import NodeCluster, PodSpec, node_cluster, scenario_gpus, whole_gpu  # noqa: E402
+from tests.support.exporter_process import ExporterProcess, parse_samples  # noqa: E402
+from tests.support.kube_cluster import NodeCluster, PodSpec, node_cluster, scenario_gpus, whole_gpu  # noqa: E402
+from tests.support.polling import wait_for  # noqa: E402
 
 SCENARIO = REPO_ROOT / "tests" / "fixtures" / "load-node.yaml"
 PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"

@@ -38,9 +38,9 @@ from typing import Any
 
 from devcluster import build
 from tests.dashboards.dashboard_queries import dashboard_queries, load_dashboards, query_variables
-from tests.e2e.prometheus_harness import PrometheusHarness
 from tests.e2e.test_default_install import GRAFANA_BUILTINS, resolve_variables
 from tests.e2e.thanos_fleet import CLUSTERS, ZOO_NODE, Fleet, two_clusters
+from tests.support.prometheus import PrometheusHarness
 
 CHART_INTERVAL_S = 15.0
 RANGE_S = 300.0

@@ -16,22 +16,16 @@ from exporter.hub import Source
 from exporter.logs import configure, get_logger
 from exporter.metrics.counters import CounterFileError, CounterSet, load_counters, parse_counters
 from exporter.metrics.upstream_paths import resolve_collectors
+from exporter.tools import TOOLS
 from exporter.web.security import load_web_security
 
 log = get_logger("cli")
 
 EXIT_RUNTIME_ERROR = 1
 
-# Tools that ship in the same package and image as the exporter, each run as
-# ``gpu-pod-exporter <tool> ...``. The name maps to a module with ``main(argv) -> int``; it is imported
-# only when asked for, so none of them is loaded by (or slows down) the exporter itself. No subcommand
+# Tools that ship in the same package and image as the exporter (exporter/tools.py). No subcommand
 # means the exporter, so every dcgm-exporter command line keeps working.
-SUBCOMMANDS: dict[str, str] = {
-    "doctor": "exporter.doctor.cli",
-    "report": "exporter.report.cli",
-    "remediate": "exporter.remediate.cli",
-    "top": "exporter.top.cli",
-}
+SUBCOMMANDS: dict[str, str] = {name: tool.module for name, tool in TOOLS.items()}
 
 
 def _fail(message: str, code: int = EXIT_CONFIG_ERROR) -> int:

@@ -55,6 +55,7 @@ from exporter.options import (
 from exporter.upstream_config import load_upstream_config
 
 __all__ = ["MAX_INTERVAL_MS", "Config", "ConfigError", "Option", "TeamSource", "load_config"]
+from exporter.tools import tools_help
 
 EXIT_CONFIG_ERROR = 2
 PROGRAM = "gpu-pod-exporter"
@@ -518,8 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineArgumentParser(
         prog=PROGRAM,
         description="Prometheus exporter for NVIDIA GPUs with DCGM-compatible metrics and pod attribution.",
-        epilog="Every flag also reads the environment variable shown; flags win over the environment, "
-        "which wins over --config-file.",
+        epilog="Every flag also reads the environment variable shown; flags win over the environment,\n"
+        "which wins over --config-file.\n\n" + tools_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the tools' table keeps its lines
         argument_default=argparse.SUPPRESS,
     )
     # -v as well: urfave/cli, which parses dcgm-exporter's command line, gives every app --version/-v.

@@ -26,11 +26,19 @@ cluster:
 * every request is recorded (``log``: arrival time, verb, resource, query, User-Agent, status), so
   tests can count requests per client, per phase and per second.
 
+ConfigMaps (``set_configmap``): ``GET /api/v1/namespaces/<ns>/configmaps/<name>``, what ``-m/--configmap-data``
+reads, under the same token, RBAC (``access``: the chart grants ``get`` on configmaps only with ``-m``), outages
+and throttling as every other request.
+
 DRA: ``ResourceSlice`` objects (``add_resource_slice``) under
 ``/apis/resource.k8s.io/<version>/resourceslices`` for the versions in ``resource_versions``
 (default v1 only; a 404 for the others, as a cluster without them answers), listed and watched like
 pods (``fieldSelector=spec.nodeName=<node>``); under ``v1beta1`` a device's attributes sit in
 ``basic`` as that version has them.
+
+Writes (simulator/fakewrites.py, mixed in): Nodes and their patches, Events, evictions of this server's
+pods and objects of named API groups, for the remediator; ``fail_next`` answers the next requests of
+any kind with a status, and ``calls`` keeps every request with its method, path, body and status.
 
 Pods, namespaces and ResourceSlices change at runtime (``add_pod``, ``delete_pod``, ``add_namespace``,
 ``set_namespace_labels``, ``add_resource_slice``: what ``--simulate`` scenarios, the benchmarks and the
@@ -45,7 +53,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import copy
-import hashlib
 import json
 import socket
 import ssl
@@ -63,6 +70,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from simulator.fakeaccess import ACCESS_REVIEW_PATH, AccessRules
+from simulator.fakewrites import NodeWrites, Request, label_selector_matches, stable_uid, status_object
 
 RESOURCE_GROUP = "resource.k8s.io"
 SLICE_VERSIONS = ("v1", "v1beta2", "v1beta1")
@@ -97,12 +105,6 @@ class _Event:
     object: JsonObject
 
 
-def stable_uid(*parts: str) -> str:
-    """A UUID-shaped UID derived from names, so scenarios give the same UIDs on every run."""
-    digest = hashlib.sha256("/".join(parts).encode()).hexdigest()
-    return f"{digest[0:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
-
-
 class _Watch:
     """One open watch stream, as seen by the mutators."""
 
@@ -114,7 +116,7 @@ class _Watch:
         self.abort = False  # end without the terminating chunk (a dropped connection)
 
 
-class FakeApiServer:
+class FakeApiServer(NodeWrites):
     """See the module docstring. ``start()`` binds 127.0.0.1 on a free port unless told otherwise."""
 
     def __init__(
@@ -139,6 +141,7 @@ class FakeApiServer:
         self._pods: dict[tuple[str, str], JsonObject] = {}
         self._namespaces: dict[str, JsonObject] = {}
         self._slices: dict[str, JsonObject] = {}
+        self._configmaps: dict[tuple[str, str], JsonObject] = {}
         self.resource_versions: tuple[str, ...] = ("v1",)  # resource.k8s.io versions served (DRA)
         self._events: list[_Event] = []
         self._watches: set[_Watch] = set()
@@ -162,6 +165,8 @@ class FakeApiServer:
         self.ssl_context = ssl_context
         self.authorizations: list[str] = []  # each request's Authorization header ("" when absent)
         self.access = AccessRules()  # RBAC of the simulated identity: 403s and SelfSubjectAccessReview answers
+        self._failures: list[int] = []  # statuses the next requests get (fail_next)
+        self._init_writes()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -248,6 +253,11 @@ class FakeApiServer:
         elif self._server is None and not self._stopping.is_set():
             self.start()  # same port: the address is reusable
 
+    def fail_next(self, count: int, status: int = 503) -> None:
+        """Answer the next ``count`` requests (reads and writes alike) with ``status``."""
+        with self._cond:
+            self._failures.extend([status] * count)
+
     def set_delay(self, seconds: float) -> None:
         """Wait this long before answering any request (a slow or overloaded server)."""
         self._delay_s = seconds
@@ -309,7 +319,7 @@ class FakeApiServer:
                 if as_http:
                     watch.closed = True
                 else:
-                    watch.pending_error = _status(410, "Expired", f"{TOO_OLD}: expired by the test")
+                    watch.pending_error = status_object(410, "Expired", f"{TOO_OLD}: expired by the test")
             self._cond.notify_all()
 
     def malform_next_lists(self, count: int = 1) -> None:
@@ -381,9 +391,13 @@ class FakeApiServer:
         init_containers: Sequence[tuple[str, str]] = (),
         node_name: str | None = None,
         phase: str = "Running",
+        limits: Mapping[str, str] | None = None,
+        owner_kind: str | None = None,
     ) -> JsonObject:
         """Create (or replace) a pod. ``containers``: ``(name, containerID)``, e.g.
-        ``("trainer", "containerd://<64 hex>")``; an empty ID means "not started yet"."""
+        ``("trainer", "containerd://<64 hex>")``; an empty ID means "not started yet". ``limits``: each
+        container's resource limits (``{"nvidia.com/gpu": "1"}``); ``owner_kind``: the kind of the pod's
+        controller (ReplicaSet, Job, DaemonSet...), None for an unmanaged pod."""
         def statuses(items: Sequence[tuple[str, str]]) -> list[JsonObject]:
             return [{"name": cname, "ready": bool(cid), "restartCount": 0, "image": "registry.example/app:1",
                      "imageID": "", "started": bool(cid),
@@ -392,13 +406,18 @@ class FakeApiServer:
                      {"waiting": {"reason": "ContainerCreating"}}}
                     for cname, cid in items]
 
+        owners = [{"apiVersion": "batch/v1" if owner_kind == "Job" else "apps/v1", "kind": owner_kind,
+                   "name": f"{name}-owner", "uid": stable_uid("owner", namespace, name), "controller": True}] \
+            if owner_kind else []
         obj: JsonObject = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace,
                          "uid": uid or stable_uid("pod", namespace, name),
-                         "labels": dict(labels or {}), "creationTimestamp": "2024-01-01T00:00:00Z"},
+                         "labels": dict(labels or {}), "creationTimestamp": "2024-01-01T00:00:00Z",
+                         **({"ownerReferences": owners} if owners else {})},
             "spec": {"nodeName": node_name if node_name is not None else self.node_name,
-                     "containers": [{"name": cname, "image": "registry.example/app:1"}
+                     "containers": [{"name": cname, "image": "registry.example/app:1",
+                                     **({"resources": {"limits": dict(limits)}} if limits else {})}
                                     for cname, _ in containers],
                      **({"initContainers": [{"name": cname, "image": "registry.example/app:1",
                                              "restartPolicy": "Always"} for cname, _ in init_containers]}
@@ -429,6 +448,29 @@ class FakeApiServer:
             self._slices[name] = obj
             self._record("resourceslices", event, obj)
         return copy.deepcopy(obj)
+
+    def set_configmap(self, namespace: str, name: str, data: Mapping[str, str] | None) -> None:
+        """Create or replace a ConfigMap with ``data``; None deletes it (a GET then answers 404)."""
+        with self._cond:
+            if data is None:
+                self._configmaps.pop((namespace, name), None)
+                return
+            self._rv += 1
+            self._configmaps[(namespace, name)] = {
+                "kind": "ConfigMap", "apiVersion": "v1",
+                "metadata": {"name": name, "namespace": namespace, "uid": stable_uid("configmap", namespace, name),
+                             "resourceVersion": str(self._rv), "creationTimestamp": "2024-01-01T00:00:00Z"},
+                "data": dict(data)}
+
+    def configmap(self, namespace: str, name: str) -> JsonObject | None:
+        with self._cond:
+            found = self._configmaps.get((namespace, name))
+            return copy.deepcopy(found) if found is not None else None
+
+    @property
+    def pods(self) -> dict[tuple[str, str], JsonObject]:
+        """The pods by (namespace, name), live (read them, change them through add_pod and delete_pod)."""
+        return self._pods
 
     def pod_names(self) -> list[tuple[str, str]]:
         with self._cond:
@@ -463,11 +505,13 @@ class FakeApiServer:
 
     # -- request handling (called from handler threads) ---------------------------------------
 
-    def _objects(self, resource: str, selector: Mapping[str, str], api_version: str = "v1") -> list[JsonObject]:
+    def _objects(self, resource: str, selector: Mapping[str, str], api_version: str = "v1",
+                 labels: str = "") -> list[JsonObject]:
         stores: dict[str, dict[Any, JsonObject]] = {"pods": self._pods, "namespaces": self._namespaces,
                                                     "resourceslices": self._slices}
         items = list(stores[resource].values())
-        return [served(item, api_version) for item in items if _matches(item, selector)]
+        return [served(item, api_version) for item in items
+                if _matches(item, selector) and label_selector_matches(item, labels)]
 
     def _pause(self) -> bool:
         """Apply the injected delay; False when the server stops meanwhile."""
@@ -481,7 +525,7 @@ class FakeApiServer:
         match = query.get("resourceVersionMatch", "")
         if match and (match != "NotOlderThan" or not version):
             message = f"resourceVersionMatch {match!r} with resourceVersion {version!r} is not supported"
-            return _send(handler, 400, json.dumps(_status(400, "BadRequest", message)).encode())
+            return _send(handler, 400, json.dumps(status_object(400, "BadRequest", message)).encode())
         with self._cond:
             if version not in ("", "0") and (not version.isdigit() or int(version) > self._rv):
                 return _too_large(handler, version, self._rv, self.too_large_retry_after_s)
@@ -493,7 +537,7 @@ class FakeApiServer:
                 "kind": KINDS[resource] + "List",
                 "apiVersion": f"{RESOURCE_GROUP}/{api_version}" if resource == "resourceslices" else "v1",
                 "metadata": {"resourceVersion": str(self._rv)},
-                "items": self._objects(resource, selector, api_version),
+                "items": self._objects(resource, selector, api_version, query.get("labelSelector", "")),
             }
         return _send(handler, 200, json.dumps(body).encode())
 
@@ -516,8 +560,8 @@ class FakeApiServer:
                 if since < self._oldest_rv or self._gone_storm:
                     if self._gone_as_http:
                         return _send(handler, 410, json.dumps(
-                            _status(410, "Expired", f"{TOO_OLD}: {since_text} ({self._oldest_rv})")).encode())
-                    watch.pending_error = _status(410, "Expired",
+                            status_object(410, "Expired", f"{TOO_OLD}: {since_text} ({self._oldest_rv})")).encode())
+                    watch.pending_error = status_object(410, "Expired",
                                                   f"{TOO_OLD}: {since_text} ({self._oldest_rv})")
             self._watches.add(watch)
         try:
@@ -560,7 +604,7 @@ class FakeApiServer:
                         lines, watch.pending_lines = watch.pending_lines, []
                         break
                     if since < self._oldest_rv:  # this stream fell behind the history window
-                        watch.pending_error = _status(410, "Expired",
+                        watch.pending_error = status_object(410, "Expired",
                                                       f"{TOO_OLD}: {since} ({self._oldest_rv})")
                         continue
                     start = bisect.bisect_right(self._events, since, key=lambda event: event.resource_version)
@@ -651,6 +695,14 @@ def _route(path: str, served_versions: Sequence[str]) -> tuple[str | None, str, 
     return None, "", ""
 
 
+def _configmap_key(path: str) -> tuple[str, str] | None:
+    """``(namespace, name)`` of ``/api/v1/namespaces/<namespace>/configmaps/<name>``, else None."""
+    parts = path.strip("/").split("/")
+    if len(parts) == 6 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "configmaps":
+        return parts[3], parts[5]
+    return None
+
+
 def _matches(obj: Mapping[str, Any], selector: Mapping[str, str]) -> bool:
     for key, wanted in selector.items():
         if key == "spec.nodeName":
@@ -678,16 +730,20 @@ def _parse_field_selector(text: str) -> dict[str, str] | None:
     return selector
 
 
-def _status(code: int, reason: str, message: str) -> JsonObject:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
-
-
 def _event_line(event_type: str, obj: JsonObject) -> bytes:
     return json.dumps({"type": event_type, "object": obj}).encode() + b"\n"
 
 
+def _answering(handler: BaseHTTPRequestHandler, code: int) -> None:
+    """Tell the handler the status before the first byte goes out, so that the request is on record
+    before a client that got the answer can look (``FakeApiServer.calls``)."""
+    noted = getattr(handler, "answering", None)
+    if noted is not None:
+        noted(code)
+
+
 def _send(handler: BaseHTTPRequestHandler, code: int, body: bytes, headers: Mapping[str, str] | None = None) -> int:
+    _answering(handler, code)
     handler.send_response(code)
     handler.send_header("Content-Type", "application/json")
     handler.send_header("Content-Length", str(len(body)))
@@ -700,7 +756,7 @@ def _send(handler: BaseHTTPRequestHandler, code: int, body: bytes, headers: Mapp
 
 def _too_large(handler: BaseHTTPRequestHandler, asked: str, current: int, retry_after_s: float) -> int:
     """kube-apiserver's answer to a resourceVersion it has not reached (after waiting for it)."""
-    status = _status(504, "Timeout", f"Timeout: Too large resource version: {asked}, current: {current}")
+    status = status_object(504, "Timeout", f"Timeout: Too large resource version: {asked}, current: {current}")
     status["details"] = {"causes": [{"reason": "ResourceVersionTooLarge",
                                      "message": f"Too large resource version: {asked}, current: {current}"}],
                          "retryAfterSeconds": max(1, round(retry_after_s))}
@@ -708,6 +764,7 @@ def _too_large(handler: BaseHTTPRequestHandler, asked: str, current: int, retry_
 
 
 def _start_chunked(handler: BaseHTTPRequestHandler) -> None:
+    _answering(handler, 200)
     handler.send_response(200)
     handler.send_header("Content-Type", "application/json")
     handler.send_header("Transfer-Encoding", "chunked")
@@ -737,8 +794,25 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        call: tuple[str, str, dict[str, str], str, Any] | None = None  # the request being answered
+        noted = False
+
         def log_message(self, format: str, *args: Any) -> None:
             """Quiet: tests read ``api.requests`` instead."""
+
+        def begin_call(self, method: str, path: str, query: dict[str, str], content_type: str, body: Any) -> None:
+            self.call, self.noted = (method, path, query, content_type, body), False
+
+        def answering(self, code: int) -> None:
+            """Record the request with its status, once, as its answer starts (see ``_answering``)."""
+            if self.call is not None and not self.noted:
+                self.noted = True
+                api.record_call(Request(*self.call, code, time.time()))
+
+        def end_call(self, status: int) -> None:
+            """Record a request that got no answer (the client went away, the server stopped): ``status`` -1."""
+            self.answering(status)
+            self.call = None
 
         def setup(self) -> None:
             super().setup()
@@ -757,64 +831,132 @@ def _handler_class(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             resource, group, api_version = _route(parts.path, api.resource_versions)
             watching = query.get("watch", "").lower() in ("true", "1")
             verb = "watch" if watching else "list"
+            configmap = _configmap_key(parts.path)
+            if configmap is not None:
+                resource, verb = "configmaps", "get"
+            elif resource is None:  # nodes, namespaced pods, events, named API groups: the writers' reads
+                self._write_side()
+                return
             api.requests.append((verb, resource or parts.path, query))
+            self.begin_call("GET", parts.path, query, "", None)
             record = RequestRecord(time.monotonic(), verb, resource or parts.path, query,
                                    self.headers.get("User-Agent", ""))
             api.log.append(record)
             try:
+                if configmap is not None:
+                    record.status = self._answer_configmap(*configmap)
+                    return
                 record.status = self._answer(resource, watching, query, record, group=group, api_version=api_version)
             except OSError:  # the client went away mid-answer: nothing to send, nothing to report
                 record.status = -1
                 self.close_connection = True
             finally:
                 record.answered_at = time.monotonic()
+                self.end_call(record.status)
 
-        def _answer(self, resource: str | None, watching: bool, query: dict[str, str], record: RequestRecord, *,
-                    group: str = "", api_version: str = "v1") -> int:
+        def _write_side(self) -> None:
+            """A request the list/watch side does not serve: answered by ``NodeWrites.answer_write``."""
+            parts = urlsplit(self.path)
+            query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+            content_type = self.headers.get("Content-Type", "")
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            api.requests.append((self.command.lower(), parts.path, query))
+            body: Any = None
+            try:
+                try:
+                    body = json.loads(raw) if raw else None
+                    self.begin_call(self.command, parts.path, query, content_type, body)
+                except json.JSONDecodeError:
+                    self.begin_call(self.command, parts.path, query, content_type, None)
+                    status = _send(self, 400, json.dumps(status_object(400, "BadRequest", "body is not JSON")).encode())
+                else:
+                    refused = self._refused()
+                    if refused is None:
+                        with api._cond:
+                            code, answer = api.answer_write(self.command, parts.path, query, content_type, body)
+                        status = _send(self, code, json.dumps(answer).encode())
+                    else:
+                        status = refused
+            except OSError:  # the client went away mid-answer
+                status = -1
+                self.close_connection = True
+            self.end_call(status)
+
+        do_PATCH = do_PUT = do_DELETE = _write_side
+
+        def _refused(self) -> int | None:
+            """The answer every request gets before its resource is looked at (a wrong token, a pause the
+            server stopped in, throttling, an outage), or None when it may go on."""
             authorization = self.headers.get("Authorization", "")
             api.authorizations.append(authorization)
             if api.token is not None and authorization != f"Bearer {api.token}":
-                return _send(self, 401, json.dumps(_status(401, "Unauthorized", "Unauthorized")).encode())
+                return _send(self, 401, json.dumps(status_object(401, "Unauthorized", "Unauthorized")).encode())
+            with api._cond:
+                failure = api._failures.pop(0) if api._failures else 0
+            if failure:
+                return _send(self, failure, json.dumps(status_object(
+                    failure, "ServiceUnavailable" if failure == 503 else "InternalError", "injected failure")).encode())
             if not api._pause():
                 return -1
             retry_after = api._throttle_retry_after
             if retry_after is not None:
-                return _send(self, 429, json.dumps(_status(429, "TooManyRequests", "Too many requests, please "
+                return _send(self, 429, json.dumps(status_object(429, "TooManyRequests", "Too many requests, please "
                                                            "try again later.")).encode(),
                              {"Retry-After": f"{retry_after:g}"})
             outage = OUTAGES.get(api._outage or "", 0)
             if outage:
-                return _send(self, outage, json.dumps(_status(outage, "ServiceUnavailable" if outage == 503 else
+                return _send(self, outage, json.dumps(status_object(outage, "ServiceUnavailable" if outage == 503 else
                                                               "InternalError", "the server is currently unable to "
                                                               "handle the request")).encode())
+            return None
+
+        def _answer_configmap(self, namespace: str, name: str) -> int:
+            refused = self._refused()
+            if refused is not None:
+                return refused
+            if not api.access.allows("get", "configmaps"):
+                return _send(self, 403, json.dumps(api.access.forbidden_status("get", "configmaps")).encode())
+            found = api.configmap(namespace, name)
+            if found is None:
+                missing = status_object(404, "NotFound", f'configmaps "{name}" not found')
+                return _send(self, 404, json.dumps(missing).encode())
+            return _send(self, 200, json.dumps(found).encode())
+
+        def _answer(self, resource: str | None, watching: bool, query: dict[str, str], record: RequestRecord, *,
+                    group: str = "", api_version: str = "v1") -> int:
+            refused = self._refused()
+            if refused is not None:
+                return refused
             if resource is None:
-                return _send(self, 404, json.dumps(_status(404, "NotFound", "the server could not find the "
+                return _send(self, 404, json.dumps(status_object(404, "NotFound", "the server could not find the "
                                                            "requested resource")).encode())
             verb = "watch" if watching else "list"
             if not api.access.allows(verb, resource, group):
                 return _send(self, 403, json.dumps(api.access.forbidden_status(verb, resource, group)).encode())
             selector = _parse_field_selector(query.get("fieldSelector", ""))
             if selector is None:
-                return _send(self, 400, json.dumps(_status(400, "BadRequest", "unsupported field selector "
+                return _send(self, 400, json.dumps(status_object(400, "BadRequest", "unsupported field selector "
                                                            f"{query.get('fieldSelector')!r}")).encode())
             if watching:
                 return api.handle_watch(self, resource, selector, query, record, api_version=api_version)
             return api.handle_list(self, resource, selector, query, api_version)
 
         def do_POST(self) -> None:
-            """SelfSubjectAccessReview only (``api.access`` answers it); anything else does not exist here."""
+            """A SelfSubjectAccessReview (``api.access`` answers it); any other create is a write."""
+            if urlsplit(self.path).path != ACCESS_REVIEW_PATH:
+                self._write_side()
+                return
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             api.requests.append(("create", urlsplit(self.path).path, {}))
+            self.begin_call("POST", ACCESS_REVIEW_PATH, {}, self.headers.get("Content-Type", ""), None)
             if api.token is not None and self.headers.get("Authorization", "") != f"Bearer {api.token}":
-                _send(self, 401, json.dumps(_status(401, "Unauthorized", "Unauthorized")).encode())
-                return
-            if urlsplit(self.path).path != ACCESS_REVIEW_PATH:
-                _send(self, 404, json.dumps(_status(404, "NotFound", "the server could not find the "
-                                                    "requested resource")).encode())
-                return
-            code, answer = api.access.review(body)
-            _send(self, code, json.dumps(answer).encode())
+                code = _send(self, 401, json.dumps(status_object(401, "Unauthorized", "Unauthorized")).encode())
+            else:
+                code, answer = api.access.review(body)
+                _send(self, code, json.dumps(answer).encode())
+            self.end_call(code)
 
     return Handler
 

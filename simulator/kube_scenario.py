@@ -78,8 +78,9 @@ from exporter.safeyaml import YamlValue
 from exporter.snapshot import DeviceIdentity, MigIdentity
 from simulator.dra_devices import DRIVER, PublishedDevice, gpu_device, mig_device
 from simulator.fakeaccess import DRA_GRANTS
-from simulator.fakeapiserver import SLICE_VERSIONS, FakeApiServer, stable_uid
+from simulator.fakeapiserver import SLICE_VERSIONS, FakeApiServer
 from simulator.fakekubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeKubelet, FakePod
+from simulator.fakewrites import stable_uid
 from simulator.kube_faults import KubernetesFaults, apply_api_faults, apply_kubelet_faults, parse_faults
 from simulator.scenario import MAX_SCENARIO_BYTES
 

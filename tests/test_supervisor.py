@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from exporter.supervisor import Supervisor, supervised
-from tests.e2e.exporter_process import wait_for
+from tests.support.polling import wait_for
 
 
 def test_a_failing_target_is_restarted_until_it_returns_and_each_restart_is_counted() -> None:

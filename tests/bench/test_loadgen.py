@@ -6,6 +6,7 @@ import pytest
 
 from bench import floor
 from bench.loadgen import PROMETHEUS_ACCEPT, LoadGenerator, build_request, check_response
+from tests.support.ports import free_port
 
 
 def test_prometheus_profile_asks_for_openmetrics_and_gzip_on_a_fresh_connection():
@@ -71,9 +72,7 @@ def test_failed_scrapes_are_counted_by_reason_and_not_timed(broken_port: int):
 
 
 def test_refused_connections_are_failures():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     result = LoadGenerator(f"http://127.0.0.1:{port}/metrics").closed(1, 3, 30)
     assert sum(result.failures.values()) == 3
     assert result.latencies_s == []

@@ -1,5 +1,4 @@
 import json
-import socket
 import urllib.request
 from collections.abc import Iterator
 
@@ -10,6 +9,7 @@ from bench import scenarios
 from bench.nvmlprobe import BLOCKING_WINDOW_S, ProbeServer, ProbeStats, driver_latency_s, put_in_front
 from simulator.fakenvml import FakeNvmlLibrary
 from simulator.scenario import REALISTIC_FIELD_VALUE_LATENCY_S, REALISTIC_LATENCY_S, parse_scenario
+from tests.support.ports import free_port
 
 
 @pytest.fixture
@@ -87,9 +87,7 @@ def test_calls_whose_argument_selects_what_they_read_are_counted_per_argument(
 
 def test_probe_endpoint_serves_the_fakes_counts(probed: tuple[FakeNvmlLibrary, ProbeStats]):
     fake, stats = probed
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     server = ProbeServer(port, stats, lambda: fake)
     server.start()
     pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0))

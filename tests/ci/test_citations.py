@@ -20,6 +20,14 @@ CITATION = re.compile(r"(?<![\w/-])(?:shared/reference/|reference[/ ])?(?:" + "|
                       + r")\.md(?:,? ?(?:§|section) ?[\dA-Z][\d.]*)?|\[H\]")
 
 
+# A file of the workspace the repository was written in (its design notes, another checkout): no reader has it.
+OUTSIDE = re.compile(r"(?:\.\./)+shared/[\w./-]*|/work/(?:shared|main|wt-[\w-]+)/[\w./-]*")
+
+
+def outside_citations(text: str) -> list[str]:
+    return OUTSIDE.findall(text)
+
+
 def cited_notes(text: str) -> list[str]:
     return [match.group(0).rstrip(".") for match in CITATION.finditer(text)]
 
@@ -35,7 +43,7 @@ def test_no_file_cites_the_unshipped_research_notes() -> None:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
             continue
-        found.extend(f"{name}: {cited}" for cited in cited_notes(text))
+        found.extend(f"{name}: {cited}" for cited in cited_notes(text) + outside_citations(text))
     assert found == [], "replace each citation by the fact it stands for, with its public source:\n" + "\n".join(found)
 
 
@@ -45,3 +53,9 @@ def test_the_check_tells_a_note_from_a_shipped_document() -> None:
     assert cited_notes("zero when MIG is off ([H])") == ["[H]"]
     assert cited_notes("(dcgm-exporter.md §6 flags)") == ["dcgm-exporter.md §6"]
     assert cited_notes("see docs/migrate-from-dcgm-exporter.md and dcgm-exporter's README") == []
+
+
+def test_the_check_tells_a_workspace_file_from_a_shipped_one() -> None:
+    assert outside_citations("`../shared/DESIGN.md` in the project workspace") == ["../shared/DESIGN.md"]
+    assert outside_citations("see /work/shared/reference/nvml.md") == ["/work/shared/reference/nvml.md"]
+    assert outside_citations("see docs/testing.md and deploy/shared/values.yaml") == []

@@ -1,4 +1,5 @@
-"""scripts/venv.sh, behind both README commands: one line per step, isolated, no repeated installs.
+"""scripts/venv.sh, behind the README's commands and scripts/cluster: one line per step, isolated, no
+repeated installs, and no trust in a half-made environment.
 
 The real interpreter is replaced by a stand-in that records what it is asked to do (``-m venv``,
 ``-m pip``) and runs everything else for real, so the script's decisions are checked in
@@ -32,6 +33,10 @@ if args[:2] == ["-m", "pip"]:
     with open(log, "a") as out:
         out.write("pip " + " ".join(args[2:]) + "\\n")
     sys.exit(int(os.environ.get("STAND_IN_PIP_EXIT", "0")))
+if args[:2] == ["-m", "devcluster"]:
+    with open(log, "a") as out:
+        out.write("devcluster " + " ".join(args[2:]) + "\\n")
+    sys.exit(0)
 os.execv({sys.executable!r}, [{sys.executable!r}, *args])
 """
 
@@ -119,3 +124,43 @@ def test_an_environment_made_with_system_site_packages_is_rebuilt(tmp_path: Path
     run = ensure_venv(checkout, python, log, ".venv")
     assert "==> recreating .venv: it was made with --system-site-packages" in run.stdout
     assert (old / "pyvenv.cfg").read_text() == "include-system-site-packages = false\n"
+
+
+def cluster(checkout: Path, python: Path, log: Path, *arguments: str,
+            pip_exit: int = 0) -> subprocess.CompletedProcess[str]:
+    """``scripts/cluster ARGUMENTS`` run from a copy of the checkout's scripts."""
+    scripts = checkout / "scripts"
+    scripts.mkdir(exist_ok=True)
+    for name in ("cluster", "venv.sh"):
+        shutil.copy(REPO / "scripts" / name, scripts / name)
+    env = {**os.environ, "PYTHON": str(python), "STAND_IN_LOG": str(log), "STAND_IN_PIP_EXIT": str(pip_exit)}
+    return subprocess.run(["bash", str(scripts / "cluster"), *arguments], cwd=checkout, env=env,
+                          capture_output=True, text=True, check=False, timeout=60)
+
+
+def test_cluster_completes_an_install_that_was_interrupted(tmp_path: Path) -> None:
+    """The interpreter exists but the install never finished (no stamp): scripts/cluster installs before
+    it runs, instead of failing with ``No module named yaml`` on every later call."""
+    checkout, python, log = project(tmp_path)
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    shutil.copy(python, checkout / ".venv" / "bin" / "python")
+    (checkout / ".venv" / "pyvenv.cfg").write_text("include-system-site-packages = false\n")
+    run = cluster(checkout, python, log, "up")
+    assert run.returncode == 0, run.stderr
+    assert calls(log) == ["pip install --disable-pip-version-check -e .[test]", "devcluster up"]
+    assert "==> installing gpu-pod-exporter[test] into .venv: " in run.stderr  # stdout stays the tool's
+
+
+def test_cluster_installs_nothing_when_the_environment_is_complete(tmp_path: Path) -> None:
+    checkout, python, log = project(tmp_path)
+    assert ensure_venv(checkout, python, log, ".venv", "test,bench").returncode == 0
+    run = cluster(checkout, python, log, "status")
+    assert run.returncode == 0, run.stderr
+    assert calls(log)[2:] == ["devcluster status"]  # after the venv and pip of the first install
+
+
+def test_cluster_stops_when_its_install_fails(tmp_path: Path) -> None:
+    checkout, python, log = project(tmp_path)
+    run = cluster(checkout, python, log, "up", pip_exit=1)
+    assert run.returncode != 0
+    assert not any(call.startswith("devcluster") for call in calls(log))

@@ -32,8 +32,10 @@ import pytest
 
 from exporter.cli import SUBCOMMANDS
 from tests.deploy.chart_support import REPO, render
-from tests.e2e.exporter_process import ExporterProcess, free_port, parse_samples, wait_for
-from tests.e2e.tools import require_program
+from tests.support.exporter_process import ExporterProcess, parse_samples
+from tests.support.polling import wait_for
+from tests.support.ports import free_port
+from tests.support.programs import require_program
 
 BUILD_IMAGE = REPO / "scripts" / "build-image"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]

@@ -11,7 +11,7 @@ import pytest
 
 from exporter.config import OPTIONS
 from tests.deploy.chart_support import REPO
-from tests.e2e.tools import require_program
+from tests.support.programs import require_program
 
 UNIT = REPO / "deploy" / "systemd" / "gpu-pod-exporter.service"
 ENV_FILE = REPO / "deploy" / "systemd" / "gpu-pod-exporter.env"

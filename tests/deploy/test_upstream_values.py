@@ -22,7 +22,7 @@ from cryptography import x509
 
 from exporter.config import load_config
 from tests.deploy.chart_support import CHART_DIR, MONITORING_APIS, Rendered, load_ci_values, render
-from tests.e2e.exporter_process import running_exporter
+from tests.support.exporter_process import running_exporter
 from upstream.matrix import releases
 
 RELEASES = {record["release"]: record for record in releases()}

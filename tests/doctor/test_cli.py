@@ -18,7 +18,9 @@ from exporter.cli import main as exporter_main
 from exporter.config import build_parser as build_exporter_parser
 from exporter.doctor.cli import build_parser as build_doctor_parser
 from tests.doctor.support import FAST, doctor, undocumented_problems
-from tests.e2e.exporter_process import REPO_ROOT, ExporterProcess, free_port
+from tests.support.exporter_process import ExporterProcess
+from tests.support.paths import REPO_ROOT
+from tests.support.ports import free_port
 
 ONE_GPU = "description: one GPU\ngpu_count: 1\ngpu_defaults: {model: L4}\n"
 

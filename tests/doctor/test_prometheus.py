@@ -26,9 +26,11 @@ from exporter.doctor.prometheus_checks import SHIPPED_RULE_GROUPS, check_prometh
 from exporter.doctor.report import Verdict
 from tests.doctor.conftest import clean_environment
 from tests.doctor.support import Run, doctor, undocumented_problems
-from tests.e2e.exporter_process import REPO_ROOT, ExporterProcess, free_port
-from tests.e2e.prometheus_harness import RULE_FILES, PrometheusHarness, require_prometheus
 from tests.prometheus.test_client import Answer, server
+from tests.support.exporter_process import ExporterProcess
+from tests.support.paths import REPO_ROOT
+from tests.support.ports import free_port
+from tests.support.prometheus import RULE_FILES, PrometheusHarness, require_prometheus
 
 # dcgm-exporter 4.8's own list (what -f /etc/dcgm-exporter/default-counters.csv exports): it lacks rows the
 # shipped rules read, which the built-in default has.

@@ -10,7 +10,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from tests.e2e.exporter_process import ExporterProcess, parse_samples, wait_for
+from tests.support.exporter_process import ExporterProcess, parse_samples
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -41,9 +41,10 @@ from exporter.prometheus.client import Connection
 from exporter.top.model import NodeView, gpu_rows
 from exporter.top.sources import ExporterSource, PrometheusSource
 from tests.dashboards.promql_names import rule_groups
-from tests.e2e.exporter_process import REPO_ROOT, ExporterProcess
 from tests.e2e.installed import container_environment, helm_install
-from tests.e2e.prometheus_harness import PrometheusHarness, require_prometheus
+from tests.support.exporter_process import ExporterProcess
+from tests.support.paths import REPO_ROOT
+from tests.support.prometheus import PrometheusHarness, require_prometheus
 
 pytestmark = pytest.mark.e2e
 

@@ -10,9 +10,11 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from tests.e2e.exporter_process import REPO_ROOT, parse_samples, running_exporter, wait_for
-from tests.e2e.tools import stop_process
-from tests.kube.configmap_server import NAME, NAMESPACE, ConfigMapServer
+from tests.support.configmap_api import NAME, NAMESPACE, ConfigMapApi
+from tests.support.exporter_process import parse_samples, running_exporter
+from tests.support.paths import REPO_ROOT
+from tests.support.polling import wait_for
+from tests.support.processes import stop_process
 
 TEMP_ONLY = "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
 POWER_ONLY = "DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n"
@@ -23,7 +25,7 @@ def _names(text: str) -> set[str]:
 
 
 def test_configmap_counters_are_read_at_start_and_a_change_applies_without_restart(tmp_path: Path) -> None:
-    with ConfigMapServer(TEMP_ONLY) as server:
+    with ConfigMapApi(TEMP_ONLY) as server:
         kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
         args = ["--simulate", "--kubeconfig", str(kubeconfig), "-m", f"{NAMESPACE}:{NAME}",
                 "--configmap-refresh-interval", "1000", "--collect-interval", "200"]
@@ -37,7 +39,7 @@ def test_configmap_counters_are_read_at_start_and_a_change_applies_without_resta
 
 
 def test_configmap_unreachable_at_start_falls_back_then_applies(tmp_path: Path) -> None:
-    with ConfigMapServer(TEMP_ONLY) as server:
+    with ConfigMapApi(TEMP_ONLY) as server:
         server.status = 503
         kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
         args = ["--simulate", "--kubeconfig", str(kubeconfig), "-m", f"{NAMESPACE}:{NAME}",

@@ -16,7 +16,9 @@ import pytest
 
 from exporter.metrics.catalog import CATALOG
 from exporter.metrics.counters import load_counters
-from tests.e2e.exporter_process import REPO_ROOT, parse_samples, running_exporter, wait_for
+from tests.support.exporter_process import parse_samples, running_exporter
+from tests.support.paths import REPO_ROOT
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.e2e
 

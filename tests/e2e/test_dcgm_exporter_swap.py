@@ -26,9 +26,11 @@ import yaml
 from exporter.metrics.counters import load_counters
 from exporter.metrics.upstream_paths import resolve_collectors
 from tests.dashboards.dashboard_queries import dcgm_exporter_queries, dcgm_exporter_variables, grafana_regex_value
-from tests.e2e.exporter_process import REPO_ROOT, free_port, wait_for
-from tests.e2e.prometheus_harness import PrometheusHarness
-from tests.e2e.tools import stop_process
+from tests.support.paths import REPO_ROOT
+from tests.support.polling import wait_for
+from tests.support.ports import free_port
+from tests.support.processes import stop_process
+from tests.support.prometheus import PrometheusHarness
 
 pytestmark = pytest.mark.e2e
 

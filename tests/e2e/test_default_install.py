@@ -70,9 +70,11 @@ from tests.dashboards.dashboard_queries import (
 )
 from tests.dashboards.exporter_metrics import EXTERNAL_METRICS, exporter_metric_entries
 from tests.dashboards.promql_names import names_in, or_branches, recorded_names, rule_groups
-from tests.e2e.exporter_process import ExporterProcess, free_port
 from tests.e2e.installed import Install, container_environment, helm_install, manifests_install
-from tests.e2e.prometheus_harness import (
+from tests.support.exporter_process import ExporterProcess
+from tests.support.polling import settle
+from tests.support.ports import free_port
+from tests.support.prometheus import (
     ENGINES,
     PrometheusHarness,
     Sample,
@@ -361,14 +363,14 @@ def answer_all(prometheus: PrometheusHarness, checks: Sequence[Check], deadline_
     second sample that increase() needs), so unanswered checks are asked again each round.
     """
     answers = dict.fromkeys(checks, 0)
-    end = time.monotonic() + deadline_s
-    while True:
+
+    def waiting() -> list[Check]:
         for check in [c for c, count in answers.items() if count == 0]:
             answers[check] = len(prometheus.query(check.expr))
-        waiting = [c for c, count in answers.items() if count == 0 and c.panel not in may_stay_empty]
-        if not waiting or time.monotonic() >= end:
-            return answers
-        time.sleep(0.5)
+        return [c for c, count in answers.items() if count == 0 and c.panel not in may_stay_empty]
+
+    settle(waiting, deadline_s, 0.5, accept=lambda still: not still)
+    return answers
 
 
 # ------------------------------------------------------------------------------------------ fixture
@@ -736,14 +738,12 @@ def test_exporter_absent_answers_only_while_no_exporter_is_scraped(deployment: D
 def wait_for_active_alerts(prometheus: PrometheusHarness, names: set[str],
                            deadline_s: float = 30.0) -> list[dict[str, Any]]:
     """/api/v1/alerts once every alert in ``names`` is pending or firing (and no other)."""
-    end = time.monotonic() + deadline_s
-    while True:
-        alerts = prometheus.alerts()
-        active = {str(a["labels"]["alertname"]) for a in alerts}
-        if active >= names or time.monotonic() >= end:
-            assert active == names, sorted(names - active)
-            return alerts
-        time.sleep(0.5)
+    def active(alerts: list[dict[str, Any]]) -> set[str]:
+        return {str(a["labels"]["alertname"]) for a in alerts}
+
+    alerts = settle(prometheus.alerts, deadline_s, 0.5, accept=lambda alerts: active(alerts) >= names)
+    assert active(alerts) == names, sorted(names - active(alerts))
+    return alerts
 
 
 def test_every_alert_is_active_with_its_annotations_filled_from_live_labels(deployment: Deployment) -> None:
@@ -923,15 +923,15 @@ def test_both_engines_answer_every_query_with_the_same_series(installed: Install
         by_where_old = {check.where: check.expr for check in side_old.answers}
         assert {check.where for check in side_new.answers} == set(by_where_old)  # the same panels and rules
         pending = sorted(by_where_old.items())
-        end = time.monotonic() + AGREEMENT_DEADLINE_S
-        while True:
+
+        def differing_now(old_side: Side = side_old, new_side: Side = side_new) -> list[tuple[str, str]]:
+            nonlocal pending
             at = time.time()
-            differing = [(where, expr) for where, expr in pending
-                         if label_sets(side_old.prometheus, expr, at) != label_sets(side_new.prometheus, expr, at)]
-            if not differing or time.monotonic() >= end:
-                break
-            pending = differing
-            time.sleep(1.0)
+            pending = [(where, expr) for where, expr in pending
+                       if label_sets(old_side.prometheus, expr, at) != label_sets(new_side.prometheus, expr, at)]
+            return pending
+
+        differing = settle(differing_now, AGREEMENT_DEADLINE_S, 1.0, accept=lambda still: not still)
         at = time.time()
         report = []
         for where, expr in differing:
@@ -953,12 +953,8 @@ def same_names(side_old: Side, side_new: Side) -> set[str]:
     so a series that appears with an event (a fault the simulator fires on its clock) may reach one
     engine a scrape before the other: asked again until both agree, within a deadline, and a name that
     stays on one side fails with that name."""
-    end = time.monotonic() + AGREEMENT_DEADLINE_S
-    while True:
-        names_old, names_new = exporter_names(side_old), exporter_names(side_new)
-        if names_old == names_new or time.monotonic() >= end:
-            break
-        time.sleep(1.0)
+    names_old, names_new = settle(lambda: (exporter_names(side_old), exporter_names(side_new)),
+                                  AGREEMENT_DEADLINE_S, 1.0, accept=lambda names: names[0] == names[1])
     assert names_new == names_old
     return names_old
 

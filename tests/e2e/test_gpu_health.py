@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.exporter_process import running_exporter, series, wait_for
+from tests.support.exporter_process import running_exporter, series
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.e2e
 

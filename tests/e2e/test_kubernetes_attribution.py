@@ -1,6 +1,6 @@
 """The real exporter process attributes GPUs to pods through a fake kubelet and a fake API server.
 
-Each test runs its own node (tests/e2e/kube_cluster.py) and starts ``python -m exporter --simulate
+Each test runs its own node (tests/support/kube_cluster.py) and starts ``python -m exporter --simulate
 <scenario> -k ...`` against it, exactly as a DaemonSet would be configured, then reads /metrics.
 Each runs in the default mode (as the chart installs it: allocation labels, no process lists) and
 with process attribution on (tests/attribution_modes.py).
@@ -16,8 +16,9 @@ import pytest
 
 from simulator.scenario import GpuSpec
 from tests.attribution_modes import attribution_modes, process_families, served_names
-from tests.e2e.exporter_process import ExporterProcess, running_exporter, wait_for
-from tests.e2e.kube_cluster import NodeCluster, PodSpec, node_cluster, replica, scenario_gpus, series_for, whole_gpu
+from tests.support.exporter_process import ExporterProcess, running_exporter
+from tests.support.kube_cluster import NodeCluster, PodSpec, node_cluster, replica, scenario_gpus, series_for, whole_gpu
+from tests.support.polling import wait_for
 
 SCENARIO = Path(__file__).resolve().parents[1] / "fixtures" / "attribution-node.yaml"
 GPUS = scenario_gpus(SCENARIO)

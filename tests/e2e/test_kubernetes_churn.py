@@ -24,9 +24,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from simulator.fakeapiserver import stable_uid
-from tests.e2e.exporter_process import ExporterProcess, running_exporter, wait_for
-from tests.e2e.kube_cluster import NodeCluster, PodSpec, node_cluster, replica, scenario_gpus, whole_gpu
+from simulator.fakewrites import stable_uid
+from tests.support.exporter_process import ExporterProcess, running_exporter
+from tests.support.kube_cluster import NodeCluster, PodSpec, node_cluster, replica, scenario_gpus, whole_gpu
+from tests.support.polling import wait_for
 
 SCENARIO = Path(__file__).resolve().parents[1] / "fixtures" / "attribution-node.yaml"
 GPUS = scenario_gpus(SCENARIO)

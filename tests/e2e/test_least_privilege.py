@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.exporter_process import running_exporter
+from tests.support.exporter_process import running_exporter
 
 pytestmark = pytest.mark.e2e
 

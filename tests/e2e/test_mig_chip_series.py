@@ -7,7 +7,9 @@ as dcgm-exporter), or once per GPU (``once``), on a simulated MIG node with pods
 
 from __future__ import annotations
 
-from tests.e2e.exporter_process import REPO_ROOT, running_exporter, wait_for
+from tests.support.exporter_process import running_exporter
+from tests.support.paths import REPO_ROOT
+from tests.support.polling import wait_for
 
 SCENARIO = str(REPO_ROOT / "tests" / "fixtures" / "mig-pods.yaml")
 Series = tuple[str, str | None, str | None]  # gpu, GPU_I_ID, pod

@@ -17,8 +17,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.dashboards.dashboard_queries import load_dashboards
-from tests.e2e.exporter_process import running_exporter, wait_for
-from tests.e2e.prometheus_harness import RULE_FILES, PrometheusHarness, dashboard_panel_queries
+from tests.support.exporter_process import running_exporter
+from tests.support.polling import wait_for
+from tests.support.prometheus import RULE_FILES, PrometheusHarness, dashboard_panel_queries
 
 pytestmark = pytest.mark.e2e
 

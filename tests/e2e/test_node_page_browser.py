@@ -27,8 +27,10 @@ from typing import Any
 import bcrypt
 import pytest
 
-from tests.e2e.exporter_process import REPO_ROOT, running_exporter, wait_for
-from tests.e2e.tools import require_file, require_program
+from tests.support.exporter_process import running_exporter
+from tests.support.paths import REPO_ROOT
+from tests.support.polling import wait_for
+from tests.support.programs import require_file, require_program
 
 pytestmark = pytest.mark.e2e
 

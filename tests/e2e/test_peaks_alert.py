@@ -22,7 +22,7 @@ from exporter.metrics.render import RenderContext, RenderOptions, render
 from exporter.nvml.sampler import Sampler
 from simulator.fakenvml import installed
 from simulator.scenario import parse_scenario
-from tests.e2e.prometheus_harness import RULE_FILES, PrometheusHarness, require_prometheus, serve_metrics
+from tests.support.prometheus import RULE_FILES, PrometheusHarness, require_prometheus, serve_metrics
 
 ALERTS_FILE = next(path for path in RULE_FILES if path.name == "gpu-pod-exporter-alerts.yaml")
 SCRAPE_GAP_S = 30

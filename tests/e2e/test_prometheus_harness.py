@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.prometheus_harness import (
+from tests.support.prometheus import (
     RULE_FILES,
     PrometheusError,
     PrometheusHarness,

@@ -18,14 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.exporter_process import ExporterProcess, running_exporter
-from tests.e2e.prometheus_harness import (
-    ENGINES,
-    PrometheusHarness,
-    engine_version,
-    prometheus_engine,
-    serve_metrics,
-)
+from tests.support.exporter_process import ExporterProcess, running_exporter
+from tests.support.prometheus import ENGINES, PrometheusHarness, engine_version, prometheus_engine, serve_metrics
 
 pytestmark = pytest.mark.e2e
 

@@ -29,8 +29,9 @@ from tests.dashboards.dashboard_queries import (
     grafana_regex_value,
     load_dashboards,
 )
-from tests.e2e.exporter_process import ExporterProcess, running_exporter, wait_for
-from tests.e2e.prometheus_harness import RULE_FILES, PrometheusHarness, Sample
+from tests.support.exporter_process import ExporterProcess, running_exporter
+from tests.support.polling import wait_for
+from tests.support.prometheus import RULE_FILES, PrometheusHarness, Sample
 
 pytestmark = pytest.mark.e2e
 

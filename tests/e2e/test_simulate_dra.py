@@ -7,7 +7,8 @@ ResourceSlice appears 10 s after start.
 
 from __future__ import annotations
 
-from tests.e2e.exporter_process import running_exporter, wait_for
+from tests.support.exporter_process import running_exporter
+from tests.support.polling import wait_for
 
 DRA_LABELS = ("dra_claim_name", "dra_claim_namespace", "dra_driver_name", "dra_pool_name", "dra_device_name")
 

@@ -13,7 +13,8 @@ import re
 from pathlib import Path
 
 from tests.attribution_modes import attribution_modes, process_families, served_names
-from tests.e2e.exporter_process import running_exporter, wait_for
+from tests.support.exporter_process import running_exporter
+from tests.support.polling import wait_for
 
 GIB_IN_MIB = 1024.0
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.exporter_process import running_exporter, wait_for
+from tests.support.exporter_process import running_exporter
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.e2e
 

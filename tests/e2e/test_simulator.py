@@ -6,8 +6,9 @@ from __future__ import annotations
 import subprocess
 
 from exporter.metrics.counters import load_counters
-from tests.e2e.exporter_process import parse_samples, running_exporter, wait_for
-from tests.e2e.tools import require_program
+from tests.support.exporter_process import parse_samples, running_exporter
+from tests.support.polling import wait_for
+from tests.support.programs import require_program
 
 BASE_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname", "DCGM_FI_DRIVER_VERSION"]
 WORKLOAD_LABELS = {"container", "namespace", "pod", "pod_uid", "team", "vgpu"}

@@ -49,7 +49,6 @@ import pytest
 from exporter.report.cli import main as report_main
 from tests.dashboards.dashboard_queries import dashboard_queries, load_dashboards, query_variables
 from tests.e2e.installed import helm_install
-from tests.e2e.prometheus_harness import PrometheusHarness, Sample, prometheus_engine
 from tests.e2e.test_default_install import (
     GRAFANA_BUILTINS,
     PROCESS_ATTRIBUTION,
@@ -71,9 +70,10 @@ from tests.e2e.thanos_fleet import (
     local_samples,
     ruler_samples,
     two_clusters,
-    wait_until,
 )
-from tests.e2e.thanos_harness import require_thanos
+from tests.support.polling import wait_for
+from tests.support.prometheus import PrometheusHarness, Sample, prometheus_engine
+from tests.support.thanos import require_thanos
 
 pytestmark = pytest.mark.e2e
 
@@ -191,8 +191,8 @@ def test_the_ruler_records_what_each_cluster_records(fleet: Fleet, record: str) 
             return problems
         return [] if min(shared_counts) >= SHARED_EVALUATIONS else None
 
-    assert wait_until(lambda: (result := compare()) is not None and (result or ["equal"]), 90,
-                      f"{SHARED_EVALUATIONS} evaluations of {record} by the ruler and both clusters") == ["equal"]
+    assert wait_for(lambda: (result := compare()) is not None and (result or ["equal"]), 90,
+                    f"{SHARED_EVALUATIONS} evaluations of {record} by the ruler and both clusters", 0.5) == ["equal"]
 
 
 def test_allocation_is_counted_once_per_cluster(fleet: Fleet) -> None:
@@ -344,7 +344,7 @@ def run_report(url: str, window: tuple[int, int], *extra: str) -> dict[str, Any]
 @pytest.fixture(scope="module")
 def reports(fleet: Fleet) -> dict[str, dict[str, Any]]:
     """The report over one window: through the Query (all, each cluster) and from each Prometheus."""
-    window = wait_until(lambda: complete_window(fleet), 120, f"{REPORT_POINTS} s that every evaluator recorded")
+    window = wait_for(lambda: complete_window(fleet), 120, f"{REPORT_POINTS} s that every evaluator recorded", 0.5)
     found = {"thanos": run_report(fleet.query.url, window)}
     for cluster, server in fleet.clusters.items():
         found[f"thanos {cluster}"] = run_report(fleet.query.url, window, "--cluster", cluster)

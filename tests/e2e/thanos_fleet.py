@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +28,13 @@ from typing import Any, TypeVar
 
 import yaml
 
-from tests.e2e.exporter_process import ExporterProcess, free_port
 from tests.e2e.installed import helm_install
-from tests.e2e.prometheus_harness import PrometheusHarness, engine_version
 from tests.e2e.test_default_install import KUBE_STATE_METRICS, PROCESS_ATTRIBUTION, ZOO, serve_text, start_exporter
-from tests.e2e.thanos_harness import ThanosProcess, ThanosQuery, start_ruler, start_sidecar
+from tests.support.exporter_process import ExporterProcess
+from tests.support.polling import wait_for
+from tests.support.ports import free_port
+from tests.support.prometheus import PrometheusHarness, engine_version
+from tests.support.thanos import ThanosProcess, ThanosQuery, start_ruler, start_sidecar
 
 T = TypeVar("T")
 CLUSTERS = ("a", "b")
@@ -127,8 +129,8 @@ def two_clusters(prometheus: str, thanos: str, workdir: Path) -> Iterator[Fleet]
                             query_offset=f"{RULER_QUERY_OFFSET_S}s", labels=RULER_LABELS, grpc_port=ruler_grpc)
         stack.callback(ruler.stop)
         query.wait_for_endpoints(3)
-        wait_until(lambda: len(query.raw_query('team:gpu_allocated:sum{rule_replica="fleet"}'))
-                   == len(CLUSTERS) * len(ALLOCATION), 90, "the ruler's first team allocation")
+        wait_for(lambda: len(query.raw_query('team:gpu_allocated:sum{rule_replica="fleet"}'))
+                   == len(CLUSTERS) * len(ALLOCATION), 90, "the ruler's first team allocation", 0.5)
         align_evaluations(clusters, query, recording, cluster_recording)
         yield Fleet(clusters, exporters, query, ruler, sidecars, recording, engine_version(thanos),
                     engine_version(prometheus))
@@ -154,9 +156,9 @@ def align_evaluations(clusters: Mapping[str, ClusterPrometheus], query: ThanosQu
     at = time.time()
     for group in recording:
         name = str(group["rules"][0]["record"])
-        ruler = wait_until(lambda name=name: millisecond_in_second(
+        ruler = wait_for(lambda name=name: millisecond_in_second(
             t for _, points in query.raw_samples(f'{name}{{rule_replica="fleet"}}[20s]', time.time())
-            for t, _ in points), 60, f"the ruler's evaluations of {group['name']}")
+            for t, _ in points), 60, f"the ruler's evaluations of {group['name']}", 0.5)
         local = millisecond_in_second(t for points in local_samples(clusters[CLUSTERS[0]], f"{name}[5s]", at).values()
                                       for t in points)
         assert len(ruler) == 1 and len(local) == 1, (group["name"], ruler, local)
@@ -171,25 +173,11 @@ def align_evaluations(clusters: Mapping[str, ClusterPrometheus], query: ThanosQu
         want = millisecond_in_second(t for _, points in query.raw_samples(
             f'{name}{{rule_replica="fleet"}}[20s]', time.time()) for t, _ in points)
         for server in clusters.values():
-            wait_until(lambda server=server, name=name, want=want: millisecond_in_second(
+            wait_for(lambda server=server, name=name, want=want: millisecond_in_second(
                 max(points) for points in local_samples(server, f"{name}[10s]", time.time()).values()) == want,
-                60, f"the cluster's evaluations of {group['name']} on the ruler's instants")
+                60, f"the cluster's evaluations of {group['name']} on the ruler's instants", 0.5)
     for group in recording:
         del group["query_offset"]
-
-
-def wait_until(check: Callable[[], T], deadline_s: float, what: str) -> T:
-    """Poll ``check()`` until it returns something true (generous deadlines: the machine is shared)."""
-    end = time.monotonic() + deadline_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() >= end:
-            raise TimeoutError(f"timed out after {deadline_s:.0f} s waiting for {what}")
-        time.sleep(0.5)
-
-
 
 
 Key = frozenset[tuple[str, str]]

@@ -6,7 +6,8 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.e2e.exporter_process import ExporterProcess, wait_for
+from tests.support.exporter_process import ExporterProcess
+from tests.support.polling import wait_for
 
 START_DEADLINE_S = 30.0
 

@@ -20,10 +20,11 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
 from exporter.kube.labels import MAX_POD_LABEL_VALUE_LENGTH
-from tests.e2e.exporter_process import ExporterProcess, parse_samples, running_exporter, wait_for
-from tests.e2e.kube_cluster import NodeCluster, PodSpec, node_cluster, scenario_gpus, whole_gpu
 from tests.e2e.test_simulator import CONTRACT_FINDINGS
-from tests.e2e.tools import require_program
+from tests.support.exporter_process import ExporterProcess, parse_samples, running_exporter
+from tests.support.kube_cluster import NodeCluster, PodSpec, node_cluster, scenario_gpus, whole_gpu
+from tests.support.polling import wait_for
+from tests.support.programs import require_program
 
 pytestmark = pytest.mark.e2e
 

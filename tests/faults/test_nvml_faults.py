@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from exporter.metrics.catalog import CATALOG, FromFieldValue
-from tests.e2e.exporter_process import running_exporter, wait_for
 from tests.faults.support import log_lines, value, wait_value, write_scenario
+from tests.support.exporter_process import running_exporter
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.e2e
 

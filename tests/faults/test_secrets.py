@@ -18,8 +18,9 @@ import bcrypt
 import pytest
 import yaml
 
-from tests.e2e.exporter_process import running_exporter, wait_for
 from tests.faults.support import exit_of
+from tests.support.exporter_process import running_exporter
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,8 @@ It is judged on states, never on the wall clock (the machine may be busy with ot
 * every scrape, /health check and webhook delivery made during the siege succeeds: the right status
   and a complete body (the last GPU's series in the exposition, the remediator's "accepted");
 * the good client is never starved: all its requests complete while the attackers still hold their
-  connections (a generous deadline only caps a hung run);
+  connections (a run is failed as hung only when nothing has progressed for ``STALL_DEADLINE_S``:
+  no request answered, no attacker cut; how long the whole siege takes is the machine's business);
 * the server cuts the attackers with its own bounds: every slowloris client is cut at least once and
   idle sockets are closed by the server (head deadline, or the connection cap evicting the connection
   that waited longest without a request), slow readers get data and hold their connections, and with
@@ -56,16 +57,21 @@ from typing import Protocol
 import bcrypt
 import pytest
 
-from tests.e2e.exporter_process import REPO_ROOT, running_exporter, wait_for
 from tests.remediate.fakenodeapi import FakeNodeApiServer
 from tests.remediate.support import RemediatorProcess
+from tests.support.exporter_process import running_exporter
+from tests.support.paths import REPO_ROOT
+from tests.support.polling import wait_for
 from tests.web.certs import CertificateAuthority
 
 pytestmark = pytest.mark.e2e
 
 SCRAPES = 100
 PACE_S = 0.12  # the good client's cadence (Prometheus scrapes on an interval); a load shape, not a wait
-SIEGE_DEADLINE_S = 300.0  # caps a hung run; the siege ends as soon as its states are reached
+# Caps a hung run, measured from the last progress (a request of the good client answered, an attacker
+# cut by the server), never from the start: a loaded machine makes the siege slower, not stuck, and the
+# server's deadlines (HEAD_TIMEOUT_S, 5 s) cut some attacker well within it while they work.
+STALL_DEADLINE_S = 120.0
 ARRIVAL_DEADLINE_S = 120.0
 REPORT_EVERY_S = 0.5
 IDLE, SLOWLORIS, SLOW_READERS, WRONG_PASSWORDS = 1000, 64, 40, 200
@@ -154,6 +160,13 @@ def cut_by_deadlines(counts: Mapping[str, int]) -> bool:
     may never be needed; that they never starve the good client is what the siege shows."""
     return (counts.get("slowloris_clients_cut", 0) >= SLOWLORIS
             and counts.get("idle_closed_by_server", 0) >= IDLE)
+
+
+def progress_of(timings: Timings, counts: Mapping[str, int]) -> tuple[int, int, int]:
+    """What advances while the siege works: the good client's answered requests (up to the number it
+    needs) and the attackers the server has cut. Unchanged for ``STALL_DEADLINE_S``: a hung run."""
+    return (min(len(timings.scrapes), SCRAPES), counts.get("slowloris_clients_cut", 0),
+            counts.get("idle_closed_by_server", 0))
 
 
 def rss_kib(pid: int) -> int:
@@ -267,12 +280,14 @@ def siege(exporter: Served, client: Client, attacker_args: list[str],
         sampler.start()
         # The good client starts once every kind of attacker is there (a state, not a pause).
         wait_for(lambda: arrived(reports.latest), ARRIVAL_DEADLINE_S, "every attacker to arrive")
-        deadline = time.monotonic() + SIEGE_DEADLINE_S
+        progress, progressed_at = progress_of(timings, reports.latest), time.monotonic()
         while len(timings.scrapes) < SCRAPES or not cut_by_deadlines(reports.latest):
             # Paced, as Prometheus scrapes on an interval; it goes on until the server's deadlines have
             # acted on every attacker, so the siege outlasts them all (the attackers come back when cut).
-            assert time.monotonic() < deadline, (
-                f"the siege did not reach its states within {SIEGE_DEADLINE_S:.0f} s: {len(timings.scrapes)} "
+            if (now := progress_of(timings, reports.latest)) != progress:
+                progress, progressed_at = now, time.monotonic()
+            assert time.monotonic() - progressed_at < STALL_DEADLINE_S, (
+                f"the siege stopped progressing for {STALL_DEADLINE_S:.0f} s: {len(timings.scrapes)} "
                 f"requests served, attackers {reports.latest}")
             next_at = time.monotonic() + PACE_S
             exporter.assert_running()

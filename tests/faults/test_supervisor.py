@@ -28,8 +28,9 @@ from exporter.kube.podresources.client import PodResourcesClient
 from exporter.metrics.counters import load_counters
 from exporter.nvml.events import EventWatcher
 from exporter.web.security import FileWebSecurity, load_web_security
-from tests.e2e.exporter_process import parse_samples, wait_for
 from tests.faults.support import exit_of
+from tests.support.exporter_process import parse_samples
+from tests.support.polling import wait_for
 
 FAILURES = 3
 

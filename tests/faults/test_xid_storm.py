@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from exporter.health.wiring import XID_LOG_INTERVAL_S
-from tests.e2e.exporter_process import running_exporter, series, wait_for
 from tests.faults.support import log_lines, value, write_scenario
+from tests.support.exporter_process import running_exporter, series
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.e2e
 

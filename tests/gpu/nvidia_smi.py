@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 
-from tests.e2e.tools import require_program
+from tests.support.programs import require_program
 
 UNSUPPORTED = ("n/a", "[not supported]", "not supported", "[n/a]")
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.exporter_process import REPO_ROOT, free_port
 from tests.gpu.nvidia_smi import query_gpu
+from tests.support.paths import REPO_ROOT
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.gpu
 

@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 
 from exporter.metrics.counters import load_counters
-from tests.e2e.exporter_process import ExporterProcess, parse_samples, wait_for
 from tests.gpu.nvidia_smi import Answer, query_gpu, query_remapped_rows
+from tests.support.exporter_process import ExporterProcess, parse_samples
+from tests.support.polling import wait_for
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from tests.e2e.exporter_process import REPO_ROOT
 from tests.gpu.conftest import driver_state
+from tests.support.paths import REPO_ROOT
 
 
 def test_without_a_driver_it_says_so_and_exits_2() -> None:

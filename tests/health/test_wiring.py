@@ -18,7 +18,7 @@ from exporter.nvml import events as events_module
 from exporter.nvml import sampler as sampler_module
 from simulator.fakenvml import FakeNvmlLibrary
 from simulator.scenario import parse_scenario
-from tests.e2e.exporter_process import wait_for
+from tests.support.polling import wait_for
 
 HEALTH_CSV = str(Path(__file__).resolve().parents[1] / "fixtures" / "health-counters.csv")
 DEADLINE_S = 15.0

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from exporter.snapshot import DeviceIdentity, MigIdentity
+from tests.support.polling import wait_for
 
 T = TypeVar("T")
 
@@ -31,15 +31,12 @@ MIGS = (
 
 
 def poll(predicate: Callable[[], T], timeout_s: float = 10.0, what: str = "condition") -> T:
-    """Return the predicate's first truthy value; fail after ``timeout_s`` (a deadline, not a sleep)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.005)
+    """Return the predicate's first truthy value; fail after ``timeout_s`` (a deadline, not a sleep).
+
+    The in-process tests' spelling of ``tests.support.polling.wait_for``: a short interval, because
+    what they wait for is a thread of the same process.
+    """
+    return wait_for(predicate, timeout_s, what, interval_s=0.005)
 
 
 def write_cgroup(proc: Path, pid: int, uid: str, container_id: str) -> None:

@@ -12,19 +12,18 @@ from exporter.config import load_config
 from exporter.kube.configmap import ConfigMapCounters, ConfigMapUnavailableError
 from exporter.metrics.counters import CounterFileError, CounterSet
 from tests.nvml.fake_sampling import captured_logs
-
-from .configmap_server import NAME, NAMESPACE, ConfigMapServer
+from tests.support.configmap_api import NAME, NAMESPACE, ConfigMapApi
 
 TEMP_ONLY = "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
 POWER_ONLY = "# a comment\nDCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n"
 
 
-def _source(server: ConfigMapServer, tmp_path: Path) -> ConfigMapCounters:
+def _source(server: ConfigMapApi, tmp_path: Path) -> ConfigMapCounters:
     return ConfigMapCounters(f"{NAMESPACE}:{NAME}", str(server.write_kubeconfig(tmp_path / "kubeconfig")), 60.0)
 
 
 def test_reads_key_metrics_as_dcgm_exporter_does(tmp_path: Path) -> None:
-    with ConfigMapServer(TEMP_ONLY) as server:
+    with ConfigMapApi(TEMP_ONLY) as server:
         counters = _source(server, tmp_path).read()
     assert [row.name for row in counters.metrics] == ["DCGM_FI_DEV_GPU_TEMP"]
     assert counters.source == f"configmap {NAMESPACE}/{NAME} (key metrics)"
@@ -36,21 +35,21 @@ def test_reads_key_metrics_as_dcgm_exporter_does(tmp_path: Path) -> None:
     (None, 200, "has no key 'metrics'"),
 ])
 def test_why_a_configmap_cannot_be_used(tmp_path: Path, metrics: str | None, status: int, message: str) -> None:
-    with ConfigMapServer(metrics) as server:
+    with ConfigMapApi(metrics) as server:
         server.status = status
         with pytest.raises(ConfigMapUnavailableError, match=message):
             _source(server, tmp_path).read()
 
 
 def test_an_unreachable_api_server_is_unavailable_not_a_crash(tmp_path: Path) -> None:
-    with ConfigMapServer(TEMP_ONLY) as server:
+    with ConfigMapApi(TEMP_ONLY) as server:
         source = _source(server, tmp_path)
     with pytest.raises(ConfigMapUnavailableError, match="cannot reach the API server"):
         source.read()
 
 
 def test_a_csv_mistake_names_the_configmap_and_line(tmp_path: Path) -> None:
-    with ConfigMapServer("DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV GPU_TEMP, gauge, typo\n") as server, \
+    with ConfigMapApi("DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV GPU_TEMP, gauge, typo\n") as server, \
             pytest.raises(CounterFileError) as caught:
         _source(server, tmp_path).read()
     assert str(caught.value).startswith(f"configmap {NAMESPACE}/{NAME} (key metrics):2: DCGM_FI_DEV GPU_TEMP:")
@@ -60,7 +59,7 @@ def test_the_skipped_rows_metric_follows_a_reload(tmp_path: Path) -> None:
     """gpu_pod_exporter_counters_skipped_rows describes the counters in use: after the ConfigMap changes, the
     next /metrics says what the new CSV skipped (here a newer DCGM's field), and the warning names its line."""
     loaded = load_config(["--address", "127.0.0.1:0"], {})
-    with ConfigMapServer(TEMP_ONLY) as server, captured_logs() as logs:
+    with ConfigMapApi(TEMP_ONLY) as server, captured_logs() as logs:
         source = _source(server, tmp_path)
         app = build_app(loaded, source.read())
         try:
@@ -86,7 +85,7 @@ def _metrics(app: App) -> str:
 def test_refresh_applies_a_change_once_and_keeps_the_counters_on_a_broken_one(
         tmp_path: Path) -> None:
     applied: list[CounterSet] = []
-    with ConfigMapServer(TEMP_ONLY) as server, captured_logs() as logs:
+    with ConfigMapApi(TEMP_ONLY) as server, captured_logs() as logs:
         source = _source(server, tmp_path)
         source.on_change = applied.append
         source.read()
@@ -112,7 +111,7 @@ def test_refresh_applies_a_change_once_and_keeps_the_counters_on_a_broken_one(
 
 def test_failures_back_off_exponentially_with_jitter(tmp_path: Path) -> None:
     waits: list[float] = []
-    with ConfigMapServer(TEMP_ONLY) as server:
+    with ConfigMapApi(TEMP_ONLY) as server:
         source = ConfigMapCounters(f"{NAMESPACE}:{NAME}", str(server.write_kubeconfig(tmp_path / "k")), 30.0,
                                    jitter=lambda: 0.5, clock=lambda: sum(waits))
         server.status = 500

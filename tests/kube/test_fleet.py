@@ -86,12 +86,22 @@ def test_kube_api_up_is_truthful(phases: dict[str, PhaseReport], name: str) -> N
 
 
 def test_the_410_storm_costs_a_relist_per_window_not_a_loop(phases: dict[str, PhaseReport]) -> None:
-    """Issue 15's report: 83 requests/s per exporter. Here: at most one list and one watch per resource
-    per window, i.e. below 0.25 requests/s per node in the first two minutes, falling to 0.07/s."""
+    """Issue 15's report: 83 requests/s per exporter. Here: every watch answered 410 relists (the storm
+    is noticed, not ignored), each relist is one list followed by one watch, and no watch relists more
+    often than its backoff opens windows in the phase: a relist per window, never a loop.
+
+    Bounds, never a count to reach: how many windows a loaded machine gets through in the phase's
+    seconds is the machine's business (a floor of 300 relists once failed at 294). The request rate is
+    a ceiling over the phase's virtual seconds, which a slow machine only lowers."""
     storm = phases["gone-storm"]
-    assert storm.relists_by_reason.get("expired", 0) >= 50 * 2 * 3
-    assert storm.per_second(storm.requests_mean) < 0.25
+    watches = SETTINGS.nodes * 2
+    expired = storm.relists_by_reason.get("expired", 0)
+    assert expired >= watches  # every watch met the 410 and relisted
+    windows = WatchTimeouts().backoff_policy().max_attempts(storm.duration_s + storm.recovery_s)
+    assert expired <= watches * windows, (expired, windows)  # at most one relist per window and watch
+    assert storm.requests_by_verb["list"] * SETTINGS.nodes <= expired + watches  # a relist is one list
     assert storm.requests_by_verb["list"] == pytest.approx(storm.requests_by_verb["watch"], abs=2)
+    assert storm.per_second(storm.requests_mean) < 0.25
 
 
 def test_throttled_nodes_come_back_no_sooner_than_retry_after(phases: dict[str, PhaseReport]) -> None:
@@ -102,7 +112,9 @@ def test_throttled_nodes_come_back_no_sooner_than_retry_after(phases: dict[str, 
     assert throttled.min_gap_after_429_s >= 0.95 * SETTINGS.retry_after_s
     periods = (throttled.duration_s + throttled.recovery_s) / SETTINGS.retry_after_s
     assert throttled.requests_max <= 2 * (periods + 2) < throttled.budget
-    assert throttled.requests_by_status["429"] >= 3
+    # Every node was throttled on both of its watches (how many 429s fit in the phase's seconds is the
+    # machine's business; that a node asked again after one is min_gap_after_429_s above).
+    assert throttled.requests_by_status["429"] >= 2
 
 
 def test_reconnects_after_a_restart_are_spread_over_the_window(phases: dict[str, PhaseReport]) -> None:

@@ -22,7 +22,7 @@ import pytest
 from exporter.nvml.client import NvmlClient
 from exporter.nvml.events import DeviceEvent, EventWatcher
 from exporter.nvml.inventory import Inventory, discover
-from tests.e2e.exporter_process import wait_for
+from tests.support.polling import wait_for
 
 from .fake_sampling import Records, captured_logs
 

@@ -16,7 +16,7 @@ from exporter.metrics.counters import load_counters, parse_counters
 from exporter.nvml.sampler import LOST_REPROBE_S, Sampler
 from simulator.fakenvml import FakeNvmlLibrary, installed
 from simulator.scenario import load_scenario, parse_scenario
-from tests.e2e.exporter_process import wait_for
+from tests.support.polling import wait_for
 
 MIB = 1024 * 1024
 

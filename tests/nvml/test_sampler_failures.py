@@ -25,7 +25,7 @@ from exporter.nvml.sampler import INIT_BACKOFF, LOST_REPROBE_S, Sampler
 from exporter.snapshot import Snapshot
 from simulator.fakenvml import FakeNvmlLibrary, installed
 from simulator.scenario import parse_scenario
-from tests.e2e.exporter_process import wait_for
+from tests.support.polling import wait_for
 
 from .fake_sampling import Clock, Records, captured_logs
 

@@ -56,9 +56,9 @@ import yaml
 from devcluster import build
 from devcluster.api import Api
 from devcluster.control_plane import Cluster
-from tests.e2e.exporter_process import free_port
-from tests.e2e.prometheus_harness import PrometheusHarness
-from tests.e2e.tools import stop_process
+from tests.support.ports import free_port
+from tests.support.processes import stop_process
+from tests.support.prometheus import PrometheusHarness
 
 OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
 RULES_MOUNT = "/etc/prometheus/rules/"  # pkg/prometheus RulesDir in the operator's source

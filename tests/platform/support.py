@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from devcluster.api import Api, ApiError
+from tests.support.polling import wait_for
 
 
 def poll(what: str, check: Callable[[], Any], deadline_s: float = 120.0) -> Any:
-    """The first truthy answer of ``check``; fails the test with ``what`` after a generous deadline."""
-    end = time.monotonic() + deadline_s
-    while True:
-        answer = check()
-        if answer:
-            return answer
-        if time.monotonic() > end:
-            pytest.fail(f"not reached within {deadline_s:.0f} s: {what}")
-        time.sleep(0.2)
+    """The first truthy answer of ``check``; fails the test with ``what`` after a generous deadline
+    (``tests.support.polling.wait_for`` at the real cluster's pace)."""
+    return wait_for(check, deadline_s, what, interval_s=0.2)
 
 
 def exists(api: Api, path: str) -> bool:

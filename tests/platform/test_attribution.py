@@ -34,10 +34,10 @@ from simulator.fakeapiserver import resource_slice
 from simulator.fakekubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeKubelet, FakePod
 from tests.attribution_modes import MODE_IDS, MODES
 from tests.deploy.chart_support import CHART_DIR
-from tests.e2e.exporter_process import ExporterProcess, running_exporter
-from tests.e2e.kube_cluster import scenario_gpus
 from tests.kube.helpers import DEVICES, GPU0, GPU1, GPU2, MIG_A, MIGS, write_cgroup
 from tests.platform.support import bound_pod, chart_exporter_kubeconfig, delete_namespaces, ensure_namespace, poll
+from tests.support.exporter_process import ExporterProcess, running_exporter
+from tests.support.kube_cluster import scenario_gpus
 
 SCENARIO = Path(__file__).resolve().parents[1] / "fixtures" / "attribution-node.yaml"
 GPUS = scenario_gpus(SCENARIO)

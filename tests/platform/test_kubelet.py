@@ -37,9 +37,9 @@ from simulator.fakekubelet import RATE_LIMIT_MESSAGE
 from tests.deploy.chart_support import CHART_DIR
 from tests.doctor.conftest import clean_environment
 from tests.doctor.support import doctor
-from tests.e2e.exporter_process import ExporterProcess, running_exporter
-from tests.e2e.kube_cluster import scenario_gpus
 from tests.platform.support import chart_exporter_kubeconfig, ensure_namespace, poll
+from tests.support.exporter_process import ExporterProcess, running_exporter
+from tests.support.kube_cluster import scenario_gpus
 
 SCENARIO = Path(__file__).resolve().parents[1] / "fixtures" / "attribution-node.yaml"
 GPUS = scenario_gpus(SCENARIO)

@@ -50,13 +50,14 @@ from devcluster.control_plane import Cluster
 from exporter.remediate.nodestate import TAINT_KEY
 from simulator.fakekubelet import FakeContainer, FakeKubelet, FakePod
 from tests.deploy.chart_support import CHART_DIR
-from tests.e2e.exporter_process import ExporterProcess, free_port
-from tests.e2e.kube_cluster import scenario_gpus
 from tests.platform import operator_stack as ops
 from tests.platform.support import ensure_namespace, exists, poll
 from tests.platform.test_remediation import kwok_node, our_taint
-from tests.remediate.alertmanager_harness import AlertmanagerHarness
 from tests.remediate.support import RemediatorProcess
+from tests.support.alertmanager import AlertmanagerHarness
+from tests.support.exporter_process import ExporterProcess
+from tests.support.kube_cluster import scenario_gpus
+from tests.support.ports import free_port
 
 SCENARIO = Path(__file__).resolve().parents[1] / "fixtures" / "operator-node.yaml"
 GPUS = scenario_gpus(SCENARIO)

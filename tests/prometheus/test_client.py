@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from exporter.prometheus.client import Connection, PrometheusClient, PrometheusError, redacted_url, split_url
-from tests.e2e.prometheus_harness import free_port
+from tests.support.ports import free_port
 
 
 @dataclass

@@ -15,9 +15,12 @@ import yaml
 
 from simulator.kube_scenario import parse_kubernetes_section
 from simulator.scenario import load_scenario
-from tests.e2e.exporter_process import REPO_ROOT, free_port, parse_samples, wait_for
-from tests.e2e.tools import stop_process
 from tests.remediate.fakenodeapi import FakeNodeApiServer
+from tests.support.exporter_process import parse_samples
+from tests.support.paths import REPO_ROOT
+from tests.support.polling import wait_for
+from tests.support.ports import free_port
+from tests.support.processes import stop_process
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 DEFAULT_COUNTERS = REPO_ROOT / "exporter" / "metrics" / "data" / "default-counters.csv"

@@ -47,11 +47,12 @@ from exporter.remediate.events import (
 )
 from exporter.remediate.nodestate import CONDITION_TYPE, GPUS_ANNOTATION, TAINT_KEY
 from exporter.remediate.policy import DEFAULT_ALERTS
-from tests.e2e.exporter_process import ExporterProcess, wait_for
-from tests.e2e.prometheus_harness import RULE_FILES, PrometheusHarness, require_prometheus
-from tests.remediate.alertmanager_harness import AlertmanagerHarness, PayloadRecorder, require_alertmanager
 from tests.remediate.fakenodeapi import FakeNodeApiServer, Request
 from tests.remediate.support import FIXTURES, RemediatorProcess, add_scenario_node, counters_for_xid_alerts
+from tests.support.alertmanager import AlertmanagerHarness, PayloadRecorder, require_alertmanager
+from tests.support.exporter_process import ExporterProcess
+from tests.support.polling import wait_for
+from tests.support.prometheus import RULE_FILES, PrometheusHarness, require_prometheus
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,7 @@ from helm_python import Chart, HelmRenderError, HelmValuesError
 
 from exporter.remediate.policy import DEFAULT_ALERTS, AlertPolicy, load_policy
 from tests.deploy.chart_support import CHART_DIR, MONITORING_APIS, Rendered, load_ci_values, render
-from tests.e2e.tools import require_program
+from tests.support.programs import require_program
 
 REMEDIATION_VALUES = CHART_DIR / "ci" / "remediation-values.yaml"
 APIS = (*MONITORING_APIS, "monitoring.coreos.com/v1alpha1/AlertmanagerConfig")

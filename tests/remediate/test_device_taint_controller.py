@@ -26,7 +26,7 @@ from exporter.remediate.policy import load_policy
 from exporter.remediate.selfmetrics import RemediationMetrics
 from simulator.dra_devices import DRIVER, gpu_device
 from simulator.fakeapiserver import resource_slice
-from tests.remediate.fakenodeapi import apply_patch
+from simulator.fakepatch import apply_patch
 
 
 class Cluster:

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.remediate.fakenodeapi import JSON_PATCH, MERGE, STRATEGIC, FakeNodeApiServer, apply_patch
+from simulator.fakepatch import JSON_PATCH, MERGE, STRATEGIC, apply_patch
+from tests.remediate.fakenodeapi import FakeNodeApiServer
 
 
 @pytest.fixture

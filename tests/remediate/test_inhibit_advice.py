@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from exporter.remediate.policy import DEFAULT_ALERTS
-from tests.e2e.exporter_process import wait_for
-from tests.remediate.alertmanager_harness import AlertmanagerHarness, PayloadRecorder, require_alertmanager
+from tests.support.alertmanager import AlertmanagerHarness, PayloadRecorder, require_alertmanager
+from tests.support.polling import wait_for
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "alerts.md"
 # The rule the earlier advice had: a generic alert muting an allowlisted one.

@@ -22,7 +22,7 @@ from exporter.remediate.selfmetrics import RemediationMetrics
 from exporter.web import server as server_module
 from exporter.web.security import load_web_security
 from exporter.web.server import Decision, WebSecurity
-from tests.e2e.exporter_process import wait_for
+from tests.support.polling import wait_for
 from tests.web.certs import CertificateAuthority
 from tests.web.test_server_deadlines import closed_by_server
 

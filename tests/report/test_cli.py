@@ -11,8 +11,8 @@ import pytest
 
 from exporter.report.cli import main, options
 from exporter.report.quotacli import options as quota_options
-from tests.e2e.prometheus_harness import free_port
 from tests.prometheus.test_client import Answer, Request, matrix, server
+from tests.support.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NOW = 1_750_000_123.0

@@ -14,7 +14,7 @@ from exporter.report.sources import (
     Presence,
     splits,
 )
-from tests.e2e.prometheus_harness import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 RECORDING_RULES = REPO_ROOT / "deploy" / "rules" / "gpu-pod-exporter-recording.yaml"
 POINTS = 20

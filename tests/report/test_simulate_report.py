@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 
 from exporter.report.cli import main
-from tests.e2e.exporter_process import running_exporter
-from tests.e2e.prometheus_harness import REPO_ROOT, PrometheusHarness
+from tests.support.exporter_process import running_exporter
+from tests.support.paths import REPO_ROOT
+from tests.support.prometheus import PrometheusHarness
 
 RECORDING_RULES = REPO_ROOT / "deploy" / "rules" / "gpu-pod-exporter-recording.yaml"
 POINTS = 30

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.e2e.prometheus_harness import PrometheusHarness
-from tests.e2e.tools import require_program
+from tests.support.programs import require_program
+from tests.support.prometheus import PrometheusHarness
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RECORDING_RULES = REPO_ROOT / "deploy" / "rules" / "gpu-pod-exporter-recording.yaml"

@@ -6,7 +6,7 @@ missing promtool is a failure, because a skipped rule suite would let broken ale
 
 The rules must pass both supported Prometheus generations, so the rule tests run under each
 engine's promtool (``ENGINES``): Debian's 2.42 and the 3.x built from Prometheus' Go module
-(``scripts/cluster bin promtool``), located by ``tests.e2e.prometheus_harness.prometheus_engine``.
+(``scripts/cluster bin promtool``), located by ``tests.support.prometheus.prometheus_engine``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.e2e.prometheus_harness import ENGINES, prometheus_engine
+from tests.support.prometheus import ENGINES, prometheus_engine
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = REPO_ROOT / "deploy" / "rules"

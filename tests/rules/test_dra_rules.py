@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 from simulator.scenario import SCENARIO_DIR
-from tests.e2e.exporter_process import running_exporter, wait_for
 from tests.rules.promtool_runner import ENGINE_IDS, ENGINES, RULE_FILES, run_promtool
+from tests.support.exporter_process import running_exporter
+from tests.support.polling import wait_for
 
 FAMILIES = ("DCGM_EXP_GPU_ALLOCATED", "DCGM_EXP_GPU_ALLOCATION_INFO", "DCGM_FI_DEV_GPU_UTIL",
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE")

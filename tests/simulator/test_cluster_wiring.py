@@ -16,7 +16,7 @@ from simulator.entry import PlannedRun
 from simulator.kube_scenario import load_kubernetes_section
 from simulator.scenario import SCENARIO_DIR, load_scenario
 from tests.attribution_modes import attribution_modes, process_families, served_names
-from tests.e2e.exporter_process import wait_for
+from tests.support.polling import wait_for
 
 SCENARIO = """\
 seed: 3

@@ -16,7 +16,7 @@ from exporter.metrics.counters import load_counters
 from simulator.cluster_wiring import plan_simulated_cluster, scenario_devices, scenario_migs
 from simulator.kube_scenario import parse_kubernetes_section, start_simulated_cluster
 from simulator.scenario import load_scenario
-from tests.e2e.exporter_process import wait_for
+from tests.support.polling import wait_for
 
 SCENARIO = """\
 seed: 3

@@ -20,20 +20,12 @@ from simulator.fakenvml import (
 )
 from simulator.models import GIB, MIB, PRESETS
 from simulator.scenario import NVML_SYMBOLS, load_scenario
+from tests.support.polling import wait_for
 
 from .conftest import FixedClock, scenario_from
 
 ALL_LINKS = 0xFFFFFFFF
 UNKNOWN_FIELD = 5000  # beyond NVML_FI_MAX: no driver knows it
-
-
-def wait_until(predicate: Any, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return bool(predicate())
 
 
 def field_map(handle: Any, ids: list[Any]) -> dict[Any, Any]:
@@ -696,7 +688,7 @@ def test_a_hang_blocks_only_its_caller_until_released(nvml: Any) -> None:
     results: list[int] = []
     caller = threading.Thread(target=lambda: results.append(pynvml.nvmlDeviceGetPowerUsage(hung_handle)))
     caller.start()
-    assert wait_until(lambda: fake.calls["nvmlDeviceGetPowerUsage"] == 1)
+    wait_for(lambda: fake.calls["nvmlDeviceGetPowerUsage"] == 1, 5.0, "one power read", 0.005)
     assert caller.is_alive()
     assert pynvml.nvmlDeviceGetPowerUsage(other) > 0  # other GPUs and the driver lock stay usable
     fake.release_hangs()
@@ -712,10 +704,10 @@ def test_a_hang_holding_the_driver_lock_stalls_every_call(nvml: Any) -> None:
     fake.hang("nvmlDeviceGetTemperatureV", 30.0, gpu=1, holds_driver_lock=True)
     hung = threading.Thread(target=pynvml.nvmlDeviceGetTemperatureV, args=(handles[1], 0))
     hung.start()
-    assert wait_until(lambda: fake.calls["nvmlDeviceGetTemperatureV"] == 1)
+    wait_for(lambda: fake.calls["nvmlDeviceGetTemperatureV"] == 1, 5.0, "one temperature read", 0.005)
     blocked = threading.Thread(target=pynvml.nvmlDeviceGetUtilizationRates, args=(handles[0],))
     blocked.start()
-    assert wait_until(lambda: fake.calls["nvmlDeviceGetUtilizationRates"] == 1)
+    wait_for(lambda: fake.calls["nvmlDeviceGetUtilizationRates"] == 1, 5.0, "1 utilization read(s)", 0.005)
     assert blocked.is_alive() and hung.is_alive()
     hook = threading.Thread(target=fake.inject_error, args=("nvmlDeviceGetName", "Unknown"))
     hook.start()
@@ -741,7 +733,7 @@ def test_scenario_hang_starts_at_its_time(nvml: Any, clock: FixedClock) -> None:
 
     caller = threading.Thread(target=read)
     caller.start()
-    assert wait_until(lambda: fake.calls["nvmlDeviceGetUtilizationRates"] == 2)
+    wait_for(lambda: fake.calls["nvmlDeviceGetUtilizationRates"] == 2, 5.0, "2 utilization read(s)", 0.005)
     assert not finished.wait(0.05)
     assert pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(4)).gpu >= 0
     fake.release_hangs()

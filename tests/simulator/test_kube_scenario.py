@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 import yaml
@@ -29,8 +26,7 @@ from simulator.kube_scenario import (
     parse_kubernetes_section,
     start_simulated_cluster,
 )
-
-T = TypeVar("T")
+from tests.kube.helpers import poll
 
 GPUS = (
     DeviceIdentity(
@@ -43,6 +39,7 @@ GPUS = (
         2, "GPU-22222222-1111-2222-3333-444444444444", "00000000:3B:00.0", 3, "NVIDIA A100-SXM4-80GB"
     ),
 )
+
 MIGS = (MigIdentity(GPUS[2].uuid, "MIG-33333333-1111-2222-3333-444444444444", 3, 0, "3g.40gb"),)
 
 EXAMPLE = """\
@@ -72,14 +69,6 @@ kubernetes:
             - {gpu: 2, mig: 3}
           pids: [5151]
 """
-
-
-def poll(predicate: Callable[[], T], timeout_s: float = 10.0) -> T:
-    deadline = time.monotonic() + timeout_s
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
-    return value
 
 
 def _scenario(tmp_path: Path, text: str) -> Path:

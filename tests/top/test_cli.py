@@ -8,7 +8,8 @@ import pytest
 
 from exporter.cli import main as exporter_main
 from exporter.top.cli import main
-from tests.e2e.prometheus_harness import free_port, serve_metrics
+from tests.support.ports import free_port
+from tests.support.prometheus import serve_metrics
 
 METRICS = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",modelName="NVIDIA H100 80GB HBM3",Hostname="node-a"} 0\n'
            'DCGM_EXP_GPU_ALLOCATION_INFO{gpu="0",UUID="GPU-1",Hostname="node-a",namespace="ml",pod="p-0",'

@@ -22,8 +22,9 @@ import pytest
 from exporter.prometheus.client import Connection
 from exporter.top.cli import main
 from exporter.top.sources import ExporterSource, PrometheusSource
-from tests.e2e.exporter_process import running_exporter, wait_for
-from tests.e2e.prometheus_harness import PrometheusHarness
+from tests.support.exporter_process import running_exporter
+from tests.support.polling import wait_for
+from tests.support.prometheus import PrometheusHarness
 from tests.web.certs import CertificateAuthority
 
 pytestmark = pytest.mark.e2e

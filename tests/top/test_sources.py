@@ -15,7 +15,8 @@ from promql_parser import parse
 
 from exporter.prometheus.client import Connection
 from exporter.top.sources import QUERY_FAMILIES, ExporterSource, PrometheusSource, read_all, selector
-from tests.e2e.prometheus_harness import free_port, serve_metrics
+from tests.support.ports import free_port
+from tests.support.prometheus import serve_metrics
 
 LABELS = {"gpu": "0", "UUID": "GPU-1", "modelName": "NVIDIA H100", "Hostname": "node-a", "instance": "10.0.0.1:9400"}
 

@@ -9,7 +9,7 @@ from exporter.top.cli import main
 from exporter.top.model import Filters, screen
 from exporter.top.sources import Reading, SourceError
 from exporter.top.table import GPU_COLUMNS, layout, once_text, printable
-from tests.e2e.prometheus_harness import serve_metrics
+from tests.support.prometheus import serve_metrics
 from tests.top.test_ui import HOSTILE, NOW, busy_node
 
 # An exporter's /metrics whose pod name and team label carry terminal escapes (OSC retitle, clear screen).

@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.exporter_process import REPO_ROOT, running_exporter
-from tests.e2e.prometheus_harness import PrometheusHarness
+from tests.support.exporter_process import running_exporter
+from tests.support.paths import REPO_ROOT
+from tests.support.prometheus import PrometheusHarness
 from tests.top.tmux import Pane
 
 pytestmark = pytest.mark.e2e

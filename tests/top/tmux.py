@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Sequence
 
-from tests.e2e.tools import require_program
+from tests.support.polling import settle
+from tests.support.programs import require_program
 
 
 class Pane:
@@ -38,14 +38,9 @@ class Pane:
         return self._run("capture-pane", "-p", *(["-e"] if escapes else []), "-t", "t")
 
     def wait_for(self, check: Callable[[str], bool], deadline_s: float, what: str, escapes: bool = False) -> str:
-        end = time.monotonic() + deadline_s
-        screen = ""
-        while time.monotonic() < end:
-            screen = self.capture(escapes)
-            if check(screen):
-                return screen
-            time.sleep(0.2)
-        raise AssertionError(f"timed out after {deadline_s} s waiting for {what}; the screen:\n{screen}")
+        screen = settle(lambda: self.capture(escapes), deadline_s, 0.2, accept=check)
+        assert check(screen), f"timed out after {deadline_s} s waiting for {what}; the screen:\n{screen}"
+        return screen
 
     def close(self) -> None:
         subprocess.run([self.tmux, "-L", self.socket, "kill-server"], capture_output=True, timeout=30, check=False)

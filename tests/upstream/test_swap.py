@@ -18,7 +18,9 @@ import pytest
 
 from exporter.config import OPTIONS
 from exporter.metrics.catalog import CATALOG
-from tests.e2e.exporter_process import ExporterProcess, free_port, parse_samples, wait_for
+from tests.support.exporter_process import ExporterProcess, parse_samples
+from tests.support.polling import wait_for
+from tests.support.ports import free_port
 from upstream.matrix import example_value, releases
 
 pytestmark = pytest.mark.e2e

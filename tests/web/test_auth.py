@@ -16,7 +16,7 @@ import pytest
 
 from exporter.web import auth as auth_module
 from exporter.web.auth import REALM, BasicAuth, dummy_hash, parse_basic_authorization
-from tests.e2e.exporter_process import wait_for
+from tests.support.polling import wait_for
 
 COST = 4  # the cheapest bcrypt cost keeps the suite fast; the code paths are the same
 PASSWORDS = {"prometheus": "scrape-pass", "admin": "admin-pass"}

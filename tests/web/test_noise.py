@@ -16,7 +16,7 @@ from exporter.logs import RateLimitedLog
 from exporter.web.cache import ExpositionCache
 from exporter.web.health import HealthReport
 from exporter.web.server import ExporterHTTPServer, WebSecurity
-from tests.e2e.exporter_process import wait_for
+from tests.support.polling import wait_for
 from tests.web.certs import CertificateAuthority
 from tests.web.test_security import Clock, logs  # noqa: F401 - the fixture
 

@@ -21,7 +21,8 @@ import bcrypt
 import pytest
 from cryptography import x509
 
-from tests.e2e.exporter_process import ExporterProcess, running_exporter, wait_for
+from tests.support.exporter_process import ExporterProcess, running_exporter
+from tests.support.polling import wait_for
 from tests.web.certs import CertificateAuthority, Issued
 
 pytestmark = pytest.mark.e2e

@@ -17,7 +17,7 @@ from exporter.web import server as server_module
 from exporter.web.cache import ExpositionCache
 from exporter.web.health import HealthReport
 from exporter.web.server import Decision, ExporterHTTPServer, WebSecurity
-from tests.e2e.exporter_process import wait_for
+from tests.support.polling import wait_for
 
 
 def big_families(series: int) -> list[Metric]:

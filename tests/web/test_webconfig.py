@@ -14,7 +14,7 @@ import yaml
 from exporter.cli import main
 from exporter.config import EXIT_CONFIG_ERROR
 from exporter.web.webconfig import WebConfigError, load_web_config, parse_web_config
-from tests.e2e.exporter_process import free_port
+from tests.support.ports import free_port
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
 

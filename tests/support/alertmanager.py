@@ -11,22 +11,19 @@ A missing binary skips the calling test, or fails it when CI=true (``require_pro
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
 
-from tests.e2e.prometheus_harness import free_port
-from tests.e2e.tools import require_program, stop_process
+from tests.support.ports import free_port
+from tests.support.processes import ScratchServer, ServerProcess
+from tests.support.programs import require_program
 
 BINARY = "prometheus-alertmanager"
 
@@ -35,14 +32,13 @@ def require_alertmanager() -> str:
     return require_program(BINARY)
 
 
-class AlertmanagerHarness:
+class AlertmanagerHarness(ScratchServer):
     def __init__(self, config: dict[str, Any], *, startup_timeout_s: float = 60.0, binary: str | None = None) -> None:
         self.config = config
         self.binary = binary  # None: Debian's prometheus-alertmanager; else e.g. scripts/cluster bin alertmanager
         self.startup_timeout_s = startup_timeout_s
         self.port = 0
-        self.workdir: Path | None = None
-        self.process: subprocess.Popen[bytes] | None = None
+        super().__init__()
 
     @property
     def address(self) -> str:
@@ -58,54 +54,23 @@ class AlertmanagerHarness:
         config_path = self.workdir / "alertmanager.yml"
         config_path.write_text(yaml.safe_dump(self.config, sort_keys=False), encoding="utf-8")
         self.port = free_port()
-        log = (self.workdir / "alertmanager.log").open("wb")
-        self.process = subprocess.Popen(
+        self.server = ServerProcess(
+            "alertmanager",
             [binary, f"--config.file={config_path}", f"--storage.path={self.workdir / 'data'}",
              f"--web.listen-address={self.address}", "--cluster.listen-address=", "--log.level=warn"],
-            stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
-        log.close()
-        end = time.monotonic() + self.startup_timeout_s
-        while not self._ready():
-            if time.monotonic() > end:
-                tail = self.log_tail()
-                self.stop()
-                raise TimeoutError(f"Alertmanager not ready after {self.startup_timeout_s:.0f} s:\n{tail}")
-            time.sleep(0.1)
+            self.workdir, f"{self.url}/-/ready")
+        try:
+            self.server.start(self.startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
-    def _ready(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise RuntimeError(f"alertmanager exited with {self.process.returncode}:\n{self.log_tail()}")
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
-                return bool(response.status == 200)
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return False
-
-    def log_tail(self, lines: int = 40) -> str:
-        if self.workdir is None or not (self.workdir / "alertmanager.log").exists():
-            return ""
-        return "\n".join((self.workdir / "alertmanager.log").read_text(errors="replace").splitlines()[-lines:])
 
     def alerts(self) -> list[dict[str, Any]]:
         with urllib.request.urlopen(f"{self.url}/api/v2/alerts", timeout=10) as response:
             return list(json.load(response))
 
-    def stop(self) -> None:
-        if self.process is not None:
-            stop_process(self.process)
-            self.process = None
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
-
-    def __enter__(self) -> AlertmanagerHarness:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.stop()
 
 
 class PayloadRecorder:

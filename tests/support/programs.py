@@ -1,12 +1,9 @@
-"""External programs the end-to-end tests use: fail under CI when missing, skip locally with a reason;
-and how every test stops a process it started."""
+"""External programs and tools the tests use: fail under CI when missing, skip locally with a reason."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 from pathlib import Path
 from typing import NoReturn
 
@@ -37,19 +34,3 @@ def _missing(message: str) -> NoReturn:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{message}; CI=true requires it")
     pytest.skip(message)
-
-
-def stop_process(process: subprocess.Popen[bytes] | subprocess.Popen[str], grace_s: float = 10.0) -> int:
-    """SIGTERM, then SIGKILL when it has not exited within ``grace_s``; the exit status.
-
-    Why one helper: every harness (exporter, Prometheus, Alertmanager, remediator) must stop what it
-    started even when the program ignores SIGTERM, or a failed test leaves processes behind.
-    """
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-    return process.returncode

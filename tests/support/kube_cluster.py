@@ -17,8 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.fakeapiserver import FakeApiServer, stable_uid
+from simulator.fakeapiserver import FakeApiServer
 from simulator.fakekubelet import FakeContainer, FakeKubelet, FakePod
+from simulator.fakewrites import stable_uid
 from simulator.scenario import GpuSpec, load_scenario
 
 NODE = "gpu-node-e2e"

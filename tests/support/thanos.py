@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import tempfile
-import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -34,8 +31,10 @@ import pytest
 import yaml
 
 from devcluster import build
-from tests.e2e.prometheus_harness import PrometheusError, PrometheusHarness, Sample, free_port
-from tests.e2e.tools import stop_process
+from tests.support.polling import wait_for
+from tests.support.ports import free_port
+from tests.support.processes import ServerProcess
+from tests.support.prometheus import PrometheusError, PrometheusHarness, Sample
 
 
 def require_thanos() -> str:
@@ -68,8 +67,15 @@ class ThanosProcess:
         self.workdir = workdir
         self.http_port = http_port or free_port()
         self.grpc_port = grpc_port or free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-        self.log_path = workdir / f"thanos-{component}.log"
+        self.server = ServerProcess(
+            f"thanos {component}",
+            [binary, component, f"--http-address=127.0.0.1:{self.http_port}",
+             f"--grpc-address=127.0.0.1:{self.grpc_port}", "--log.level=warn", *self.args],
+            workdir, f"{self.url}/-/ready", workdir / f"thanos-{component}.log")
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        return self.server.process
 
     @property
     def url(self) -> str:
@@ -81,30 +87,8 @@ class ThanosProcess:
 
     def start(self, deadline_s: float = 60.0) -> ThanosProcess:
         """Start the process and wait until ``/-/ready`` answers 200."""
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                [self.binary, self.component, f"--http-address=127.0.0.1:{self.http_port}",
-                 f"--grpc-address=127.0.0.1:{self.grpc_port}", "--log.level=warn", *self.args],
-                stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
-        end = time.monotonic() + deadline_s
-        while not self._ready():
-            if time.monotonic() >= end:
-                tail = self.log_tail()
-                self.stop()
-                raise TimeoutError(f"thanos {self.component} not ready after {deadline_s:.0f} s:\n{tail}")
-            time.sleep(0.2)
+        self.server.start(deadline_s)
         return self
-
-    def _ready(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise PrometheusError(f"thanos {self.component} exited with {self.process.returncode}:\n{self.log_tail()}")
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
-                return bool(response.status == 200)
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return False
 
     def get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         """GET ``path`` on the HTTP listener and return the JSON answer's ``data``."""
@@ -116,14 +100,10 @@ class ThanosProcess:
         return body["data"]
 
     def log_tail(self, lines: int = 40) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return self.server.log_tail(lines)
 
     def stop(self) -> None:
-        if self.process is not None:
-            stop_process(self.process)
-            self.process = None
+        self.server.stop()
 
     def __enter__(self) -> ThanosProcess:
         return self.start()
@@ -175,19 +155,9 @@ class ThanosQuery(PrometheusHarness):
         args = [f"--endpoint.sd-config={sd_config}", "--endpoint.sd-config-reload-interval=1s",
                 *(f"--query.replica-label={label}" for label in self.replica_labels)]
         self.thanos = ThanosProcess(self.binary, "query", args, self.workdir).start()
+        self.server = self.thanos.server  # stopped, and its directory deleted, as a Prometheus' is
         self.port = self.thanos.http_port
         return self
-
-    def stop(self) -> None:
-        if self.thanos is not None:
-            self.thanos.stop()
-            self.thanos = None
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
-
-    def log_tail(self, lines: int = 40) -> str:
-        return self.thanos.log_tail(lines) if self.thanos is not None else ""
 
     def stores(self) -> list[dict[str, Any]]:
         """The endpoints the Query holds (``/api/v1/stores``), each with its external label sets."""
@@ -196,15 +166,9 @@ class ThanosQuery(PrometheusHarness):
 
     def wait_for_endpoints(self, count: int, deadline_s: float = 60.0) -> list[dict[str, Any]]:
         """Wait until ``count`` endpoints are healthy (no lastError)."""
-        end = time.monotonic() + deadline_s
-        while True:
-            stores = self.stores()
-            healthy = [s for s in stores if not s.get("lastError")]
-            if len(healthy) >= count:
-                return healthy
-            if time.monotonic() >= end:
-                raise TimeoutError(f"{len(healthy)} of {count} Thanos endpoints healthy: {stores}")
-            time.sleep(0.25)
+        stores = wait_for(self.stores, deadline_s, f"{count} healthy Thanos endpoints", 0.25,
+                          accept=lambda stores: len([s for s in stores if not s.get("lastError")]) >= count)
+        return [s for s in stores if not s.get("lastError")]
 
     def raw_query(self, expr: str, at: float | None = None) -> list[Sample]:
         """An instant query without deduplication: every replica's series with its replica label."""

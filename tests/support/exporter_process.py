@@ -9,39 +9,18 @@ from __future__ import annotations
 import gzip
 import http.client
 import os
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.tools import stop_process
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for(check: Callable[[], T | None], deadline_s: float, what: str, interval_s: float = 0.05) -> T:
-    """Poll ``check`` until it returns a truthy value or the deadline passes (then fail with ``what``)."""
-    end = time.monotonic() + deadline_s
-    last: T | None = None
-    while time.monotonic() < end:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {deadline_s} s waiting for {what} (last: {last!r})")
+from tests.support.paths import REPO_ROOT
+from tests.support.polling import wait_for
+from tests.support.ports import free_port
+from tests.support.processes import stop_process
 
 
 def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:

@@ -30,12 +30,9 @@ import functools
 import json
 import os
 import re
-import shutil
-import socket
 import subprocess
 import tempfile
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -44,8 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -57,12 +53,14 @@ from tests.dashboards.dashboard_queries import (
     all_queries,
     dcgm_exporter_queries,
 )
-from tests.e2e.tools import require_program, stop_process
+from tests.support.paths import REPO_ROOT
+from tests.support.polling import DeadlineExceeded, is_answer, wait_for
+from tests.support.ports import free_port
+from tests.support.processes import ProcessExited, ScratchServer, ServerProcess
+from tests.support.programs import require_program
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 RULE_FILES = tuple(sorted((REPO_ROOT / "deploy" / "rules").glob("*.yaml")))
 DEFAULT_JOB = "gpu-pod-exporter"
-T = TypeVar("T")
 
 
 class PrometheusError(RuntimeError):
@@ -176,26 +174,7 @@ def serve_metrics(render: Callable[[], bytes],
         server.server_close()
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _poll(check: Callable[[], T | None], deadline_s: float, interval_s: float, what: str) -> T:
-    """Call ``check`` until it returns something other than None, or raise TimeoutError."""
-    end = time.monotonic() + deadline_s
-    while True:
-        result = check()
-        if result is not None:
-            return result
-        if time.monotonic() >= end:
-            raise TimeoutError(f"timed out after {deadline_s:.0f} s waiting for {what}")
-        time.sleep(interval_s)
-
-
-class PrometheusHarness:
+class PrometheusHarness(ScratchServer):
     """A private Prometheus process scraping ``targets`` (host:port) every ``scrape_interval``.
 
     ``rule_files`` are loaded as they are (absolute paths); ``honor_labels`` defaults to True as
@@ -241,8 +220,7 @@ class PrometheusHarness:
         self.retention = retention
         self.extra_flags = list(extra_flags)
         self.port = 0
-        self.workdir: Path | None = None
-        self.process: subprocess.Popen[bytes] | None = None
+        super().__init__()
 
     # ------------------------------------------------------------------------------ lifecycle
     @property
@@ -279,56 +257,25 @@ class PrometheusHarness:
         config_path = self.workdir / "prometheus.yml"
         config_path.write_text(yaml.safe_dump(self.config(), sort_keys=False), encoding="utf-8")
         self.port = free_port()
-        log = (self.workdir / "prometheus.log").open("wb")
         storage = self.storage_path or self.workdir / "data"
-        self.process = subprocess.Popen(
+        self.server = ServerProcess(
+            "prometheus",
             [binary, f"--config.file={config_path}", f"--storage.tsdb.path={storage}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
              f"--storage.tsdb.retention.time={self.retention}", *self.extra_flags],
-            stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
-        log.close()
+            self.workdir, f"{self.url}/-/ready").launch()
         return self
 
     def wait_ready(self) -> PrometheusHarness:
         """Wait until the launched Prometheus answers /-/ready (stopping it if it never does)."""
+        assert self.server is not None, "launch() first"
         try:
-            _poll(self._ready, self.startup_timeout_s, 0.1, f"Prometheus on port {self.port} to be ready")
-        except (TimeoutError, PrometheusError):
+            self.server.wait_ready(self.startup_timeout_s)
+        except (DeadlineExceeded, ProcessExited):
             self.stop()
             raise
         return self
 
-    def _ready(self) -> bool | None:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise PrometheusError(f"prometheus exited with {self.process.returncode}:\n{self.log_tail()}")
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
-                return True if response.status == 200 else None
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return None
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The last lines Prometheus logged (for failure messages)."""
-        if self.workdir is None or not (self.workdir / "prometheus.log").exists():
-            return ""
-        return "\n".join((self.workdir / "prometheus.log").read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        """Stop Prometheus (SIGTERM, then SIGKILL after 10 s) and delete its data directory."""
-        if self.process is not None:
-            stop_process(self.process)
-            self.process = None
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
-
-    def __enter__(self) -> PrometheusHarness:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.stop()
 
     # ------------------------------------------------------------------------------------ API
     def api(self, path: str, params: Mapping[str, str] | None = None) -> Any:
@@ -379,17 +326,8 @@ class PrometheusHarness:
     def wait_for(self, expr: str, predicate: Callable[[list[Sample]], bool], deadline_s: float = 30.0,
                  interval_s: float = 0.25) -> list[Sample]:
         """Poll ``expr`` until ``predicate(result)`` holds; TimeoutError shows the last result."""
-        last: list[Sample] = []
-
-        def check() -> list[Sample] | None:
-            nonlocal last
-            last = self.query(expr)
-            return last if predicate(last) else None
-
-        try:
-            return _poll(check, deadline_s, interval_s, f"{expr!r} to satisfy the predicate")
-        except TimeoutError as error:
-            raise TimeoutError(f"{error}; last result: {last}") from None
+        return wait_for(lambda: self.query(expr), deadline_s, f"{expr!r} to satisfy the predicate",
+                        interval_s, accept=predicate)
 
     def wait_for_targets_up(self, deadline_s: float = 30.0) -> None:
         """Wait until every target of the job has been scraped successfully."""
@@ -405,7 +343,7 @@ class PrometheusHarness:
                             for group in groups for rule in group["rules"])
             return groups if groups and evaluated else None
 
-        return _poll(check, deadline_s, 0.25, "all rules to be evaluated")
+        return wait_for(check, deadline_s, "all rules to be evaluated", 0.25, accept=is_answer)
 
 
 def dashboard_panel_queries(
