@@ -36,9 +36,10 @@ def required_access(config: Config) -> list[dict[str, str]]:
     wanted = [{"verb": verb, "resource": resource, "group": ""} for verb, resource in REQUIRED_ACCESS]
     if config.kubernetes_enable_dra:  # this node's ResourceSlices (exporter.kube.resourceslices)
         wanted += [{"verb": verb, "resource": DRA_RESOURCE, "group": DRA_GROUP} for verb in ("list", "watch")]
-    if config.configmap_data:  # -m namespace:name: the counters CSV is read from that ConfigMap
-        namespace, _, name = config.configmap_data.partition(":")
-        wanted.append({"verb": "get", "resource": "configmaps", "group": "", "namespace": namespace, "name": name})
+    if config.configmap_data is not None:  # -m namespace:name: the counters CSV is read from that ConfigMap
+        configmap = config.configmap_data
+        wanted.append({"verb": "get", "resource": "configmaps", "group": "", "namespace": configmap.namespace,
+                       "name": configmap.name})
     return wanted
 
 CONFIG_HINT = ("in a pod: give it a ServiceAccount with automountServiceAccountToken: true (the chart does); "
