@@ -80,39 +80,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from prometheus_client.core import Metric
 
 from exporter.kube.attribution import NO_UTILIZATION, AllocationHolder, AttributionSnapshot, Workload
 from exporter.kube.container_peaks import PeakKey
 from exporter.kube.deviceids import GpuKey
+from exporter.kube.settings import SeriesSettings
 from exporter.metrics.render import owned_family
 
 MIB = 1024.0 * 1024.0
 WORKLOAD_NAMES = ("container", "namespace", "pod")
 OLD_WORKLOAD_NAMES = ("container_name", "pod_namespace", "pod_name")  # -o/--use-old-namespace (1.x)
-
-
-class SeriesSettings(Protocol):
-    """The five settings the series read (``exporter.kube.settings.KubernetesSettings`` has them): the
-    label spellings, pod_uid, DRA labels, virtual-GPU repeats and per-process series. Nothing else of the
-    configuration reaches these functions."""
-
-    @property
-    def use_old_namespace(self) -> bool: ...
-
-    @property
-    def kubernetes_enable_pod_uid(self) -> bool: ...
-
-    @property
-    def kubernetes_enable_dra(self) -> bool: ...
-
-    @property
-    def kubernetes_virtual_gpus(self) -> bool: ...
-
-    @property
-    def process_metrics(self) -> bool: ...
 
 
 @dataclass(frozen=True)
