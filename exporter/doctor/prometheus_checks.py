@@ -27,7 +27,7 @@ from exporter.doctor.report import Row, degraded, failed, ok, skipped
 from exporter.kube.series import PROCESS_ATTRIBUTION_FAMILIES
 from exporter.metrics.counters import CounterRow, CounterSet
 from exporter.prometheus.client import Connection, PrometheusClient, PrometheusError, redacted_url
-from exporter.prometheus.promql import quote
+from exporter.prometheus.promql import any_of, quote
 from exporter.web.server import parse_address
 
 SECTION = "prometheus"
@@ -233,7 +233,7 @@ def _counters_row(api: PrometheusClient, groups: list[dict[str, Any]], targets: 
     needed = needed_series(groups)
     if not needed:
         return skipped(SECTION, "counters", "no shipped rule is loaded, so no counter is needed")
-    expr = _over_targets(targets, f"count by (__name__) ({{__name__=~{quote('|'.join(needed))}, {{sel}}}})")
+    expr = _over_targets(targets, f"count by (__name__) ({{__name__=~{any_of(needed)}, {{sel}}}})")
     present = {item["metric"].get("__name__", "") for item in api.query(expr)}
     missing = [name for name in needed if name not in present]
     rows = {row.name: row for row in counters.metrics} if counters is not None else {}
