@@ -202,26 +202,12 @@ def virtual_gpu_samples(attribution: AttributionSnapshot, device: LabeledDevice,
     peak_of = VIRTUAL_GPU_PEAKS.get(field)
     if peak_of is not None:
         current = virtual_gpu_samples(attribution, device, peak_of, settings)
-        if not current:
-            return current
-        memory, sm_util = attribution.container_peaks.memory, attribution.container_peaks.sm_util
-        peaks, scale = (sm_util, 1.0) if peak_of == "DCGM_FI_DEV_GPU_UTIL" else (memory, 1 / MIB)
-        samples = []
-        for holder, (labels, value) in zip(allocation.holders, current, strict=True):
-            peak = peaks.get(_peak_key(device, holder.workload))
-            samples.append((labels, max(value, peak[1] * scale) if peak is not None else value))
-        return samples
-    if field == "DCGM_FI_DEV_GPU_UTIL":
-        if device.gpu_instance_id is not None:
-            return None
-        if device.uuid not in attribution.utilization_gpus:
-            return []
-        used = [(item.workload, float(item.utilization.sm)) for item in attribution.utilization(device.uuid)]
-    else:
-        if device.uuid not in attribution.process_gpus:
-            return []
-        used = [(item.workload, item.used_bytes / MIB)
-                for item in attribution.memory(device.uuid, device.gpu_instance_id)]
+        return _with_peaks(attribution, device, allocation.holders, current, peak_of) if current else current
+    if field == "DCGM_FI_DEV_GPU_UTIL" and device.gpu_instance_id is not None:
+        return None  # NVML samples no processes of a MIG instance
+    used = _process_usage(attribution, device, field)
+    if used is None:
+        return []  # the device's process data is unknown: no per-holder series
     samples = []
     for holder in allocation.holders:
         # Always with pod_uid, --kubernetes-enable-pod-uid or not: dcgm-exporter sets it on these per-pod series
@@ -230,6 +216,31 @@ def virtual_gpu_samples(attribution: AttributionSnapshot, device: LabeledDevice,
         if holder.replica_ids and "vgpu" not in device.labels:
             labels["vgpu"] = holder.replica_ids[0]
         samples.append((labels, sum(value for workload, value in used if _same_container(workload, holder.workload))))
+    return samples
+
+
+def _process_usage(attribution: AttributionSnapshot, device: LabeledDevice,
+                   field: str) -> list[tuple[Workload, float]] | None:
+    """Per process owner, its GPU_UTIL (% of the whole GPU) or FB_USED (MiB) on ``device``; None while
+    the device's process data is unknown (not read yet, or unreadable)."""
+    if field == "DCGM_FI_DEV_GPU_UTIL":
+        if device.uuid not in attribution.utilization_gpus:
+            return None
+        return [(item.workload, float(item.utilization.sm)) for item in attribution.utilization(device.uuid)]
+    if device.uuid not in attribution.process_gpus:
+        return None
+    return [(item.workload, item.used_bytes / MIB) for item in attribution.memory(device.uuid, device.gpu_instance_id)]
+
+
+def _with_peaks(attribution: AttributionSnapshot, device: LabeledDevice, holders: Sequence[AllocationHolder],
+                current: list[tuple[dict[str, str], float]], peak_of: str) -> list[tuple[dict[str, str], float]]:
+    """Each holder's current sample raised to its own peak over the window (``peak_of``'s peak family)."""
+    memory, sm_util = attribution.container_peaks.memory, attribution.container_peaks.sm_util
+    peaks, scale = (sm_util, 1.0) if peak_of == "DCGM_FI_DEV_GPU_UTIL" else (memory, 1 / MIB)
+    samples = []
+    for holder, (labels, value) in zip(holders, current, strict=True):
+        peak = peaks.get(_peak_key(device, holder.workload))
+        samples.append((labels, max(value, peak[1] * scale) if peak is not None else value))
     return samples
 
 
