@@ -91,13 +91,9 @@ class ConfigMapCounters:
                 if release is not None:
                     release()
             document = json.loads(body)
-        except ApiError as exc:
+        except ApiError as exc:  # every answer that is not 2xx, whichever transport the one client uses
             raise ConfigMapUnavailableError(self._status_message(exc.status, exc.reason), exc.retry_after) from None
-        except Exception as exc:  # noqa: BLE001 - urllib3, TLS, kubeconfig, JSON, the kubernetes package: all mean "unusable"
-            status = getattr(exc, "status", None)
-            if isinstance(status, int):  # the kubernetes package's ApiException
-                raise ConfigMapUnavailableError(self._status_message(status, str(getattr(exc, "reason", "")))) \
-                    from None
+        except Exception as exc:  # noqa: BLE001 - urllib3, TLS, kubeconfig, JSON: all mean "unusable"
             raise ConfigMapUnavailableError(f"{self.source}: cannot reach the API server: {exc}") from None
         data = document.get("data") if isinstance(document, dict) else None
         if not isinstance(data, dict) or not isinstance(data.get(KEY), str):
