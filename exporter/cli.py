@@ -116,6 +116,7 @@ def _configmap_counters(config: Config, prepared: list[Source]) -> CounterSet | 
     """``-m``: the ConfigMap's counters (None while it cannot be read); the source goes into ``prepared``."""
     from exporter.kube.configmap import ConfigMapCounters, ConfigMapUnavailableError  # noqa: PLC0415
 
+    assert config.configmap_data is not None  # the caller checked -m
     configmap = ConfigMapCounters(config.configmap_data, config.kubeconfig, config.configmap_interval_ms / 1000)
     prepared.append(configmap)
     try:

@@ -20,13 +20,20 @@ import dataclasses
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from exporter.app import App, ServeSettings, node_hostname
 from exporter.config import Config, with_implied_settings
 from exporter.health.wiring import HealthSettings, HealthTelemetry
 from exporter.hub import Hub, SamplerSettings, Source
-from exporter.kube.settings import KubernetesSettings
+from exporter.kube.settings import (
+    ApiSettings,
+    KubeletSettings,
+    KubernetesSettings,
+    ProcessSettings,
+    SeriesSettings,
+    WorkloadSettings,
+)
 from exporter.logs import get_logger
 from exporter.metrics.counters import CounterSet
 from exporter.metrics.render import RenderOptions
@@ -35,7 +42,11 @@ from exporter.snapshot import Snapshot
 from exporter.web.server import WebSecurity
 
 if TYPE_CHECKING:  # the simulator itself is imported only with --simulate, through simulator.entry
+    from _typeshed import DataclassInstance
+
     from exporter.simulation import SimulatedRun
+
+_Settings = TypeVar("_Settings", bound="DataclassInstance")
 
 log = get_logger("cli")
 
@@ -115,9 +126,19 @@ def sampler_settings(config: Config) -> SamplerSettings:
 
 
 def kubernetes_settings(config: Config) -> KubernetesSettings:
-    """The attribution's part of the resolved configuration (its fields are named as the settings)."""
-    fields = dataclasses.fields(KubernetesSettings)
-    return KubernetesSettings(**{item.name: getattr(config, item.name) for item in fields})
+    """The attribution's part of the resolved configuration, one group per component that reads it
+    (``exporter.kube.settings``; every field is named as the setting it carries)."""
+    return _named_settings(KubernetesSettings, config, kubelet=_named_settings(KubeletSettings, config),
+                           api=_named_settings(ApiSettings, config),
+                           workloads=_named_settings(WorkloadSettings, config),
+                           processes=_named_settings(ProcessSettings, config),
+                           series=_named_settings(SeriesSettings, config))
+
+
+def _named_settings(settings: type[_Settings], config: Config, **groups: object) -> _Settings:
+    """``settings`` filled from the configuration's fields of the same names (``groups`` given apart)."""
+    fields = [item.name for item in dataclasses.fields(settings) if item.name not in groups]
+    return settings(**{name: getattr(config, name) for name in fields}, **groups)
 
 
 def health_settings(config: Config) -> HealthSettings:

@@ -34,6 +34,7 @@ from exporter.metrics.selection import DEFAULT as ALL_DEVICES
 from exporter.options import (
     MAX_INTERVAL_MS,
     ConfigError,
+    ConfigMapRef,
     Option,
     TeamSource,
     choice,
@@ -160,9 +161,9 @@ class Config:
         ("--kubernetes-dra-driver-names",), "GPU_POD_EXPORTER_KUBERNETES_DRA_DRIVER_NAMES",
         parse_dra_drivers, ("gpu.nvidia.com",),
         "Comma-separated DRA driver names whose devices are NVIDIA GPUs (with --kubernetes-enable-dra).")
-    configmap_data: str = setting(
+    configmap_data: ConfigMapRef | None = setting(  # noqa: RUF009 - setting() is a dataclasses.field
         ("-m", "--configmap-data"), "DCGM_EXPORTER_CONFIGMAP_DATA",
-        parse_configmap, "",
+        parse_configmap, None,
         "Read the counters CSV from key 'metrics' of this ConfigMap (<namespace>:<name>) through the API "
         "server instead of --collectors; re-read in the background.")
     configmap_interval_ms: int = setting(
@@ -594,7 +595,7 @@ def _describe_default(option: Option) -> str:
         return "true" if value else "false"
     if isinstance(value, float):  # a Go duration, in seconds
         return f"{value:g}s"
-    return str(value) if value != "" else "none"
+    return str(value) if value not in ("", None) else "none"
 
 
 def _version() -> str:

@@ -172,15 +172,34 @@ _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _CONFIGMAP = re.compile(rf"^(?P<namespace>{_DNS_LABEL}):(?P<name>{_DNS_LABEL}(\.{_DNS_LABEL})*)$")
 
 
-def parse_configmap(raw: object) -> str:
-    """dcgm-exporter's ``-m namespace:name``; its default ``none`` (and empty) means no ConfigMap."""
+@dataclass(frozen=True)
+class ConfigMapRef:
+    """A ConfigMap named by dcgm-exporter's ``-m namespace:name``: parsed (and checked as DNS names) once,
+    here, so the exporter, its RBAC check in ``doctor`` and the messages read the two parts, never the text."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        """As the user writes it (``namespace:name``), for ``--help`` and messages about the flag."""
+        return f"{self.namespace}:{self.name}"
+
+    @property
+    def path(self) -> str:
+        """``namespace/name``, as kubectl and the API server's messages name it."""
+        return f"{self.namespace}/{self.name}"
+
+
+def parse_configmap(raw: object) -> ConfigMapRef | None:
+    """dcgm-exporter's ``-m namespace:name``; its default ``none`` (and empty) means no ConfigMap (None)."""
     text = parse_str(raw).strip()
     if text in ("", "none"):
-        return ""
-    if not _CONFIGMAP.match(text) or len(text.partition(":")[2]) > 253:
+        return None
+    match = _CONFIGMAP.match(text)
+    if not match or len(match.group("name")) > 253:
         raise ValueError(f"invalid ConfigMap {text!r}: expected <namespace>:<name>, e.g. "
                          "gpu-monitoring:exporter-metrics-config-map")
-    return text
+    return ConfigMapRef(match.group("namespace"), match.group("name"))
 
 
 _DRA_DRIVER = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")

@@ -30,7 +30,7 @@ def _default(option: Option) -> str:
         return "`" + ",".join(map(str, value)) + "`" if value else "(none)"
     if isinstance(value, float):  # a Go duration, in seconds
         return f"`{value:g}s`"
-    if value == "":
+    if value in ("", None):
         return "(none)"
     return f"`{value}`"
 

@@ -77,21 +77,7 @@ def compose(text: str, *, allow_aliases: bool = False) -> yaml.Node | None:
     depth = 0
     try:
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
-            line = event.start_mark.line + 1 if event.start_mark is not None else None
-            if isinstance(event, yaml.AliasEvent) and not allow_aliases:
-                raise YamlInputError(line, "YAML aliases (*name) are not accepted in this file; write the value out")
-            if isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise YamlInputError(line, f"nested deeper than {MAX_DEPTH} levels")
-            elif isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
-                depth -= 1
-            tag = getattr(event, "tag", None)
-            if tag is not None and tag != "!" and _expand_tag(tag) not in _STANDARD_TAGS:
-                raise YamlInputError(line, "unsupported YAML tag (only the standard ones, like !!str, are accepted)")
-            if isinstance(event, yaml.ScalarEvent) and event.implicit[0] and len(event.value) > MAX_NUMBER_DIGITS \
-                    and _NUMBER.match(event.value):
-                raise YamlInputError(line, f"a number longer than {MAX_NUMBER_DIGITS} characters")
+            depth = _checked_event(event, depth, allow_aliases=allow_aliases)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         raise YamlInputError(*describe_error(exc)) from None
@@ -105,6 +91,27 @@ def compose(text: str, *, allow_aliases: bool = False) -> yaml.Node | None:
             raise YamlInputError(root.start_mark.line + 1, f"aliases expand to more than {MAX_EXPANDED_NODES} "
                                  "values, or refer to themselves")
     return root
+
+
+def _checked_event(event: yaml.Event, depth: int, *, allow_aliases: bool) -> int:
+    """The nesting depth after ``event``; ``YamlInputError`` if the event crosses one of the bounds above
+    (an alias where none is accepted, too deep, a non-standard tag, a number too long to convert cheaply)."""
+    line = event.start_mark.line + 1 if event.start_mark is not None else None
+    if isinstance(event, yaml.AliasEvent) and not allow_aliases:
+        raise YamlInputError(line, "YAML aliases (*name) are not accepted in this file; write the value out")
+    if isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise YamlInputError(line, f"nested deeper than {MAX_DEPTH} levels")
+    elif isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
+        depth -= 1
+    tag = getattr(event, "tag", None)
+    if tag is not None and tag != "!" and _expand_tag(tag) not in _STANDARD_TAGS:
+        raise YamlInputError(line, "unsupported YAML tag (only the standard ones, like !!str, are accepted)")
+    if isinstance(event, yaml.ScalarEvent) and event.implicit[0] and len(event.value) > MAX_NUMBER_DIGITS \
+            and _NUMBER.match(event.value):
+        raise YamlInputError(line, f"a number longer than {MAX_NUMBER_DIGITS} characters")
+    return depth
 
 
 def _expand_tag(tag: str) -> str:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from exporter.composition import build_app, resolve
+from exporter.composition import build_app, kubernetes_settings, resolve
 from exporter.config import load_config
 from exporter.hub import Hub
+from exporter.kube.settings import ApiSettings
 from exporter.metrics.counters import load_counters
 
 
@@ -63,3 +65,18 @@ def test_every_source_installs_into_the_hub_before_the_app_is_built_in_one_order
         assert owners == ["KubernetesWiring", "HpcJobMapping", "EventWatcher", "NoneType"]
     finally:
         app.stop()
+
+
+def test_each_kubernetes_component_is_given_only_its_own_group_of_settings() -> None:
+    """The kubelet client, the watches, the workload factory, process attribution and the series each
+    read one small group, filled at the root from the settings of the same names."""
+    config = load_config(["-k", "--kubernetes-virtual-gpus", "--node-name", "n1", "-o",
+                          "--kubernetes-pod-label-allowlist-regex", "^app$"], {})
+    settings = kubernetes_settings(resolve(config).config)
+    assert settings.api == ApiSettings(node_name="n1", kubeconfig="", kubeconfig_allow_exec=False)
+    assert settings.series.kubernetes_virtual_gpus and settings.series.use_old_namespace
+    assert settings.workloads.kubernetes_pod_label_allowlist_regex == ("^app$",)
+    assert settings.kubelet.pod_resources_socket == config.pod_resources_socket
+    assert {field.name for field in dataclasses.fields(settings.series)} == {
+        "use_old_namespace", "kubernetes_enable_pod_uid", "kubernetes_enable_dra", "kubernetes_virtual_gpus",
+        "process_metrics"}

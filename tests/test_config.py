@@ -149,7 +149,14 @@ def test_a_malformed_upstream_value_is_one_line_and_exit_2(argv: list[str], mess
 
 
 def test_configmap_none_is_dcgm_exporters_unset() -> None:
-    assert load_config(["-m", "none"], {}).configmap_data == ""
+    assert load_config(["-m", "none"], {}).configmap_data is None
+
+
+def test_configmap_reference_is_parsed_once_into_namespace_and_name() -> None:
+    reference = load_config([], {"DCGM_EXPORTER_CONFIGMAP_DATA": "gpu-monitoring:exporter.counters"}).configmap_data
+    assert reference is not None
+    assert (reference.namespace, reference.name) == ("gpu-monitoring", "exporter.counters")
+    assert (str(reference), reference.path) == ("gpu-monitoring:exporter.counters", "gpu-monitoring/exporter.counters")
 
 
 @pytest.mark.parametrize("spelling", ["1", "t", "T", "TRUE", "true", "True"])

@@ -36,9 +36,10 @@ def required_access(config: Config) -> list[dict[str, str]]:
     wanted = [{"verb": verb, "resource": resource, "group": ""} for verb, resource in REQUIRED_ACCESS]
     if config.kubernetes_enable_dra:  # this node's ResourceSlices (exporter.kube.resourceslices)
         wanted += [{"verb": verb, "resource": DRA_RESOURCE, "group": DRA_GROUP} for verb in ("list", "watch")]
-    if config.configmap_data:  # -m namespace:name: the counters CSV is read from that ConfigMap
-        namespace, _, name = config.configmap_data.partition(":")
-        wanted.append({"verb": "get", "resource": "configmaps", "group": "", "namespace": namespace, "name": name})
+    if config.configmap_data is not None:  # -m namespace:name: the counters CSV is read from that ConfigMap
+        configmap = config.configmap_data
+        wanted.append({"verb": "get", "resource": "configmaps", "group": "", "namespace": configmap.namespace,
+                       "name": configmap.name})
     return wanted
 
 CONFIG_HINT = ("in a pod: give it a ServiceAccount with automountServiceAccountToken: true (the chart does); "
@@ -128,7 +129,7 @@ def check_api(config: Config, timeout_s: float) -> list[Row]:
         pods = listed.value
         rows.append(ok(SECTION, "connection", f"reachable: lists {pods} pods on node {node}", pods=pods))
     rows.extend(_access_rows(lists, required_access(config), timeout_s))
-    rows.append(_node_row(config, node, pods, lists, timeout_s))
+    rows.append(_node_row(node, from_node_name=bool(config.node_name), pods=pods, lists=lists, timeout_s=timeout_s))
     return rows
 
 
@@ -194,10 +195,11 @@ def _call(lists: CoreV1ListMethods, timeout_s: float, method: str, path: str, bo
     return lambda: _ask(lists, timeout_s, method, path, body)
 
 
-def _node_row(config: Config, node: str, pods: int | None, lists: CoreV1ListMethods, timeout_s: float
+def _node_row(node: str, *, from_node_name: bool, pods: int | None, lists: CoreV1ListMethods, timeout_s: float
               ) -> Row:
-    data = {"node": node, "from": "NODE_NAME" if config.node_name else "hostname"}
-    if not config.node_name:
+    """Whether ``node`` (NODE_NAME, or else the hostname: ``from_node_name`` says which) names this node."""
+    data = {"node": node, "from": "NODE_NAME" if from_node_name else "hostname"}
+    if not from_node_name:
         unset = (f"NODE_NAME is not set: the pod watch uses this machine's hostname {node!r}, which differs from "
                  "the node name on many clouds")
         if pods:

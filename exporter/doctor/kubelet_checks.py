@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import stat
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 from exporter.config import Config
 from exporter.doctor.deadline import run_with_deadline
 from exporter.doctor.nvml_checks import NvmlFindings
 from exporter.doctor.report import Row, degraded, failed, ok, skipped
-from exporter.kube.deviceids import DeviceCatalog, DeviceIdKind, parse_device_id
+from exporter.kube.deviceids import DeviceCatalog, DeviceIdKind, ParsedDeviceId, parse_device_id
 from exporter.kube.podresources.client import KubeletState, PodResourcesClient
 from exporter.kube.podresources.listing import PodResourcesListing, gpu_resource_filter
 
@@ -72,8 +73,8 @@ def check_kubelet(config: Config, gpus: NvmlFindings, timeout_s: float) -> list[
     holding = len(listing.pods)
     rows.append(ok(SECTION, "list", f"v1 List answers: {listing.pods_listed} pods, {holding} holding devices",
                    pods=listing.pods_listed, pods_with_devices=holding))
-    rows.append(_resource_row(config, listing))
-    rows.append(_device_id_row(config, listing, gpus))
+    rows.append(_resource_row(config.nvidia_resource_names, listing))
+    rows.append(_device_id_row(config.nvidia_resource_names, listing, gpus))
     return rows
 
 
@@ -105,8 +106,8 @@ def _list_failed(state: KubeletState) -> Row:
     return failed(SECTION, "list", error, hint, error_kind=state.error_kind)
 
 
-def _resource_row(config: Config, listing: PodResourcesListing) -> Row:
-    accept = gpu_resource_filter(config.nvidia_resource_names)
+def _resource_row(resource_names: tuple[str, ...], listing: PodResourcesListing) -> Row:
+    accept = gpu_resource_filter(resource_names)
     names = sorted({device.resource_name for pod in listing.pods for container in pod.containers
                     for device in container.devices})
     gpu = [name for name in names if accept(name)]
@@ -121,15 +122,21 @@ def _resource_row(config: Config, listing: PodResourcesListing) -> Row:
     return ok(SECTION, "resources", text, gpu=gpu, ignored=ignored)
 
 
-def _device_id_row(config: Config, listing: PodResourcesListing, gpus: NvmlFindings) -> Row:
-    devices, unreadable = gpus.devices, gpus.unreadable
-    accept = gpu_resource_filter(config.nvidia_resource_names)
+def _gpu_holders(resource_names: tuple[str, ...], listing: PodResourcesListing) -> dict[str, str]:
+    """Each GPU device ID the kubelet handed out, and the first container (``ns/pod/container``) holding it."""
+    accept = gpu_resource_filter(resource_names)
     holders: dict[str, str] = {}
     for pod in listing.pods:
         for container in pod.containers:
             for device in container.devices:
                 if accept(device.resource_name):
                     holders.setdefault(device.device_id, f"{pod.namespace}/{pod.name}/{container.name}")
+    return holders
+
+
+def _device_id_row(resource_names: tuple[str, ...], listing: PodResourcesListing, gpus: NvmlFindings) -> Row:
+    devices = gpus.devices
+    holders = _gpu_holders(resource_names, listing)
     if not holders:
         return ok(SECTION, "device ids", "no GPU device ID handed out right now", forms={}, unmatched=[])
     parsed = {raw: parse_device_id(raw) for raw in holders}
@@ -143,6 +150,15 @@ def _device_id_row(config: Config, listing: PodResourcesListing, gpus: NvmlFindi
     if not unmatched:
         return ok(SECTION, "device ids", f"{len(holders)} IDs ({forms_text}), every one maps to a GPU of this node",
                   forms=dict(forms), unmatched=[])
+    return _unmatched_row(unmatched, holders, parsed, (forms, forms_text), gpus)
+
+
+def _unmatched_row(unmatched: list[str], holders: Mapping[str, str], parsed: Mapping[str, ParsedDeviceId],
+                   described: tuple[Counter[str], str], gpus: NvmlFindings) -> Row:
+    """Device IDs that name no GPU here: opaque IDs, IDs of GPUs NVML cannot read, or a real mismatch.
+    ``described``: the count of IDs of each form, and that count as the row writes it."""
+    devices, unreadable = gpus.devices, gpus.unreadable
+    forms, forms_text = described
     shown = "; ".join(f"{raw} ({holders[raw]})" for raw in unmatched[:5]) + (" ..." if len(unmatched) > 5 else "")
     opaque = all(parsed[raw].kind is DeviceIdKind.OPAQUE for raw in unmatched)
     minors = ", ".join(f"nvidia{device.minor}" for device in sorted(devices, key=lambda d: d.minor))

@@ -126,7 +126,7 @@ def check_nvml(config: Config, counters: CounterSet | None, timeout_s: float) ->
         findings.rows.append(_lost_row(index, reason))
     for device in inventory.devices:
         gpu = _Gpu(nvml, device, readings.get(device.identity.index), snapshot, sampler, timeout_s)
-        _examine(gpu, hung, findings, counters, config)
+        _examine(gpu, hung, findings, counters, process_reads=config.process_attribution or config.process_metrics)
     return findings
 
 
@@ -177,8 +177,9 @@ def _system_rows(sampler: Sampler, inventory: Inventory, nvml: RecordingClient, 
     return True
 
 
-def _examine(gpu: _Gpu, hung: str, findings: NvmlFindings, counters: CounterSet | None, config: Config) -> None:
-    """One GPU's rows: its identity, then (unless a hang stopped the run or it is lost) its facts and counters."""
+def _examine(gpu: _Gpu, hung: str, findings: NvmlFindings, counters: CounterSet | None, *, process_reads: bool) -> None:
+    """One GPU's rows: its identity, then (unless a hang stopped the run or it is lost) its facts and counters.
+    ``process_reads``: the exporter reads process lists (process attribution or the per-process series)."""
     rows = findings.rows
     identity = gpu.device.identity
     index = identity.index
@@ -195,7 +196,7 @@ def _examine(gpu: _Gpu, hung: str, findings: NvmlFindings, counters: CounterSet 
         rows.append(_lost_row(index, gpu.reading.error, identity))
         return
     rows.append(ok(gpu.section, "identity", _identity_text(identity), **_identity_data(identity)))
-    gpu_rows, processes = _gpu_rows(gpu, counters, config)
+    gpu_rows, processes = _gpu_rows(gpu, counters, process_reads=process_reads)
     rows.extend(gpu_rows)
     if processes is not None:
         findings.processes[index] = processes
@@ -292,8 +293,8 @@ class _Gpu:
         return value, False
 
 
-def _gpu_rows(gpu: _Gpu, counters: CounterSet | None,
-              config: Config) -> tuple[list[Row], tuple[GpuProcess, ...] | None]:
+def _gpu_rows(gpu: _Gpu, counters: CounterSet | None, *,
+              process_reads: bool) -> tuple[list[Row], tuple[GpuProcess, ...] | None]:
     rows: list[Row] = []
     facts: list[tuple[str, Callable[[], Row]]] = [("mig", lambda: _mig_row(gpu)), ("gpm", lambda: _gpm_row(gpu)),
                                                   ("events", lambda: _events_row(gpu))]
@@ -303,7 +304,7 @@ def _gpu_rows(gpu: _Gpu, counters: CounterSet | None,
         if hung:
             return rows, None
     gpu.xid_ok = any(row.check == "events" and bool(row.data.get("xid")) for row in rows)
-    listed, problem, hung = gpu.guarded("process list", lambda: _process_row(gpu, config))
+    listed, problem, hung = gpu.guarded("process list", lambda: _process_row(gpu, used=process_reads))
     processes: tuple[GpuProcess, ...] | None = None
     if problem is not None:
         rows.append(problem)
@@ -404,9 +405,8 @@ def _events_row(gpu: _Gpu) -> Row:
     return ok(section, "events", f"registers {', '.join(names)}{note}", xid=xid, registered=names)
 
 
-def _process_row(gpu: _Gpu, config: Config) -> tuple[Row, tuple[GpuProcess, ...] | None]:
+def _process_row(gpu: _Gpu, *, used: bool) -> tuple[Row, tuple[GpuProcess, ...] | None]:
     nvml, device, section = gpu.nvml, gpu.device, gpu.section
-    used = config.process_attribution or config.process_metrics
     pids: dict[int, GpuProcess] = {}
     errors: list[str] = []
     for function in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):

@@ -25,9 +25,9 @@ from exporter.app import node_hostname
 from exporter.config import Config
 from exporter.doctor.report import Row, degraded, failed, ok, skipped
 from exporter.kube.series import PROCESS_ATTRIBUTION_FAMILIES
-from exporter.metrics.counters import CounterSet
+from exporter.metrics.counters import CounterRow, CounterSet
 from exporter.prometheus.client import Connection, PrometheusClient, PrometheusError, redacted_url
-from exporter.prometheus.promql import quote
+from exporter.prometheus.promql import any_of, quote
 from exporter.web.server import parse_address
 
 SECTION = "prometheus"
@@ -94,7 +94,7 @@ def check_prometheus(url: str, config: Config, counters: CounterSet | None, gpu_
     version = info.get("version", "?") if isinstance(info, dict) else "?"
     rows = [ok(SECTION, "reachable", f"{shown}: Prometheus {version}", version=version)]
     try:
-        targets = _our_targets(api, config, node_hostname(config))
+        targets = _our_targets(api, parse_address(config.address)[1], node_hostname(config))
         rows.append(_target_row(targets, node_hostname(config)))
         up = [target for target in targets if target.health == "up"]
         groups = api.get("rules").get("groups") or []
@@ -113,8 +113,8 @@ def check_prometheus(url: str, config: Config, counters: CounterSet | None, gpu_
     return rows
 
 
-def _our_targets(api: PrometheusClient, config: Config, hostname: str | None) -> list[_Target]:
-    """The targets delivering this node's series: by the Hostname label of GPU series, else by our port."""
+def _our_targets(api: PrometheusClient, port: int, hostname: str | None) -> list[_Target]:
+    """The targets delivering this node's series: by the Hostname label of GPU series, else by our ``port``."""
     active = [_Target(str(item.get("labels", {}).get("job", "")), str(item.get("labels", {}).get("instance", "")),
                       str(item.get("scrapeUrl", "")), str(item.get("health", "")), str(item.get("lastError", "")))
               for item in api.get("targets", state="active").get("activeTargets") or []]
@@ -126,7 +126,6 @@ def _our_targets(api: PrometheusClient, config: Config, hostname: str | None) ->
         pairs = {(item["metric"].get("job", ""), item["metric"].get("instance", "")) for item in api.query(expr)}
     ours = [target for target in active if (target.job, target.instance) in pairs]
     if not ours:  # nothing scraped from this node: a target on the exporter's port that is down is the suspect
-        _, port = parse_address(config.address)
         ours = [target for target in active
                 if urllib.parse.urlsplit(target.scrape_url).port == port and target.health != "up"]
     return ours
@@ -191,6 +190,36 @@ def counter_states(rows: Iterable[Row]) -> dict[str, set[str]]:
     return states
 
 
+_NOT_IN_CSV = "not in the counters CSV"
+_UNSUPPORTED = "not supported by this node's GPUs"
+_NO_EVENT_YET = "no event yet (the series appears with the first one)"
+_ATTRIBUTION_OFF = f"process attribution is off ({PROCESS_ATTRIBUTION_OFF})"
+_NOT_STORED = "served here but not stored by Prometheus"
+_SELF_METRIC_ABSENT = "exporter self-metrics absent"
+_ABSENT_AS_EXPECTED = frozenset({_UNSUPPORTED, _NO_EVENT_YET, _ATTRIBUTION_OFF})
+
+
+def _why_absent(name: str, row: CounterRow | None, states: dict[str, set[str]], *, process_attribution: bool) -> str:
+    """Why a series a shipped rule reads is not in Prometheus (one of the groups above)."""
+    if name in PROCESS_ATTRIBUTION_FAMILIES and not process_attribution:
+        return _ATTRIBUTION_OFF
+    if row is None:
+        return _NOT_IN_CSV if name.startswith("DCGM_") else _SELF_METRIC_ABSENT
+    if row.spec.read.produced_by is not None:
+        return _NO_EVENT_YET
+    if states.get(name) and states[name] <= {"unsupported"}:
+        return _UNSUPPORTED
+    return _NOT_STORED
+
+
+def _counters_hint(groups_of: dict[str, list[str]]) -> str:
+    if groups_of[_NOT_IN_CSV]:
+        return "add the missing rows to the counters CSV (the chart's counters ConfigMap, -f/--collectors)"
+    if groups_of[_NOT_STORED]:
+        return "a metricRelabelings drop or the scrape's sampleLimit removes them: check the ServiceMonitor"
+    return "the exporter did not produce its own metrics: check its log and /metrics"
+
+
 def _counters_row(api: PrometheusClient, groups: list[dict[str, Any]], targets: list[_Target],
                   counters: CounterSet | None, states: dict[str, set[str]], *, process_attribution: bool) -> Row:
     """Which series the loaded shipped rules read are absent, and whether that is expected on this node.
@@ -204,40 +233,19 @@ def _counters_row(api: PrometheusClient, groups: list[dict[str, Any]], targets: 
     needed = needed_series(groups)
     if not needed:
         return skipped(SECTION, "counters", "no shipped rule is loaded, so no counter is needed")
-    expr = _over_targets(targets, f"count by (__name__) ({{__name__=~{quote('|'.join(needed))}, {{sel}}}})")
+    expr = _over_targets(targets, f"count by (__name__) ({{__name__=~{any_of(needed)}, {{sel}}}})")
     present = {item["metric"].get("__name__", "") for item in api.query(expr)}
     missing = [name for name in needed if name not in present]
     rows = {row.name: row for row in counters.metrics} if counters is not None else {}
-    off = f"process attribution is off ({PROCESS_ATTRIBUTION_OFF})"
-    groups_of: dict[str, list[str]] = {"not in the counters CSV": [], "not supported by this node's GPUs": [],
-                                       "no event yet (the series appears with the first one)": [], off: [],
-                                       "served here but not stored by Prometheus": [],
-                                       "exporter self-metrics absent": []}
+    groups_of: dict[str, list[str]] = {what: [] for what in (_NOT_IN_CSV, _UNSUPPORTED, _NO_EVENT_YET,
+                                                             _ATTRIBUTION_OFF, _NOT_STORED, _SELF_METRIC_ABSENT)}
     for name in missing:
-        row = rows.get(name)
-        if name in PROCESS_ATTRIBUTION_FAMILIES and not process_attribution:
-            groups_of[off].append(name)
-        elif row is None:
-            groups_of["not in the counters CSV" if name.startswith("DCGM_") else "exporter self-metrics absent"
-                      ].append(name)
-        elif row.spec.read.produced_by is not None:
-            groups_of["no event yet (the series appears with the first one)"].append(name)
-        elif states.get(name) and states[name] <= {"unsupported"}:
-            groups_of["not supported by this node's GPUs"].append(name)
-        else:
-            groups_of["served here but not stored by Prometheus"].append(name)
+        groups_of[_why_absent(name, rows.get(name), states, process_attribution=process_attribution)].append(name)
     parts = [f"{what}: {', '.join(names)}" for what, names in groups_of.items() if names]
-    expected = {"not supported by this node's GPUs", "no event yet (the series appears with the first one)", off}
-    problems = [name for what, names in groups_of.items() if what not in expected for name in names]
+    problems = [name for what, names in groups_of.items() if what not in _ABSENT_AS_EXPECTED for name in names]
     text = f"{len(needed) - len(missing)} of {len(needed)} series the shipped rules read are scraped from this node"
     if not problems:
         detail = text + (f"; absent as expected: {'; '.join(parts)}" if parts else "")
         return ok(SECTION, "counters", detail, needed=needed, missing=missing)
-    if groups_of["not in the counters CSV"]:
-        hint = "add the missing rows to the counters CSV (the chart's counters ConfigMap, -f/--collectors)"
-    elif groups_of["served here but not stored by Prometheus"]:
-        hint = "a metricRelabelings drop or the scrape's sampleLimit removes them: check the ServiceMonitor"
-    else:
-        hint = "the exporter did not produce its own metrics: check its log and /metrics"
-    return degraded(SECTION, "counters", f"{text}; {'; '.join(parts)}", hint, needed=needed, missing=missing,
-                    unexpected=problems)
+    return degraded(SECTION, "counters", f"{text}; {'; '.join(parts)}", _counters_hint(groups_of), needed=needed,
+                    missing=missing, unexpected=problems)

@@ -69,7 +69,7 @@ from exporter.kube.processes import (
     attribute_utilization,
 )
 from exporter.kube.resourceslices import ResourceSliceWatch, SliceView
-from exporter.kube.settings import KubernetesSettings
+from exporter.kube.settings import KubernetesSettings, WorkloadSettings
 from exporter.logs import StateLog, get_logger
 from exporter.snapshot import DeviceIdentity, GpuProcess, MigIdentity, ProcessUtilization
 
@@ -260,7 +260,7 @@ class _ProcessInput:
 class WorkloadFactory:
     """Turns kubelet container references and process owners into ``Workload`` values."""
 
-    def __init__(self, settings: KubernetesSettings) -> None:
+    def __init__(self, settings: WorkloadSettings) -> None:
         self._teams = TeamResolver(settings.team_label_sources)
         self._pod_labels = PodLabelPolicy(settings.kubernetes_enable_pod_labels,
                                           settings.kubernetes_pod_label_allowlist_regex)
@@ -399,23 +399,24 @@ class KubernetesAttribution:
         self._peaks = ContainerPeaks(settings.peak_window_ms / 1000.0)
         self._published_peaks = NO_PEAKS
         self._on_change = on_change
-        self._workloads = WorkloadFactory(settings)
+        self._workloads = WorkloadFactory(settings.workloads)
+        kubelet, api = settings.kubelet, settings.api
         self.kubelet = PodResourcesClient(
-            settings.pod_resources_socket, settings.pod_resources_interval_ms / 1000.0,
-            gpu_resource_filter(settings.nvidia_resource_names), on_change=lambda _state: self._notify(),
+            kubelet.pod_resources_socket, kubelet.pod_resources_interval_ms / 1000.0,
+            gpu_resource_filter(kubelet.nvidia_resource_names), on_change=lambda _state: self._notify(),
             call_timeout_s=kubelet_call_timeout_s, stale_after_s=stale_after_s, dra=settings.kubernetes_enable_dra)
         timeouts = watch_timeouts or WatchTimeouts(stale_after_s=stale_after_s)
-        node = settings.node_name or socket.gethostname()
+        node = api.node_name or socket.gethostname()
         self.metadata = KubernetesMetadata(
-            node, on_change=self._notify, kubeconfig=settings.kubeconfig,
-            allow_exec=settings.kubeconfig_allow_exec, timeouts=timeouts, api_factory=api_factory)
+            node, on_change=self._notify, kubeconfig=api.kubeconfig,
+            allow_exec=api.kubeconfig_allow_exec, timeouts=timeouts, api_factory=api_factory)
         # DRA: this node's ResourceSlices, watched over the pod watch's API connection.
         self.slices = ResourceSliceWatch(node, on_change=self._notify, timeouts=timeouts) \
             if settings.kubernetes_enable_dra else None
         self._dra_drivers = frozenset(settings.kubernetes_dra_driver_names)
         self._unresolved_log = StateLog(LOG)
         self._logged_unresolved: dict[tuple[tuple[str, str, str], tuple[str, ...]], str] = {}
-        self._resolver = ProcessCgroupResolver(settings.proc_root)
+        self._resolver = ProcessCgroupResolver(settings.processes.proc_root)
         self._process_input: _ProcessInput | None = None
         self._process_lock = threading.Lock()
         self._memo_lock = threading.Lock()
@@ -431,13 +432,13 @@ class KubernetesAttribution:
 
     @property
     def process_attribution(self) -> bool:
-        return self.settings.process_attribution or self.settings.process_metrics
+        return self.settings.processes.enabled
 
     def start(self) -> None:
         if not self.settings.kubernetes or self._started:
             return
         self._started = True
-        if not self.settings.node_name:
+        if not self.settings.api.node_name:
             LOG.warning("NODE_NAME is not set; watching pods with spec.nodeName=%s (this machine's "
                         "hostname). Set NODE_NAME from the downward API (spec.nodeName).",
                         socket.gethostname())

@@ -32,6 +32,7 @@ from exporter.hub import Hub
 from exporter.kube.apiserver import ApiError, build_lists
 from exporter.logs import get_logger
 from exporter.metrics.counters import CounterFileError, CounterSet, parse_counters
+from exporter.options import ConfigMapRef
 from exporter.periodic import Periodic
 
 LOG = get_logger("kube.configmap")
@@ -52,10 +53,10 @@ class ConfigMapUnavailableError(Exception):
 class ConfigMapCounters:
     """The counters CSV of one ConfigMap: read once at start, then refreshed in the background."""
 
-    def __init__(self, reference: str, kubeconfig: str, interval_s: float, *,
+    def __init__(self, reference: ConfigMapRef, kubeconfig: str, interval_s: float, *,
                  lists_factory: Callable[[str], Any] = build_lists,
                  jitter: Callable[[], float] = random.random, clock: Callable[[], float] = time.monotonic) -> None:
-        self.namespace, _, self.name = reference.partition(":")
+        self.reference = reference
         self.kubeconfig = kubeconfig
         self.interval_s = interval_s
         self.on_change: Callable[[CounterSet], None] = lambda _counters: None
@@ -71,7 +72,7 @@ class ConfigMapCounters:
 
     @property
     def source(self) -> str:
-        return f"configmap {self.namespace}/{self.name} (key {KEY})"
+        return f"configmap {self.reference.path} (key {KEY})"
 
     # -- fetching ----------------------------------------------------------------------------------
 
@@ -81,7 +82,8 @@ class ConfigMapCounters:
             if self._lists is None:
                 self._lists = self._lists_factory(self.kubeconfig)
             response = self._lists.read_namespaced_config_map(
-                self.name, self.namespace, _request_timeout=REQUEST_TIMEOUT_S, _preload_content=False)
+                self.reference.name, self.reference.namespace, _request_timeout=REQUEST_TIMEOUT_S,
+                _preload_content=False)
             try:
                 body = response.read()
             finally:
@@ -89,13 +91,9 @@ class ConfigMapCounters:
                 if release is not None:
                     release()
             document = json.loads(body)
-        except ApiError as exc:
+        except ApiError as exc:  # every answer that is not 2xx, whichever transport the one client uses
             raise ConfigMapUnavailableError(self._status_message(exc.status, exc.reason), exc.retry_after) from None
-        except Exception as exc:  # noqa: BLE001 - urllib3, TLS, kubeconfig, JSON, the kubernetes package: all mean "unusable"
-            status = getattr(exc, "status", None)
-            if isinstance(status, int):  # the kubernetes package's ApiException
-                raise ConfigMapUnavailableError(self._status_message(status, str(getattr(exc, "reason", "")))) \
-                    from None
+        except Exception as exc:  # noqa: BLE001 - urllib3, TLS, kubeconfig, JSON: all mean "unusable"
             raise ConfigMapUnavailableError(f"{self.source}: cannot reach the API server: {exc}") from None
         data = document.get("data") if isinstance(document, dict) else None
         if not isinstance(data, dict) or not isinstance(data.get(KEY), str):
@@ -109,7 +107,7 @@ class ConfigMapCounters:
             return f"{self.source}: ConfigMap not found"
         if status in (401, 403):
             return (f"{self.source}: the API server refused ({status} {reason}): the service account needs "
-                    f"'get' on configmaps/{self.name} in namespace {self.namespace}")
+                    f"'get' on configmaps/{self.reference.name} in namespace {self.reference.namespace}")
         return f"{self.source}: the API server answered {status} {reason}"
 
     def parse(self, text: str) -> CounterSet:

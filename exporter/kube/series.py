@@ -80,39 +80,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from prometheus_client.core import Metric
 
 from exporter.kube.attribution import NO_UTILIZATION, AllocationHolder, AttributionSnapshot, Workload
 from exporter.kube.container_peaks import PeakKey
 from exporter.kube.deviceids import GpuKey
+from exporter.kube.settings import SeriesSettings
 from exporter.metrics.render import owned_family
 
 MIB = 1024.0 * 1024.0
 WORKLOAD_NAMES = ("container", "namespace", "pod")
 OLD_WORKLOAD_NAMES = ("container_name", "pod_namespace", "pod_name")  # -o/--use-old-namespace (1.x)
-
-
-class SeriesSettings(Protocol):
-    """The five settings the series read (``exporter.kube.settings.KubernetesSettings`` has them): the
-    label spellings, pod_uid, DRA labels, virtual-GPU repeats and per-process series. Nothing else of the
-    configuration reaches these functions."""
-
-    @property
-    def use_old_namespace(self) -> bool: ...
-
-    @property
-    def kubernetes_enable_pod_uid(self) -> bool: ...
-
-    @property
-    def kubernetes_enable_dra(self) -> bool: ...
-
-    @property
-    def kubernetes_virtual_gpus(self) -> bool: ...
-
-    @property
-    def process_metrics(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -223,26 +202,12 @@ def virtual_gpu_samples(attribution: AttributionSnapshot, device: LabeledDevice,
     peak_of = VIRTUAL_GPU_PEAKS.get(field)
     if peak_of is not None:
         current = virtual_gpu_samples(attribution, device, peak_of, settings)
-        if not current:
-            return current
-        memory, sm_util = attribution.container_peaks.memory, attribution.container_peaks.sm_util
-        peaks, scale = (sm_util, 1.0) if peak_of == "DCGM_FI_DEV_GPU_UTIL" else (memory, 1 / MIB)
-        samples = []
-        for holder, (labels, value) in zip(allocation.holders, current, strict=True):
-            peak = peaks.get(_peak_key(device, holder.workload))
-            samples.append((labels, max(value, peak[1] * scale) if peak is not None else value))
-        return samples
-    if field == "DCGM_FI_DEV_GPU_UTIL":
-        if device.gpu_instance_id is not None:
-            return None
-        if device.uuid not in attribution.utilization_gpus:
-            return []
-        used = [(item.workload, float(item.utilization.sm)) for item in attribution.utilization(device.uuid)]
-    else:
-        if device.uuid not in attribution.process_gpus:
-            return []
-        used = [(item.workload, item.used_bytes / MIB)
-                for item in attribution.memory(device.uuid, device.gpu_instance_id)]
+        return _with_peaks(attribution, device, allocation.holders, current, peak_of) if current else current
+    if field == "DCGM_FI_DEV_GPU_UTIL" and device.gpu_instance_id is not None:
+        return None  # NVML samples no processes of a MIG instance
+    used = _process_usage(attribution, device, field)
+    if used is None:
+        return []  # the device's process data is unknown: no per-holder series
     samples = []
     for holder in allocation.holders:
         # Always with pod_uid, --kubernetes-enable-pod-uid or not: dcgm-exporter sets it on these per-pod series
@@ -251,6 +216,31 @@ def virtual_gpu_samples(attribution: AttributionSnapshot, device: LabeledDevice,
         if holder.replica_ids and "vgpu" not in device.labels:
             labels["vgpu"] = holder.replica_ids[0]
         samples.append((labels, sum(value for workload, value in used if _same_container(workload, holder.workload))))
+    return samples
+
+
+def _process_usage(attribution: AttributionSnapshot, device: LabeledDevice,
+                   field: str) -> list[tuple[Workload, float]] | None:
+    """Per process owner, its GPU_UTIL (% of the whole GPU) or FB_USED (MiB) on ``device``; None while
+    the device's process data is unknown (not read yet, or unreadable)."""
+    if field == "DCGM_FI_DEV_GPU_UTIL":
+        if device.uuid not in attribution.utilization_gpus:
+            return None
+        return [(item.workload, float(item.utilization.sm)) for item in attribution.utilization(device.uuid)]
+    if device.uuid not in attribution.process_gpus:
+        return None
+    return [(item.workload, item.used_bytes / MIB) for item in attribution.memory(device.uuid, device.gpu_instance_id)]
+
+
+def _with_peaks(attribution: AttributionSnapshot, device: LabeledDevice, holders: Sequence[AllocationHolder],
+                current: list[tuple[dict[str, str], float]], peak_of: str) -> list[tuple[dict[str, str], float]]:
+    """Each holder's current sample raised to its own peak over the window (``peak_of``'s peak family)."""
+    memory, sm_util = attribution.container_peaks.memory, attribution.container_peaks.sm_util
+    peaks, scale = (sm_util, 1.0) if peak_of == "DCGM_FI_DEV_GPU_UTIL" else (memory, 1 / MIB)
+    samples = []
+    for holder, (labels, value) in zip(holders, current, strict=True):
+        peak = peaks.get(_peak_key(device, holder.workload))
+        samples.append((labels, max(value, peak[1] * scale) if peak is not None else value))
     return samples
 
 

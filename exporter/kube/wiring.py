@@ -149,7 +149,7 @@ class KubernetesWiring:
         self.settings = settings  # built at the composition root from the resolved configuration
         self._invalidate: Callable[[], None] = lambda: None  # the hub's, once installed
         self.attribution = attribution or KubernetesAttribution(settings, on_change=self._changed)
-        self._feed = _ProcessFeed(self._update_processes) if settings.process_attribution else None
+        self._feed = _ProcessFeed(self._update_processes) if settings.processes.process_attribution else None
         self._offered: ProcessReadings | None = None
 
     def _update_processes(self, readings: ProcessReadings) -> None:
@@ -172,10 +172,11 @@ class KubernetesWiring:
     def start(self) -> None:
         settings = self.settings
         LOG.info("Kubernetes attribution on", extra={"fields": {
-            "pod_resources_socket": settings.pod_resources_socket, "node": settings.node_name or "(hostname)",
-            "kubeconfig": settings.kubeconfig or "(in-cluster)", "gpu_id_type": settings.kubernetes_gpu_id_type,
-            "virtual_gpus": settings.kubernetes_virtual_gpus,
-            "process_attribution": settings.process_attribution, "proc_root": settings.proc_root}})
+            "pod_resources_socket": settings.kubelet.pod_resources_socket,
+            "node": settings.api.node_name or "(hostname)", "kubeconfig": settings.api.kubeconfig or "(in-cluster)",
+            "gpu_id_type": settings.kubernetes_gpu_id_type, "virtual_gpus": settings.series.kubernetes_virtual_gpus,
+            "process_attribution": settings.processes.process_attribution,
+            "proc_root": settings.processes.proc_root}})
         if self._feed is not None:
             self._feed.start()
         self.attribution.start()
@@ -211,7 +212,7 @@ class KubernetesWiring:
         devices: tuple[DeviceIdentity, ...] = tuple(reading.identity for reading in ctx.snapshot.devices)
         attribution = self.attribution.snapshot(devices, mig_identities(ctx.snapshot))
         instances = mig_instances(ctx.snapshot)
-        settings = self.settings
+        settings = self.settings.series
 
         def workloads(identity: DeviceIdentity, gpu_instance_id: int | None) -> Sequence[Mapping[str, str]]:
             mig = instances.get((identity.uuid, gpu_instance_id)) if gpu_instance_id is not None else None
@@ -233,7 +234,7 @@ class KubernetesWiring:
         """DCGM_EXP_GPU_ALLOCATED/_ALLOCATION_INFO, memory per container, and the Kubernetes self-metrics."""
         if not isinstance(ctx.attribution, AttributionSnapshot):  # a context that did not go through extend_context
             return []
-        return attribution_families(ctx.attribution, labeled_devices(ctx), self.settings)
+        return attribution_families(ctx.attribution, labeled_devices(ctx), self.settings.series)
 
 
 def _same_objects(old: Mapping[str, object], new: Mapping[str, object]) -> bool:

@@ -131,38 +131,13 @@ def parse_counters(text: str, source: str, catalog: Catalog = CATALOG) -> Counte
         stripped = raw_line.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        record = _parse_record(raw_line, source, line_number)
-        if len(record) != 3:
-            raise CounterFileError(
-                source, line_number, _short(record[0]) if record else "row",
-                f"expected 3 columns (DCGM field, Prometheus type, help), found {len(record)}"
-                + (" — quote help text that contains commas" if len(record) > 3 else ""))
-        name, prom_type, help_text = record
-        if not name:
-            raise CounterFileError(source, line_number, "field", "empty DCGM field name")
-        prom_type = prom_type.lower()
-        if prom_type not in PROMETHEUS_TYPES:
-            expected = ", ".join(PROMETHEUS_TYPES)
-            raise CounterFileError(source, line_number, _short(name),
-                                   f"unknown Prometheus type {_short(record[1])!r} (expected one of {expected})")
+        name, prom_type, help_text = _checked_record(raw_line, source, line_number)
         spec = catalog.lookup(name)
         if spec is None:
-            if catalog.is_known_dcgm_name(name):
-                skipped[SKIP_NOT_READABLE] += 1
-                warnings.append(f"{source}:{line_number}: {name}: this DCGM field cannot be read through NVML "
-                                "by this exporter; the row is skipped")
-                continue
-            hint = difflib.get_close_matches(name, catalog.all_names(), n=1)
-            if DCGM_NAME_SHAPE.match(name):
-                skipped[SKIP_UNKNOWN_FIELD] += 1
-                warnings.append(f"{source}:{line_number}: {name}: not a field of any DCGM release this exporter "
-                                f"knows (newest known dcgm-exporter: {NEWEST_KNOWN_DCGM_EXPORTER}): a newer DCGM's "
-                                "field, or a typo" + (f" — did you mean {hint[0]}?" if hint else "")
-                                + "; the row is skipped")
-                continue
-            raise CounterFileError(source, line_number, _short(name), "not a DCGM field name (expected DCGM_FI_... "
-                                   "or DCGM_EXP_..., upper case, or a dcgm-exporter 1.x name)"
-                                   + (f"; did you mean {hint[0]}?" if hint else ""))
+            reason, warning = _unknown_field(name, source, line_number, catalog)
+            skipped[reason] += 1
+            warnings.append(warning)
+            continue
         if not spec.served:
             skipped[SKIP_NOT_READABLE] += 1
             warnings.append(f"{source}:{line_number}: {name}: not served by this exporter ({spec.nvml_source}); "
@@ -180,7 +155,53 @@ def parse_counters(text: str, source: str, catalog: Catalog = CATALOG) -> Counte
         row = CounterRow(name=name, prom_type=prom_type, help=help_text or spec.help, spec=spec, line=line_number)
         (labels if prom_type == "label" else metrics).append(row)
 
-    for name, repeated in duplicates.items():  # one warning per group, however many copies
+    warnings.extend(_duplicate_warnings(source, seen, duplicates))
+    if not metrics:
+        warnings.append(f"{source}: selects no DCGM field to export (the file is empty, all comments, or every row "
+                        "was skipped): only the exporter's own metrics will be served")
+    return CounterSet(source=source, metrics=tuple(metrics), labels=tuple(labels), warnings=tuple(warnings),
+                      skipped=MappingProxyType(skipped))
+
+
+def _checked_record(raw_line: str, source: str, line_number: int) -> tuple[str, str, str]:
+    """One row's (DCGM field, Prometheus type in lower case, help); ``CounterFileError`` for a malformed row."""
+    record = _parse_record(raw_line, source, line_number)
+    if len(record) != 3:
+        raise CounterFileError(
+            source, line_number, _short(record[0]) if record else "row",
+            f"expected 3 columns (DCGM field, Prometheus type, help), found {len(record)}"
+            + (" — quote help text that contains commas" if len(record) > 3 else ""))
+    name, prom_type, help_text = record
+    if not name:
+        raise CounterFileError(source, line_number, "field", "empty DCGM field name")
+    if prom_type.lower() not in PROMETHEUS_TYPES:
+        expected = ", ".join(PROMETHEUS_TYPES)
+        raise CounterFileError(source, line_number, _short(name),
+                               f"unknown Prometheus type {_short(prom_type)!r} (expected one of {expected})")
+    return name, prom_type.lower(), help_text
+
+
+def _unknown_field(name: str, source: str, line_number: int, catalog: Catalog) -> tuple[str, str]:
+    """A field the catalog does not serve: (skip reason, warning) for a DCGM name (a known field NVML cannot
+    read, or one of a DCGM release newer than ours); ``CounterFileError`` for a name that is no DCGM name."""
+    where = f"{source}:{line_number}"
+    if catalog.is_known_dcgm_name(name):
+        return SKIP_NOT_READABLE, (f"{where}: {name}: this DCGM field cannot be read through NVML by this exporter; "
+                                   "the row is skipped")
+    hint = difflib.get_close_matches(name, catalog.all_names(), n=1)
+    if DCGM_NAME_SHAPE.match(name):
+        return SKIP_UNKNOWN_FIELD, (f"{where}: {name}: not a field of any DCGM release this exporter knows (newest "
+                                    f"known dcgm-exporter: {NEWEST_KNOWN_DCGM_EXPORTER}): a newer DCGM's field, or a "
+                                    "typo" + (f" — did you mean {hint[0]}?" if hint else "") + "; the row is skipped")
+    raise CounterFileError(source, line_number, _short(name), "not a DCGM field name (expected DCGM_FI_... or "
+                           "DCGM_EXP_..., upper case, or a dcgm-exporter 1.x name)"
+                           + (f"; did you mean {hint[0]}?" if hint else ""))
+
+
+def _duplicate_warnings(source: str, seen: dict[str, int], duplicates: dict[str, list[int]]) -> list[str]:
+    """One warning per duplicated field, however many copies: where the first copy and the others are."""
+    warnings = []
+    for name, repeated in duplicates.items():
         first, more = repeated[0], repeated[1:]
         also = ""
         if more:
@@ -188,11 +209,7 @@ def parse_counters(text: str, source: str, catalog: Catalog = CATALOG) -> Counte
                 (f" and {len(more) - 5} more" if len(more) > 5 else "") + ")"
         warnings.append(f"{source}:{first}: {name}: duplicate of line {seen[name]}{also}; "
                         f"the row{'s are' if more else ' is'} skipped")
-    if not metrics:
-        warnings.append(f"{source}: selects no DCGM field to export (the file is empty, all comments, or every row "
-                        "was skipped): only the exporter's own metrics will be served")
-    return CounterSet(source=source, metrics=tuple(metrics), labels=tuple(labels), warnings=tuple(warnings),
-                      skipped=MappingProxyType(skipped))
+    return warnings
 
 
 def _short(text: str) -> str:

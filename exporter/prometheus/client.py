@@ -44,9 +44,9 @@ from typing import Any
 
 import urllib3
 
-from exporter.backoff import Backoff, BackoffPolicy
+from exporter.backoff import Backoff, BackoffPolicy, retry_after_seconds
 
-RETRY_BACKOFF = BackoffPolicy(initial_s=0.5, max_s=30.0)
+RETRY_BACKOFF = BackoffPolicy(initial_s=0.5, max_s=30.0, retry_after_max_s=60.0)  # a Retry-After waits 60 s at most
 PROMETHEUS_MAX_POINTS = 11_000  # Prometheus' hard limit on points per series in one range query
 _TOO_LARGE_HINTS = ("too many samples", "maximum resolution", "exceeded the limit", "exceeds the limit",
                     "max number of", "exceeded maximum", "query time range exceeds", "limit exceeded",
@@ -288,7 +288,8 @@ class PrometheusClient:
                                   f"  query: {what}")
         if status == 200:  # a 200 with status "error" is not retried either
             raise PrometheusError(f"Prometheus answered an error: {detail}\n  query: {what}")
-        return f"{url}: HTTP {status} ({detail})", _retry_after(response)
+        headers = response.headers if response.headers is not None else {}
+        return f"{url}: HTTP {status} ({detail})", retry_after_seconds(headers.get("Retry-After"))
 
     def _note_warnings(self, body: Mapping[str, Any]) -> None:
         for warning in body.get("warnings") or []:
@@ -316,15 +317,6 @@ def _json_body(data: bytes) -> dict[str, Any]:
     except (ValueError, UnicodeDecodeError):
         return {}
     return body if isinstance(body, dict) else {}
-
-
-def _retry_after(response: Any) -> float | None:
-    value = response.headers.get("Retry-After") if response.headers is not None else None
-    try:
-        seconds = float(value) if value is not None else None
-    except ValueError:
-        return None
-    return None if seconds is None else min(60.0, max(0.0, seconds))
 
 
 def _reason(error: Exception) -> str:

@@ -10,6 +10,9 @@ bend the literal is written as an escape, and every other character (any Unicode
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+
 # Characters with a short escape in Go's (and so PromQL's) string literals.
 _SHORT_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t", "\a": "\\a", "\b": "\\b",
                   "\f": "\\f", "\v": "\\v"}
@@ -29,3 +32,11 @@ def _escaped(char: str) -> str:
 def quote(value: str) -> str:
     """``value`` as a double-quoted PromQL string literal, e.g. ``quote('a"b') == '"a\\\\"b"'``."""
     return '"' + "".join(_escaped(char) for char in value) + '"'
+
+
+def any_of(values: Iterable[str]) -> str:
+    """A quoted regular expression for ``=~`` that matches exactly one of ``values``, each taken literally
+    (``cluster=~{any_of(["a.b", "c"])}`` does not select ``axb``). Prometheus anchors the expression; a
+    character that means something to RE2 is escaped as a backslash before it, which RE2 reads as the
+    character itself, and ``quote`` then writes the whole as one string literal."""
+    return quote("|".join(re.escape(value) for value in values))

@@ -347,27 +347,45 @@ def _period_lines(data: ChargebackData, group_by: GroupBy, prices: PriceSheet,
         line.measured += by_identity["measured"].get(identity, 0.0) * hours
         line.idle += idle_hours
         line.energy_kwh += by_identity["energy"].get(identity, 0.0) * window.step / ENERGY_WINDOW_S / 3.6e6
-        instance_price = prices.instance_hour_price(profile)
-        if instance_price is not None:
-            cost = instance_hours * instance_price
-        else:
-            price = prices.gpu_hour_price(model, pool or None)
-            if price is None:
-                if gpu_hours > EPSILON:
-                    line.unpriced = True
-                    unpriced.add(model or "(no modelName)")
-                continue
-            cost = gpu_hours * price
+        cost = _allocated_cost(prices, model, profile, pool, gpu_hours=gpu_hours, instance_hours=instance_hours)
+        if cost is None:
+            if gpu_hours > EPSILON:
+                line.unpriced = True
+                unpriced.add(model or "(no modelName)")
+            continue
         line.gpu_cost += cost
-    lines = []
-    for (cluster, group, model, profile, pool), item in sums.items():
-        priced = not item.unpriced and not prices.empty
-        lines.append(ChargeLine(
-            cluster, group, "allocated", model, profile, pool, item.gpu_hours, item.instance_hours, item.busy,
-            item.idle, item.energy_kwh,
-            item.gpu_cost / item.gpu_hours if priced and item.gpu_hours > EPSILON else None,
-            item.gpu_cost if priced else None,
-            item.energy_kwh * prices.energy_per_kwh if prices.energy_per_kwh is not None else None))
+    lines = [_charge_line(key, item, prices) for key, item in sums.items()]
+    return lines, _unallocated(data, held, grouper, prices, unpriced)
+
+
+def _allocated_cost(prices: PriceSheet, model: str, profile: str, pool: str, *, gpu_hours: float,
+                    instance_hours: float) -> float | None:
+    """What an allocation costs: its MIG instance-hours at the profile's price, else its GPU-hours at the
+    model's (in the pool's sheet); None when neither has a price."""
+    instance_price = prices.instance_hour_price(profile)
+    if instance_price is not None:
+        return instance_hours * instance_price
+    price = prices.gpu_hour_price(model, pool or None)
+    return gpu_hours * price if price is not None else None
+
+
+def _charge_line(key: tuple[str, str, str, str, str], item: _Sums, prices: PriceSheet) -> ChargeLine:
+    """One allocated line from its sums: priced only when every part of it had a price."""
+    cluster, group, model, profile, pool = key
+    priced = not item.unpriced and not prices.empty
+    return ChargeLine(
+        cluster, group, "allocated", model, profile, pool, item.gpu_hours, item.instance_hours, item.busy,
+        item.idle, item.energy_kwh,
+        item.gpu_cost / item.gpu_hours if priced and item.gpu_hours > EPSILON else None,
+        item.gpu_cost if priced else None,
+        item.energy_kwh * prices.energy_per_kwh if prices.energy_per_kwh is not None else None)
+
+
+def _unallocated(data: ChargebackData, held: Mapping[tuple[str, str, str], list[float]], grouper: _Grouper,
+                 prices: PriceSheet, unpriced: set[str]) -> list[tuple[str, str, str, float, float | None]]:
+    """Capacity no pod held, per (cluster, model, pool): GPU-hours and their cost (None without a price)."""
+    window = data.window
+    hours = window.step / 3600.0
     free: dict[tuple[str, str, str], float] = defaultdict(float)
     for series in data.capacity:
         cluster, model = series.labels.get(CLUSTER_LABEL, ""), series.labels.get("modelName", "")
@@ -383,7 +401,7 @@ def _period_lines(data: ChargebackData, group_by: GroupBy, prices: PriceSheet,
         if price is None and not prices.empty:
             unpriced.add(model or "(no modelName)")
         unallocated.append((cluster, model, pool, gpu_hours, gpu_hours * price if price is not None else None))
-    return lines, unallocated
+    return unallocated
 
 
 def _share(lines: list[ChargeLine], unallocated: list[tuple[str, str, str, float, float | None]],

@@ -13,12 +13,11 @@ recorded with a fixed threshold.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter.prometheus.client import PrometheusClient, Series
-from exporter.prometheus.promql import quote
+from exporter.prometheus.promql import any_of, quote
 from exporter.report.model import Window
 from exporter.report.sources import (
     ALLOCATION_INPUTS,
@@ -60,8 +59,7 @@ def cluster_matcher(clusters: Sequence[str]) -> str:
         return ""
     if len(clusters) == 1:
         return f"{CLUSTER_LABEL}={quote(clusters[0])}"
-    alternatives = "|".join(re.escape(name) for name in clusters)
-    return f"{CLUSTER_LABEL}=~{quote(alternatives)}"
+    return f"{CLUSTER_LABEL}=~{any_of(clusters)}"
 
 
 class Queries:

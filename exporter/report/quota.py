@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from exporter.report.model import Report
+from exporter.report.model import ReclaimRow, Report, Usage
 
 # The quota keys of GPUs: the device plugin's extended resource (quota on extended resources
 # exists only with the requests. prefix) and DRA's per-device-class count of the NVIDIA DRA
@@ -165,39 +165,46 @@ def build_plan(report: Report, entries: Sequence[QuotaEntry], settings: PlanSett
                                  in note for note in report.notes)
     rows = []
     for entry in entries:
-        row_usage = usage.get(entry.namespace)
-        reason = ""
         if coverage + EPSILON < settings.min_coverage_percent:
             reason = (f"the exporters were seen for {coverage:.1f} % of the window "
                       f"(needs {settings.min_coverage_percent:g} %)")
         elif not give_back_computed:
             reason = "the cluster lacks the per-holder series GPUs in use are computed from"
-        elif row_usage is not None and row_usage.allocated_gpu_hours > EPSILON:
-            measured = row_usage.measured_gpu_hours
-            share = 100.0 * (measured or 0.0) / row_usage.allocated_gpu_hours
-            if share + EPSILON < settings.min_coverage_percent:
-                reason = (f"utilisation was measured for {share:.1f} % of its {row_usage.allocated_gpu_hours:.1f} "
-                          f"GPU-hours (needs {settings.min_coverage_percent:g} %)")
+        else:
+            reason = _unmeasured(usage.get(entry.namespace), settings)
         if reason:
             rows.append(PlanRow(entry.namespace, entry.name, entry.resource, entry.hard, entry.used, None, None,
                                 entry.hard, NO_DATA, f"left alone: {reason}"))
-            continue
-        found = reclaim.get(entry.namespace)
-        need = 0.0 if found is None else (found.peak_in_use if settings.reclaim_by == "peak" else found.p95_in_use)
-        with_headroom = need * (1.0 + settings.headroom_percent / 100.0)
-        target = max(settings.min_quota, math.ceil(with_headroom - EPSILON))
-        figure = f"{settings.reclaim_by} in use {need:.2f} GPUs" if found is not None else "no GPU held all window"
-        if target < entry.hard:
-            why = (f"{figure}; +{settings.headroom_percent:g} % headroom = {with_headroom:.2f}, rounded up"
-                   + (f" (at least --min-quota {settings.min_quota})" if target == settings.min_quota
-                      and settings.min_quota > 0 else ""))
-            rows.append(PlanRow(entry.namespace, entry.name, entry.resource, entry.hard, entry.used, need,
-                                with_headroom, target, LOWER, why))
         else:
-            rows.append(PlanRow(entry.namespace, entry.name, entry.resource, entry.hard, entry.used, need,
-                                with_headroom, entry.hard, KEEP,
-                                f"{figure}; with headroom {with_headroom:.2f} needs the whole quota"))
+            rows.append(_planned_row(entry, reclaim.get(entry.namespace), settings))
     return QuotaPlan(cluster, report.window.start, report.window.end, settings, tuple(rows))
+
+
+def _unmeasured(usage: Usage | None, settings: PlanSettings) -> str:
+    """Why a namespace's utilisation is too thinly measured to size its quota ("" when it is not)."""
+    if usage is None or usage.allocated_gpu_hours <= EPSILON:
+        return ""
+    share = 100.0 * (usage.measured_gpu_hours or 0.0) / usage.allocated_gpu_hours
+    if share + EPSILON >= settings.min_coverage_percent:
+        return ""
+    return (f"utilisation was measured for {share:.1f} % of its {usage.allocated_gpu_hours:.1f} "
+            f"GPU-hours (needs {settings.min_coverage_percent:g} %)")
+
+
+def _planned_row(entry: QuotaEntry, found: ReclaimRow | None, settings: PlanSettings) -> PlanRow:
+    """Lower the quota to the GPUs in use (peak or p95) plus headroom, rounded up; else keep it."""
+    need = 0.0 if found is None else (found.peak_in_use if settings.reclaim_by == "peak" else found.p95_in_use)
+    with_headroom = need * (1.0 + settings.headroom_percent / 100.0)
+    target = max(settings.min_quota, math.ceil(with_headroom - EPSILON))
+    figure = f"{settings.reclaim_by} in use {need:.2f} GPUs" if found is not None else "no GPU held all window"
+    if target < entry.hard:
+        why = (f"{figure}; +{settings.headroom_percent:g} % headroom = {with_headroom:.2f}, rounded up"
+               + (f" (at least --min-quota {settings.min_quota})" if target == settings.min_quota
+                  and settings.min_quota > 0 else ""))
+        return PlanRow(entry.namespace, entry.name, entry.resource, entry.hard, entry.used, need, with_headroom,
+                       target, LOWER, why)
+    return PlanRow(entry.namespace, entry.name, entry.resource, entry.hard, entry.used, need, with_headroom,
+                   entry.hard, KEEP, f"{figure}; with headroom {with_headroom:.2f} needs the whole quota")
 
 
 def _cluster_prefix(cluster: str) -> str:

@@ -8,8 +8,10 @@ cannot disagree about what a column is called or what it holds.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from exporter.report.chargeback import Chargeback, GroupTotal
 from exporter.report.model import Report, Usage
 from exporter.report.timespec import format_time
 
@@ -141,27 +143,33 @@ def chargeback_table(report: Report) -> Table:
         return Table("chargeback", "Chargeback", columns, (), empty="(no chargeback: give --pricing or --group-by)")
     rows = tuple((t.cluster, t.group, t.gpu_hours, t.idle_gpu_hours, t.gpu_cost, t.energy_cost, t.unallocated_cost,
                   t.cost, t.previous_cost, t.previous_coverage_percent, t.change_percent) for t in chargeback.totals)
+    return Table("chargeback", _chargeback_title(chargeback), columns, rows, _chargeback_total(chargeback.totals))
 
-    def add(values: list[float | None]) -> float | None:
-        known = [v for v in values if v is not None]
-        return math.fsum(known) if known else None
 
-    totals = chargeback.totals
-    now, before = add([t.cost for t in totals]), add([t.previous_cost for t in totals])
+def _sum_known(values: list[float | None]) -> float | None:
+    """The sum of the values that are known (None when none is)."""
+    known = [v for v in values if v is not None]
+    return math.fsum(known) if known else None
+
+
+def _chargeback_total(totals: Sequence[GroupTotal]) -> tuple[Cell, ...]:
+    """The total row: sums of what is known; the change only when every group's periods are comparable."""
+    now, before = _sum_known([t.cost for t in totals]), _sum_known([t.previous_cost for t in totals])
     known = [t.previous_coverage_percent for t in totals if t.previous_coverage_percent is not None]
     shown = now is not None and bool(before) and all(t.comparable for t in totals)
-    total: tuple[Cell, ...] = ("", "total", math.fsum(t.gpu_hours for t in totals),
-                               math.fsum(t.idle_gpu_hours for t in totals), add([t.gpu_cost for t in totals]),
-                               add([t.energy_cost for t in totals]), add([t.unallocated_cost for t in totals]),
-                               now, before, min(known) if known else None,
-                               100.0 * (now - before) / before if shown and now is not None and before else None)
-    title = (f"Chargeback by {chargeback.group_by} (unallocated capacity: "
-             + {"none": "billed to (unallocated)", "even": "shared evenly among each cluster's cost groups",
-                "proportional": "shared in proportion to each cost group's GPU cost"}[chargeback.share_idle]
-             + "; previous period: " + (f"{format_time(chargeback.previous.start)} to "
-                                        f"{format_time(chargeback.previous.end)}" if chargeback.previous else "none")
-             + ")")
-    return Table("chargeback", title, columns, rows, total)
+    return ("", "total", math.fsum(t.gpu_hours for t in totals), math.fsum(t.idle_gpu_hours for t in totals),
+            _sum_known([t.gpu_cost for t in totals]), _sum_known([t.energy_cost for t in totals]),
+            _sum_known([t.unallocated_cost for t in totals]), now, before, min(known) if known else None,
+            100.0 * (now - before) / before if shown and now is not None and before else None)
+
+
+def _chargeback_title(chargeback: Chargeback) -> str:
+    return (f"Chargeback by {chargeback.group_by} (unallocated capacity: "
+            + {"none": "billed to (unallocated)", "even": "shared evenly among each cluster's cost groups",
+               "proportional": "shared in proportion to each cost group's GPU cost"}[chargeback.share_idle]
+            + "; previous period: " + (f"{format_time(chargeback.previous.start)} to "
+                                       f"{format_time(chargeback.previous.end)}" if chargeback.previous else "none")
+            + ")")
 
 
 TABLES = {"usage": usage_table, "capacity": capacity_table, "reclaim": reclaim_table, "pods": pods_table,

@@ -16,7 +16,6 @@ whose message the UI shows on its own line.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from exporter.prometheus.client import (
     request_headers,
     split_url,
 )
-from exporter.prometheus.promql import quote
+from exporter.prometheus.promql import any_of, quote
 from exporter.top.model import NodeView
 from exporter.web.nodeview import Sample, build_view
 
@@ -75,8 +74,7 @@ def selector(cluster: str = "", node: str = "") -> str:
     """The one PromQL query a refresh asks: the view's families, with the cluster and node filters
     pushed down as matchers, ``or`` the ``up`` series (value 0) of every exporter target that served
     GPU series in the last ``DOWN_LOOKBACK`` and now fails its scrapes (its GPU series went stale)."""
-    names = "|".join(re.escape(name) for name in QUERY_FAMILIES)
-    matchers = [f"__name__=~{quote(names)}"]
+    matchers = [f"__name__=~{any_of(QUERY_FAMILIES)}"]
     scope = []
     if cluster:
         matchers.append(f"cluster={quote(cluster)}")

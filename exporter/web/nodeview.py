@@ -194,37 +194,12 @@ def build(samples: Iterable[Sample], *, exporter_version: str = "", generation: 
             gpu.condition_samples.add(name, labels, value)
         node = node or labels.get("Hostname") or labels.get("hostname") or None
         instance_id = _int(labels.get("GPU_I_ID"))
-        if instance_id is None and labels.get("UUID"):
-            gpu.uuid, gpu.pci_bus_id = labels["UUID"], labels.get("pci_bus_id", gpu.pci_bus_id)
-            gpu.model = labels.get("modelName", gpu.model)
-        elif not gpu.model:
-            gpu.model = labels.get("modelName", "")
-        if instance_id is not None and instance_id not in gpu.instances:
-            gpu.instances[instance_id] = _Instance(instance_id, labels.get("GPU_I_PROFILE", ""))
-        if labels.get("pod"):
-            key = (instance_id, labels.get("namespace", ""), labels["pod"], labels.get("container", ""))
-            container = gpu.containers.get(key)
-            if container is None:
-                container = gpu.containers[key] = _Container(key[1], key[2], key[3], labels.get("team") or None,
-                                                             instance_id)
-            reading = _CONTAINER_READINGS.get(name)
-            if reading is None and "vgpu" in labels:  # --kubernetes-virtual-gpus: the pod's own share
-                reading = _VIRTUAL_GPU_READINGS.get(name)
-            if reading is not None:
-                container.readings[reading] = value
-                continue
+        _identify(gpu, labels, instance_id)
+        if labels.get("pod") and _container_sample(gpu, name, labels, value, instance_id):
+            continue
         _gpu_sample(gpu, name, labels, value, instance_id)
     at = sampled_at if sampled_at is not None else time.time()
-    documents = []
-    for index in sorted(gpus):
-        gpu = gpus[index]
-        conditions: list[dict[str, str]] = []
-        if gpu.condition_samples is not None:
-            gpu.condition_samples.uuid = gpu.uuid
-            record(gpu.condition_samples, at, history)
-            profiles = {str(key): instance.profile for key, instance in gpu.instances.items()}
-            conditions = gpu_conditions(gpu.condition_samples, Context(at, history, profiles))
-        documents.append({**_gpu_json(gpu), "conditions": conditions})
+    documents = [_gpu_document(gpus[index], at, history) for index in sorted(gpus)]
     document = {
         "schema": SCHEMA,
         "exporter_version": exporter_version,
@@ -234,6 +209,44 @@ def build(samples: Iterable[Sample], *, exporter_version: str = "", generation: 
         "gpus": documents,
     }
     return BuiltView(document, node_values)
+
+
+def _identify(gpu: _Gpu, labels: Mapping[str, str], instance_id: int | None) -> None:
+    """What a sample's labels say about its GPU (UUID, bus id and model from a whole-GPU series) or instance."""
+    if instance_id is None and labels.get("UUID"):
+        gpu.uuid, gpu.pci_bus_id = labels["UUID"], labels.get("pci_bus_id", gpu.pci_bus_id)
+        gpu.model = labels.get("modelName", gpu.model)
+    elif not gpu.model:
+        gpu.model = labels.get("modelName", "")
+    if instance_id is not None and instance_id not in gpu.instances:
+        gpu.instances[instance_id] = _Instance(instance_id, labels.get("GPU_I_PROFILE", ""))
+
+
+def _container_sample(gpu: _Gpu, name: str, labels: Mapping[str, str], value: float, instance_id: int | None) -> bool:
+    """Note a pod's container on this GPU; True when the sample is one of the container's own readings (so it
+    is not the GPU's)."""
+    key = (instance_id, labels.get("namespace", ""), labels["pod"], labels.get("container", ""))
+    container = gpu.containers.get(key)
+    if container is None:
+        container = gpu.containers[key] = _Container(key[1], key[2], key[3], labels.get("team") or None, instance_id)
+    reading = _CONTAINER_READINGS.get(name)
+    if reading is None and "vgpu" in labels:  # --kubernetes-virtual-gpus: the pod's own share
+        reading = _VIRTUAL_GPU_READINGS.get(name)
+    if reading is None:
+        return False
+    container.readings[reading] = value
+    return True
+
+
+def _gpu_document(gpu: _Gpu, at: float, history: CounterHistory) -> dict[str, Any]:
+    """One GPU's entry, with its conditions (its counters recorded into ``history`` at ``at`` first)."""
+    conditions: list[dict[str, str]] = []
+    if gpu.condition_samples is not None:
+        gpu.condition_samples.uuid = gpu.uuid
+        record(gpu.condition_samples, at, history)
+        profiles = {str(key): instance.profile for key, instance in gpu.instances.items()}
+        conditions = gpu_conditions(gpu.condition_samples, Context(at, history, profiles))
+    return {**_gpu_json(gpu), "conditions": conditions}
 
 
 def served(built: BuiltView, *, served_at: float, sampling_interval_s: float | None) -> dict[str, Any]:

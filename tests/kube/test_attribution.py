@@ -223,7 +223,7 @@ def test_sources_down_keep_last_labels_then_drop_them(cluster: Cluster) -> None:
             lambda: attribution.snapshot(DEVICES, MIGS).status.pods_known == 0, what="stale metadata dropped"
         )
         device0 = LabeledDevice(GPU0, None, {"gpu": "0"})
-        assert workload_label_sets(attribution.snapshot(DEVICES, MIGS), device0, cluster.config) == [{}]
+        assert workload_label_sets(attribution.snapshot(DEVICES, MIGS), device0, cluster.config.series) == [{}]
 
         cluster.kubelet.start()
         cluster.api.set_outage(None)
@@ -282,10 +282,10 @@ def _replica_labels(holders: list[tuple[str, list[str]]], uuid: str, gpu_instanc
         for container, ids in holders))
     index = build_allocation_index(listing, DeviceCatalog(DEVICES, MIGS))
     assert not index.unmatched_device_ids
-    parts = join_attribution(index, True, None, MetadataView(), WorkloadFactory(config))
+    parts = join_attribution(index, True, None, MetadataView(), WorkloadFactory(config.workloads))
     snapshot = AttributionSnapshot(allocation_known=True, allocations=parts.allocations)
     device = LabeledDevice(uuid, gpu_instance_id, {"gpu": "0", "UUID": uuid})
-    return workload_label_sets(snapshot, device, config)
+    return workload_label_sets(snapshot, device, config.series)
 
 
 @pytest.mark.parametrize("case", [case for case in _REPLICA_CASES if not case.startswith("two")])
@@ -389,7 +389,8 @@ def test_a_device_plugin_naming_gpus_otherwise_than_configured_is_said_once(clus
 
 def test_without_node_name_it_says_once_which_node_it_watches(cluster: Cluster,
                                                              caplog: pytest.LogCaptureFixture) -> None:
-    attribution = KubernetesAttribution(dataclasses.replace(cluster.config, node_name=""), Counter(),
+    no_node_name = dataclasses.replace(cluster.config.api, node_name="")
+    attribution = KubernetesAttribution(dataclasses.replace(cluster.config, api=no_node_name), Counter(),
                                         watch_timeouts=FAST)
     with caplog.at_level(logging.WARNING, logger=attribution_log.name):
         attribution.start()
@@ -416,7 +417,7 @@ def test_the_status_says_when_each_source_last_answered_and_why_it_is_down(clust
     attribution = _started(cluster.config)
     try:
         status = poll(lambda: _ready(attribution), what="kubelet and API data joined").status
-        assert status.enabled and status.process_attribution is cluster.config.process_attribution
+        assert status.enabled and status.process_attribution is cluster.config.processes.process_attribution
         assert 0 < status.kubelet_last_success <= time.time() and 0 < status.api_last_success <= time.time()
         cluster.api.set_outage("503")
         # first "resuming the Kubernetes API watches" (the watch ended), then the failed relist's answer
@@ -430,7 +431,8 @@ def test_the_status_says_when_each_source_last_answered_and_why_it_is_down(clust
 def test_process_lists_are_ignored_while_process_attribution_is_off(cluster: Cluster) -> None:
     """The default install: allocation labels only; no process or per-container memory series."""
     changes = Counter()
-    attribution = KubernetesAttribution(dataclasses.replace(cluster.config, process_attribution=False), changes,
+    off = dataclasses.replace(cluster.config.processes, process_attribution=False)
+    attribution = KubernetesAttribution(dataclasses.replace(cluster.config, processes=off), changes,
                                         watch_timeouts=FAST)
     attribution.start()
     try:
@@ -505,7 +507,8 @@ def test_only_allowlisted_pod_labels_are_copied() -> None:
     view = MetadataView(pods_by_name={("ml", "trainer-0"): pod})
     config = kubernetes_settings(
             Config(kubernetes=True, kubernetes_enable_pod_labels=True, kubernetes_pod_label_allowlist_regex=("^app$",)))
-    assert WorkloadFactory(config).build("ml", "trainer-0", "trainer", view).pod_labels == (("app", "trainer"),)
+    workload = WorkloadFactory(config.workloads).build("ml", "trainer-0", "trainer", view)
+    assert workload.pod_labels == (("app", "trainer"),)
 
 
 def test_a_failing_callback_is_logged_with_its_traceback(cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:

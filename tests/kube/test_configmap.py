@@ -11,6 +11,7 @@ from exporter.cli import build_app
 from exporter.config import load_config
 from exporter.kube.configmap import ConfigMapCounters, ConfigMapUnavailableError
 from exporter.metrics.counters import CounterFileError, CounterSet
+from exporter.options import ConfigMapRef
 from tests.nvml.fake_sampling import captured_logs
 from tests.support.configmap_api import NAME, NAMESPACE, ConfigMapApi
 
@@ -19,7 +20,7 @@ POWER_ONLY = "# a comment\nDCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n"
 
 
 def _source(server: ConfigMapApi, tmp_path: Path) -> ConfigMapCounters:
-    return ConfigMapCounters(f"{NAMESPACE}:{NAME}", str(server.write_kubeconfig(tmp_path / "kubeconfig")), 60.0)
+    return ConfigMapCounters(ConfigMapRef(NAMESPACE, NAME), str(server.write_kubeconfig(tmp_path / "kubeconfig")), 60.0)
 
 
 def test_reads_key_metrics_as_dcgm_exporter_does(tmp_path: Path) -> None:
@@ -112,7 +113,7 @@ def test_refresh_applies_a_change_once_and_keeps_the_counters_on_a_broken_one(
 def test_failures_back_off_exponentially_with_jitter(tmp_path: Path) -> None:
     waits: list[float] = []
     with ConfigMapApi(TEMP_ONLY) as server:
-        source = ConfigMapCounters(f"{NAMESPACE}:{NAME}", str(server.write_kubeconfig(tmp_path / "k")), 30.0,
+        source = ConfigMapCounters(ConfigMapRef(NAMESPACE, NAME), str(server.write_kubeconfig(tmp_path / "k")), 30.0,
                                    jitter=lambda: 0.5, clock=lambda: sum(waits))
         server.status = 500
         for _ in range(8):

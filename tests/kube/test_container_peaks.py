@@ -153,7 +153,7 @@ def test_the_peak_series_carry_the_container_series_labels_and_a_departed_contai
         key(GPU1, NB): (NB, 30.0 * GIB), key(GPU1, gone): (gone, 70.0 * GIB),
         key(GPU1, EVAL): (EVAL, 3.0 * GIB)}))  # older than the current value (the join read later): the current
     device = LabeledDevice(GPU1, None, {"gpu": "1", "UUID": GPU1, "Hostname": "node-a"})
-    settings = kubernetes_settings(Config())
+    settings = kubernetes_settings(Config()).series
     families = {family.name: family for family in attribution_families(_attribution(peaks), [device], settings)}
     current = {sample.labels["pod"]: sample for sample in families["DCGM_EXP_CONTAINER_FB_USED"].samples}
     peak = {sample.labels["pod"]: sample for sample in families["DCGM_EXP_CONTAINER_FB_USED_PEAK"].samples}
@@ -177,7 +177,7 @@ def test_with_virtual_gpus_each_pods_gpu_peak_is_its_own_not_its_neighbours() ->
                                ContainerUtilization(GPU1, NB, Utilization(sm=5.0))),
         utilization_gpus=frozenset({GPU1}))
     device = LabeledDevice(GPU1, None, {"gpu": "1", "UUID": GPU1})
-    config = kubernetes_settings(Config(kubernetes=True, kubernetes_virtual_gpus=True))
+    config = kubernetes_settings(Config(kubernetes=True, kubernetes_virtual_gpus=True)).series
 
     def by_pod(field: str) -> dict[str, float]:
         found = virtual_gpu_samples(snapshot, device, field, config)

@@ -76,7 +76,7 @@ def _index(pods: Sequence[FakePod], context: DraContext | None = CONTEXT) -> All
 
 
 def _snapshot(index: AllocationIndex, config: KubernetesSettings = DRA_CONFIG) -> AttributionSnapshot:
-    parts = join_attribution(index, True, None, MetadataView(), WorkloadFactory(config))
+    parts = join_attribution(index, True, None, MetadataView(), WorkloadFactory(config.workloads))
     return AttributionSnapshot(status=AttributionStatus(enabled=True, dra_enabled=True, resourceslices_up=True),
                                allocation_known=True, allocations=parts.allocations,
                                unresolved=every_reason(parts.unresolved))
@@ -234,19 +234,19 @@ MIG_B_LABELS = LabeledDevice(GPU2, 5, {"gpu": "2", "UUID": GPU2, "GPU_I_PROFILE"
 
 def test_device_plugin_and_dra_gpus_on_one_node_carry_their_pods_and_the_dra_labels() -> None:
     snapshot = _snapshot(_index(MIXED))
-    assert workload_label_sets(snapshot, GPU0_LABELS, DRA_CONFIG) == [
+    assert workload_label_sets(snapshot, GPU0_LABELS, DRA_CONFIG.series) == [
         {"container": "main", "namespace": "ml", "pod": "plugin-0"}]
-    assert workload_label_sets(snapshot, GPU1_LABELS, DRA_CONFIG) == [
+    assert workload_label_sets(snapshot, GPU1_LABELS, DRA_CONFIG.series) == [
         {"container": "trainer", "namespace": "ml", "pod": "trainer-0", "dra_claim_name": "train-gpu",
          "dra_claim_namespace": "ml", "dra_driver_name": DRIVER, "dra_pool_name": POOL, "dra_device_name": "gpu-1"}]
-    assert workload_label_sets(snapshot, MIG_A_LABELS, DRA_CONFIG) == [
+    assert workload_label_sets(snapshot, MIG_A_LABELS, DRA_CONFIG.series) == [
         {"container": "jupyter", "namespace": "lab", "pod": "nb", "dra_claim_name": "nb-mig",
          "dra_claim_namespace": "lab", "dra_driver_name": DRIVER, "dra_pool_name": POOL,
          "dra_device_name": MIG_A_DEVICE[0], "dra_mig_profile": "3g.40gb", "dra_mig_device_uuid": MIG_A}]
-    assert workload_label_sets(snapshot, MIG_B_LABELS, DRA_CONFIG) == [{}]
+    assert workload_label_sets(snapshot, MIG_B_LABELS, DRA_CONFIG.series) == [{}]
     allocated = {tuple(sorted(sample.labels.items())): sample.value
                  for family in attribution_families(snapshot, [GPU0_LABELS, GPU1_LABELS, MIG_A_LABELS, MIG_B_LABELS],
-                                                    DRA_CONFIG)
+                                                    DRA_CONFIG.series)
                  if family.name == "DCGM_EXP_GPU_ALLOCATED" for sample in family.samples}
     assert sorted(allocated.values()) == [0.0, 1.0, 1.0, 1.0]  # every DRA device counts as allocated
 
@@ -260,14 +260,14 @@ def test_a_claim_shared_by_two_pods_follows_the_time_slicing_rules() -> None:
     allocation = snapshot.allocation(GPU1)
     assert allocation is not None and allocation.shared and [h.workload.pod for h in allocation.holders] == ["a", "b"]
     # Default mode: the device's own readings belong to no single pod.
-    assert workload_label_sets(snapshot, GPU1_LABELS, DRA_CONFIG) == [{}]
-    info = [sample.labels for family in attribution_families(snapshot, [GPU1_LABELS], DRA_CONFIG)
+    assert workload_label_sets(snapshot, GPU1_LABELS, DRA_CONFIG.series) == [{}]
+    info = [sample.labels for family in attribution_families(snapshot, [GPU1_LABELS], DRA_CONFIG.series)
             if family.name == "DCGM_EXP_GPU_ALLOCATION_INFO" for sample in family.samples]
     assert [(labels["pod"], labels["dra_claim_name"]) for labels in info] == [("a", "shared-gpu"), ("b", "shared-gpu")]
     # Virtual-GPU mode: one set per sharing pod, as for time-slicing replicas.
     virtual = kubernetes_settings(
             Config(kubernetes=True, kubernetes_enable_dra=True, kubernetes_virtual_gpus=True))
-    assert [labels["pod"] for labels in workload_label_sets(snapshot, GPU1_LABELS, virtual)] == ["a", "b"]
+    assert [labels["pod"] for labels in workload_label_sets(snapshot, GPU1_LABELS, virtual.series)] == ["a", "b"]
 
 
 def test_an_unresolvable_device_leaves_its_gpu_unattributed_and_is_counted_once_per_device() -> None:
@@ -279,7 +279,7 @@ def test_an_unresolvable_device_leaves_its_gpu_unattributed_and_is_counted_once_
     snapshot = _snapshot(_index(pods))
     assert snapshot.unresolved[dra.SLICE_MISSING] == 1  # one device, though two pods hold it
     unresolved = {sample.labels["reason"]: sample.value
-                  for family in attribution_families(snapshot, [GPU1_LABELS], DRA_CONFIG)
+                  for family in attribution_families(snapshot, [GPU1_LABELS], DRA_CONFIG.series)
                   if family.name == "gpu_pod_exporter_unresolved_devices" for sample in family.samples}
     assert unresolved == {reason: (1.0 if reason == dra.SLICE_MISSING else 0.0) for reason in dra.REASONS}
     assert snapshot.allocation(GPU1) is not None  # the others are attributed regardless
@@ -288,9 +288,9 @@ def test_an_unresolvable_device_leaves_its_gpu_unattributed_and_is_counted_once_
 def test_dra_labels_and_counts_stay_off_without_the_flag() -> None:
     snapshot = _snapshot(_index(MIXED))
     plain = kubernetes_settings(Config(kubernetes=True))
-    assert "dra_claim_name" not in workload_label_sets(snapshot, GPU1_LABELS, plain)[0]
+    assert "dra_claim_name" not in workload_label_sets(snapshot, GPU1_LABELS, plain.series)[0]
     no_dra = AttributionSnapshot(status=AttributionStatus(enabled=True), allocation_known=True,
                                  allocations=snapshot.allocations)
-    names = {family.name for family in attribution_families(no_dra, [GPU1_LABELS], plain)}
+    names = {family.name for family in attribution_families(no_dra, [GPU1_LABELS], plain.series)}
     assert "gpu_pod_exporter_unresolved_devices" not in names
     assert "gpu_pod_exporter_dra_resourceslices_up" not in names

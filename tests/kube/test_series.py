@@ -26,7 +26,7 @@ from exporter.kube.attribution import (
 )
 from exporter.kube.deviceids import GpuKey
 from exporter.kube.series import LabeledDevice, attribution_families, virtual_gpu_samples, workload_label_sets
-from exporter.kube.settings import KubernetesSettings
+from exporter.kube.settings import SeriesSettings
 
 from .helpers import GPU0, GPU1, GPU2
 
@@ -91,8 +91,8 @@ def _snapshot(**kwargs: object) -> AttributionSnapshot:
     return AttributionSnapshot(**values)  # type: ignore[arg-type]
 
 
-def _config(**kwargs: object) -> KubernetesSettings:
-    return kubernetes_settings(Config(kubernetes=True, **kwargs))  # type: ignore[arg-type]
+def _config(**kwargs: object) -> SeriesSettings:
+    return kubernetes_settings(Config(kubernetes=True, **kwargs)).series  # type: ignore[arg-type]
 
 
 def test_exclusive_gpu_gets_workload_labels_in_order() -> None:
@@ -273,7 +273,7 @@ def test_self_metrics() -> None:
 
 
 def test_nothing_when_kubernetes_mode_is_off() -> None:
-    assert attribution_families(AttributionSnapshot(), [DEVICE0], kubernetes_settings(Config())) == []
+    assert attribution_families(AttributionSnapshot(), [DEVICE0], kubernetes_settings(Config()).series) == []
 
 
 def test_families_encode_and_parse_with_standard_tooling() -> None:

@@ -110,7 +110,7 @@ LISTS = {GPU0: (GpuProcess(101, 1 << 30), GpuProcess(102, 1 << 30), GpuProcess(1
 def joined(utilization: dict[str, ProcessUtilization] | None = None) -> AttributionSnapshot:
     config = kubernetes_settings(Config(kubernetes=True, process_attribution=True))
     parts = join_attribution(index(), True, _ProcessInput(LISTS, identities(), UTILIZATION if utilization is None
-                                                          else utilization), view(), WorkloadFactory(config))
+                                                          else utilization), view(), WorkloadFactory(config.workloads))
     return AttributionSnapshot(status=AttributionStatus(enabled=True, process_attribution=True),
                                allocation_known=True, allocations=parts.allocations,
                                container_memory=parts.container_memory, processes=parts.processes,
@@ -153,7 +153,7 @@ def test_the_families_carry_the_gpu_and_workload_labels() -> None:
                LabeledDevice(GPU1, None, {"gpu": "1", "UUID": GPU1}),
                LabeledDevice(GPU2, 3, {"gpu": "2", "UUID": GPU2, "GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "3"})]
     families = attribution_families(joined(), devices, kubernetes_settings(
-            Config(kubernetes=True, process_attribution=True)))
+            Config(kubernetes=True, process_attribution=True)).series)
     sm = samples_of(families, "DCGM_EXP_CONTAINER_SM_UTIL")
     assert sm[:2] == [({"gpu": "0", "UUID": GPU0, "container": "main", "namespace": "serving", "pod": "chat-0",
                         "team": "serving"}, 60.0),
@@ -230,7 +230,7 @@ def test_holders_of_a_sampled_gpu_show_idle_even_when_its_process_list_was_not_r
     lists = {uuid: listed for uuid, listed in LISTS.items() if uuid != GPU0}
     config = kubernetes_settings(Config(kubernetes=True, process_attribution=True))
     parts = join_attribution(index(), True, _ProcessInput(lists, identities(), UTILIZATION), view(),
-                             WorkloadFactory(config))
+                             WorkloadFactory(config.workloads))
     used = {item.workload.pod: item.utilization for item in parts.container_utilization if item.uuid == GPU0}
     assert used == {"chat-0": Utilization(60, 30, 0, 12), "embed-0": Utilization(25, 10, 0, 0),
                     "rerank-0": Utilization()}
@@ -241,7 +241,7 @@ def test_a_container_with_a_process_on_a_gpu_it_does_not_hold_shows_there_even_w
     lists = {**LISTS, GPU0: (*LISTS[GPU0], GpuProcess(203, 1 << 20))}
     config = kubernetes_settings(Config(kubernetes=True, process_attribution=True))
     parts = join_attribution(index(), True, _ProcessInput(lists, identities(), UTILIZATION), view(),
-                             WorkloadFactory(config))
+                             WorkloadFactory(config.workloads))
     used = {item.workload.pod: item.utilization for item in parts.container_utilization if item.uuid == GPU0}
     assert used["solver-0"] == Utilization()
     assert set(used) == {"chat-0", "embed-0", "rerank-0", "solver-0"}

@@ -215,7 +215,7 @@ def test_virtual_gpus_repeat_the_device_series_per_pod() -> None:
 
 def test_virtual_gpus_read_the_process_lists_their_per_pod_values_come_from() -> None:
     wiring, _ = _stub_wiring(kubernetes_virtual_gpus=True)
-    assert wiring.settings.process_attribution is True
+    assert wiring.settings.processes.process_attribution is True
     families = _render(wiring, _mig_snapshot())
     # no process data yet: the device series alone, never the device total copied onto each pod
     assert [(labels.get("pod"), value) for labels, value in _samples(families, "DCGM_FI_DEV_FB_USED")

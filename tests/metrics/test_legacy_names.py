@@ -45,6 +45,6 @@ def test_every_1x_name_is_known_even_where_this_exporter_cannot_serve_the_field(
 def test_old_namespace_names_the_workload_labels_as_1x_did() -> None:
     workload = Workload("ml", "trainer-0", "trainer", pod_uid="uid-1")
     labels = workload_labels(workload, kubernetes_settings(
-            Config(kubernetes=True, use_old_namespace=True, kubernetes_enable_pod_uid=True)))
+            Config(kubernetes=True, use_old_namespace=True, kubernetes_enable_pod_uid=True)).series)
     assert list(labels.items()) == [("container_name", "trainer"), ("pod_namespace", "ml"),
                                     ("pod_name", "trainer-0"), ("pod_uid", "uid-1")]

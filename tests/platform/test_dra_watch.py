@@ -58,7 +58,8 @@ class Node:
     slice_name: str
 
     def attribution(self, kubeconfig: Path | None = None) -> KubernetesAttribution:
-        config = self.config if kubeconfig is None else dataclasses.replace(self.config, kubeconfig=str(kubeconfig))
+        config = self.config if kubeconfig is None else dataclasses.replace(
+            self.config, api=dataclasses.replace(self.config.api, kubeconfig=str(kubeconfig)))
         attribution = KubernetesAttribution(config, watch_timeouts=TIMEOUTS)
         attribution.start()
         return attribution

@@ -169,6 +169,6 @@ def test_watches_resume_from_the_real_servers_bookmarks_without_relisting(
     assert {key for key in requests if key[0] == "pods"} <= {("pods", "list", "200"), ("pods", "watch", "200")}
     assert dict(status.api_relists) == {("namespaces", "initial"): 1, ("pods", "initial"): 1}
     rendered = {tuple(sorted(sample.labels.items())): sample.value
-                for family in attribution_families(snapshot, [], config)
+                for family in attribution_families(snapshot, [], config.series)
                 if family.name == "gpu_pod_exporter_kube_api_bookmarks" for sample in family.samples}
     assert rendered[(("resource", "pods"),)] >= sum(len(w.bookmarks()) for w in watches[:resumed])

@@ -181,6 +181,22 @@ def test_unavailable_is_retried_with_jittered_backoff_and_retry_after() -> None:
     assert prometheus.stats.retries == 3
 
 
+@pytest.mark.parametrize(("header", "first_sleep"), [
+    ("3600", 60.25), ("-5", 0.25), ("Wed, 21 Oct 2015 07:28:00 GMT", 0.25), ("nan", 0.25)])
+def test_retry_after_is_read_by_the_one_parser_and_cut_to_a_minute(header: str, first_sleep: float) -> None:
+    """An hour's Retry-After (a broken proxy) waits a minute (the window [60, 60.5), jitter at its middle); one
+    that is not a number of seconds is ignored and the backoff's own first window, [0, 0.5), paces the retry."""
+    answers = [Answer(429, {}, {"Retry-After": header})]
+
+    def script(request: Request) -> Answer:
+        return answers.pop(0) if answers else matrix(request)
+
+    with server(script) as (url, _requests):
+        prometheus, sleeps = client(url)
+        prometheus.query_range("x", 0.0, 1.0, 1.0)
+    assert sleeps == [first_sleep]
+
+
 def test_a_server_that_stays_down_gives_up_after_the_retries() -> None:
     with server(lambda r: Answer(503, {"status": "error", "errorType": "unavailable", "error": "overloaded"})) \
             as (url, requests):

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from promql_parser import parse
 
-from exporter.prometheus.promql import quote
+from exporter.prometheus.promql import any_of, quote
 from tests.rules.promtool_runner import promtool
 
 CASES = [
@@ -71,5 +71,32 @@ def test_prometheus_itself_reads_every_quoted_value_back(tmp_path: Path) -> None
     (tmp_path / "quote.test.yaml").write_text(
         yaml.safe_dump({"rule_files": ["empty.rules.yaml"], "tests": tests}, allow_unicode=True), encoding="utf-8")
     result = subprocess.run([promtool(), "test", "rules", "quote.test.yaml"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# Values a cluster, node or metric name could hold that mean something to RE2, and a near miss for each.
+ALTERNATIVES = ["a.b", "x|y", "(paren)", "star*", "plus+", "q?", "[set]", "{2}", "^caret$", "back\\slash",
+                'dou"ble', "new\nline", "space here", "dash-1", "Grüße"]
+NEAR_MISSES = ["axb", "x", "y", "paren", "sta", "starr", "plu", "q", "s", "2", "caret", "back\\\\slash", "dou",
+               "new", "space", "dash", "Grusse", ""]
+
+
+def test_any_of_is_one_literal_that_parses_to_the_alternatives() -> None:
+    [matcher] = parse(f"up{{cluster=~{any_of(['a.b', 'c'])}}}").matchers.matchers
+    assert (matcher.name, matcher.value) == ("cluster", "a\\.b|c")
+
+
+def test_prometheus_selects_exactly_the_alternatives_with_any_of(tmp_path: Path) -> None:
+    """Prometheus' own regex engine (promtool) is the oracle: the matcher selects every listed value, each taken
+    literally, and none of the near misses that a value read as a regular expression would also select."""
+    series = [{"series": f"probe{{value={quote(value)}}}", "values": "1"} for value in ALTERNATIVES + NEAR_MISSES]
+    test = {"interval": "1m", "input_series": series, "promql_expr_test": [{
+        "expr": f"sort(probe{{value=~{any_of(ALTERNATIVES)}}})", "eval_time": "0m",
+        "exp_samples": [{"labels": f"probe{{value={quote(value)}}}", "value": 1} for value in ALTERNATIVES]}]}
+    (tmp_path / "empty.rules.yaml").write_text("groups: []\n", encoding="utf-8")
+    (tmp_path / "any.test.yaml").write_text(
+        yaml.safe_dump({"rule_files": ["empty.rules.yaml"], "tests": [test]}, allow_unicode=True), encoding="utf-8")
+    result = subprocess.run([promtool(), "test", "rules", "any.test.yaml"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
