@@ -137,8 +137,9 @@ class PrometheusSource:
             name = labels.pop("__name__", "")
             if name in ("up", ""):  # `up == 0`: an exporter target Prometheus cannot scrape (name kept or not)
                 where = "/".join(part for part in (labels.get("cluster", ""), labels.get("instance", "")) if part)
-                errors.append(SourceError(f"exporter {where}", f"Prometheus cannot scrape it (up == 0, job "
-                                                                f"{labels.get('job', '?')}); its GPUs are not shown"))
+                why = (f"Prometheus cannot scrape it (up == 0, job {labels.get('job', '?')}): "
+                       "no current data of its GPUs")
+                errors.append(SourceError(f"exporter {where}", why))
                 continue
             samples.append((name, labels, item.points[-1][1]))
         return Reading(nodes=group_nodes(samples, by="instance"), errors=errors, prometheus_queries=1)

@@ -14,7 +14,10 @@ import pytest
 from promql_parser import parse
 
 from exporter.prometheus.client import Connection
+from exporter.top.lastseen import LastSeen
+from exporter.top.model import Filters
 from exporter.top.sources import QUERY_FAMILIES, ExporterSource, PrometheusSource, read_all, selector
+from exporter.top.table import status_lines
 from tests.e2e.prometheus_harness import free_port, serve_metrics
 
 LABELS = {"gpu": "0", "UUID": "GPU-1", "modelName": "NVIDIA H100", "Hostname": "node-a", "instance": "10.0.0.1:9400"}
@@ -89,7 +92,7 @@ def test_an_exporter_prometheus_cannot_scrape_any_more_is_a_line_of_its_own() ->
         fake.server.server_close()
     assert reading.nodes == []
     assert [(e.source, e.message) for e in reading.errors] == [
-        ("exporter west/10.0.0.9:9400", "Prometheus cannot scrape it (up == 0, job gpu); its GPUs are not shown")]
+        ("exporter west/10.0.0.9:9400", "Prometheus cannot scrape it (up == 0, job gpu): no current data of its GPUs")]
     assert " or (up == 0 and on (cluster, job, instance) group by (cluster, job, instance) " \
            "(last_over_time(DCGM_FI_DEV_GPU_UTIL[1h])))" in fake.queries[0]
 
@@ -137,3 +140,27 @@ def test_an_exporter_url_with_credentials_sends_them_and_shows_none() -> None:
     assert [node.node for node in reading.nodes] == ["node-a"]
     assert seen[0]["Authorization"] == "Basic " + base64.b64encode(b"scraper:pa:ss").decode()
     assert source.name == f"http://{target}/metrics"
+
+
+def test_a_target_that_goes_down_keeps_its_rows_and_no_line_says_they_are_hidden() -> None:
+    """Over Prometheus, an exporter that stops answering: top keeps its last rows (STALE, last seen) and the
+    SOURCE DOWN line must not say its GPUs are not shown while they are on screen."""
+    gpu = {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "job": "gpu", "instance": "10.0.0.9:9400", "gpu": "0",
+                      "UUID": "GPU-9", "Hostname": "node-b", "modelName": "NVIDIA H100 80GB HBM3"},
+           "values": [[1, "50"]]}
+    down = {"metric": {"__name__": "up", "job": "gpu", "instance": "10.0.0.9:9400"}, "values": [[1, "0"]]}
+    series = [gpu]
+    fake = FakePrometheus(series)
+    try:
+        memory = LastSeen(lambda filters: PrometheusSource(Connection(url=fake.url, retries=0, timeout_s=5)).read())
+        assert [node.node for node in memory(Filters()).nodes] == ["node-b"]
+        series[:] = [down]
+        reading = memory(Filters())
+    finally:
+        fake.server.shutdown()
+        fake.server.server_close()
+    assert [node.node for node in reading.nodes] == ["node-b"]  # kept, stale
+    lines = [text for _, text in status_lines(reading.errors, memory.missing())]
+    assert any(line.startswith("SOURCE DOWN exporter 10.0.0.9:9400: Prometheus cannot scrape it") for line in lines)
+    assert any(line.startswith("STALE node-b: last seen") for line in lines), lines
+    assert not [line for line in lines if "not shown" in line], lines
