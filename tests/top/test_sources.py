@@ -17,7 +17,7 @@ from exporter.prometheus.client import Connection
 from exporter.top.lastseen import LastSeen
 from exporter.top.model import Filters
 from exporter.top.sources import QUERY_FAMILIES, ExporterSource, PrometheusSource, read_all, selector
-from exporter.top.table import status_lines
+from exporter.top.table import node_conditions, status_lines
 from tests.e2e.prometheus_harness import free_port, serve_metrics
 
 LABELS = {"gpu": "0", "UUID": "GPU-1", "modelName": "NVIDIA H100", "Hostname": "node-a", "instance": "10.0.0.1:9400"}
@@ -164,3 +164,20 @@ def test_a_target_that_goes_down_keeps_its_rows_and_no_line_says_they_are_hidden
     assert any(line.startswith("SOURCE DOWN exporter 10.0.0.9:9400: Prometheus cannot scrape it") for line in lines)
     assert any(line.startswith("STALE node-b: last seen") for line in lines), lines
     assert not [line for line in lines if "not shown" in line], lines
+
+
+# An exporter whose series carry no node label: no GPU at all (NVML down: its own gauges only), or --no-hostname.
+NO_NODE_LABEL = ('gpu_pod_exporter_nvml_up 0\n'
+                 'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",modelName="NVIDIA H100 80GB HBM3"} 10\n')
+
+
+def test_an_exporter_without_a_node_label_is_named_by_its_address_and_two_are_told_apart() -> None:
+    """Two such exporters read together: each node is its host:port (never blank), so its NODE lines say
+    which node NVML is down on, and LastSeen can keep one's rows while the other answers."""
+    with serve_metrics(NO_NODE_LABEL.encode) as first, serve_metrics(NO_NODE_LABEL.encode) as second:
+        sources = [ExporterSource(Connection(url=f"http://{target}")) for target in (first, second)]
+        reading = read_all(sources)
+    assert sorted(node.node for node in reading.nodes) == sorted([first, second])
+    lines = [text for _, text in status_lines([], node_conditions=node_conditions(reading.nodes))]
+    assert f"NODE {first} CRITICAL: NVML is unavailable: no GPU of this node is read [GpuPodExporterNvmlDown]" \
+        in lines, lines
