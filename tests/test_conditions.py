@@ -3,6 +3,7 @@ that the shipped alert rules use exactly the module's numbers (it fails on a pla
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -293,3 +294,42 @@ def test_a_pods_own_share_on_a_virtual_gpu_copy_counts_for_idle_as_in_the_rule()
     gpu = samples(("DCGM_FI_DEV_GPU_UTIL", GPU, 60.0), ("DCGM_FI_DEV_GPU_UTIL", {**GPU, "pod": "a", "vgpu": "0"}, 2.0),
                   ("DCGM_EXP_GPU_ALLOCATED", GPU, 1.0))
     assert fired(gpu)["idle"] == "allocated, utilisation 2 % (idle below 5 %)"
+
+
+RECORDING_RULES = RULES.parent / "gpu-pod-exporter-recording.yaml"
+OVERVIEW_DASHBOARD = RULES.parents[1] / "dashboards" / "gpu-pod-exporter-overview.json"
+UTILISATION_BELOW = re.compile(r"(?:DCGM_FI_DEV_GPU_UTIL(?:\{.*?\})?|\* 100|gpu_utilization:percent) < ([0-9.]+)")
+
+
+def idle_thresholds(recording: str, dashboard: str) -> dict[str, set[float]]:
+    """Every "utilisation below N" that means idle outside the alerts: the recording rule the quota panel and
+    ``report quota`` read (namespace:gpu_in_use:sum) and the overview dashboard's idle panels."""
+    found: dict[str, set[float]] = {}
+    for group in yaml.safe_load(recording)["groups"]:
+        for rule in group["rules"]:
+            if rule.get("record") == "namespace:gpu_in_use:sum":
+                found["namespace:gpu_in_use:sum"] = {float(n) for n in UTILISATION_BELOW.findall(rule["expr"])}
+
+    def panels(node: Mapping[str, Any]) -> Any:
+        for panel in node.get("panels", []):
+            yield panel
+            yield from panels(panel)
+
+    for panel in panels(json.loads(dashboard)):
+        for target in panel.get("targets", []):
+            numbers = {float(n) for n in UTILISATION_BELOW.findall(target.get("expr", ""))}
+            if numbers and "idle" in (panel.get("title", "") + target.get("legendFormat", "")).lower():
+                found.setdefault(f"dashboard: {panel['title']}", set()).update(numbers)
+    return found
+
+
+def test_the_recording_rules_and_dashboards_call_idle_what_the_module_does() -> None:
+    recording = RECORDING_RULES.read_text(encoding="utf-8")
+    dashboard = OVERVIEW_DASHBOARD.read_text(encoding="utf-8")
+    found = idle_thresholds(recording, dashboard)
+    assert "namespace:gpu_in_use:sum" in found and len(found) >= 3, found
+    assert all(numbers == {c.IDLE_BELOW_PERCENT} for numbers in found.values()), found
+    planted = idle_thresholds(recording.replace("gpu_utilization:percent < 5", "gpu_utilization:percent < 10"),
+                              dashboard.replace('GPU_I_ID!=\\"\\"} * 100 < 5)', 'GPU_I_ID!=\\"\\"} * 100 < 3)'))
+    assert planted["namespace:gpu_in_use:sum"] == {10.0}
+    assert {3.0, 5.0} in list(planted.values())

@@ -34,8 +34,8 @@ USER_AGENT = f"gpu-pod-exporter-top/{__version__}"
 
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description="GPUs and the pods on them, busiest first; allocated but "
-                                "idle GPUs highlighted. Keys: q quit, tab GPUs/pods, s sort, / filter, c clear, "
-                                "r refresh, arrows and page keys move.")
+                                "idle GPUs highlighted. Keys: ? help, q quit, tab GPUs/pods, s sort, / filter, "
+                                "c clear, r refresh, arrows and page keys move.")
     src = p.add_argument_group("source (one of)")
     src.add_argument("--prometheus", metavar="URL", help="Prometheus, Thanos Query or Mimir API base URL.")
     src.add_argument("--exporter", action="append", default=[], metavar="URL",

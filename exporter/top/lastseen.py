@@ -11,7 +11,9 @@ The age of a node's data is ``now - sampled_at``: the exporter's last complete s
 ``gpu_pod_exporter_last_sample_timestamp_seconds`` says (through Prometheus or its ``/metrics``).
 It is stale past the view's ``stale_after_s`` (the exporter's bound, ``exporter.conditions``) or,
 when the view cannot know the exporter's sampling interval (``top`` builds views from samples),
-past the alert rule's fixed bound ``SAMPLES_STALE_ALERT_S`` (GpuPodExporterSamplesStale's).
+past the alert rule's fixed bound ``SAMPLES_STALE_ALERT_S`` (GpuPodExporterSamplesStale's). A node
+whose exporter says its own data is stale (the ``samples_stale`` condition: the sampler is stalled, as
+in the ``hang`` scenario) is stale at once, whatever the bound.
 """
 
 from __future__ import annotations
@@ -34,10 +36,12 @@ class Freshness:
     age_s: float | None  # now - sampled_at; None when the source does not say when it sampled
     stale_after_s: float
     last_seen: float | None = None  # Unix time of the last successful read, when its source is down now
+    stalled: bool = False  # the exporter reports its own data stale (the samples_stale condition)
 
     @property
     def stale(self) -> bool:
-        return self.last_seen is not None or (self.age_s is not None and self.age_s > self.stale_after_s)
+        return (self.last_seen is not None or self.stalled
+                or (self.age_s is not None and self.age_s > self.stale_after_s))
 
 
 def node_key(node: NodeView) -> NodeKey:
@@ -48,7 +52,9 @@ def freshness(node: NodeView, now: float, last_seen: float | None = None) -> Fre
     sampled_at = node.view.get("sampled_at")
     bound = node.view.get("stale_after_s")
     age = max(0.0, now - float(sampled_at)) if isinstance(sampled_at, int | float) and sampled_at else None
-    return Freshness(age, float(bound) if isinstance(bound, int | float) else SAMPLES_STALE_ALERT_S, last_seen)
+    stalled = any(isinstance(c, dict) and c.get("id") == "samples_stale" for c in node.view.get("conditions") or ())
+    return Freshness(age, float(bound) if isinstance(bound, int | float) else SAMPLES_STALE_ALERT_S, last_seen,
+                     stalled)
 
 
 def freshness_of(nodes: Iterable[NodeView], now: float) -> dict[NodeKey, Freshness]:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.conditions import IDLE_BELOW_PERCENT, is_idle
+from exporter.conditions import IDLE_BELOW_PERCENT, SHARE_IDLE_BELOW_PERCENT, is_idle
 
 __all__ = ["IDLE_BELOW_PERCENT", "Condition", "Filters", "GpuRow", "NodeView", "PodRow", "Screen", "gpu_rows",
            "screen", "sort_gpus", "sort_pods"]
@@ -38,7 +38,7 @@ class PodRow:
     container: str
     team: str
     gpu: str  # "3", or "3/MIG 1"
-    util_percent: float | None  # its own SM use on a shared GPU, the GPU's when it has it alone
+    util_percent: float | None  # its own SM use on a shared GPU, the GPU's (MIG: instance's) when it has it alone
     memory_mib: float | None
     idle: bool
 
@@ -112,8 +112,13 @@ class Filters:
 
 
 def _pods(node: NodeView, gpu: Mapping[str, Any], idle_below: float) -> tuple[PodRow, ...]:
+    """A row per container, idle as the alerts say it: alone on a GPU or MIG instance, the GPU's utilisation
+    or the instance's engine activity below ``idle_below`` (GpuAllocatedButIdle); one of several sharing a
+    GPU, its own SM use below ``SHARE_IDLE_BELOW_PERCENT`` (GpuSharedShareIdle)."""
     containers: Sequence[Mapping[str, Any]] = gpu.get("containers") or []
-    gpu_util = gpu.get("utilization_percent")
+    activity = {instance.get("gpu_instance_id"): instance.get("engine_active_percent")
+                for instance in gpu.get("mig") or []}
+    activity[None] = gpu.get("utilization_percent")
     rows = []
     instance_pods: dict[Any, int] = {}
     for container in containers:
@@ -121,12 +126,14 @@ def _pods(node: NodeView, gpu: Mapping[str, Any], idle_below: float) -> tuple[Po
     for container in containers:
         instance = container.get("gpu_instance_id")
         util = container.get("sm_util_percent")
-        if util is None and instance is None and instance_pods[None] == 1:
-            util = gpu_util  # alone on a whole GPU: the GPU's use is its use
+        alone = instance_pods[instance] == 1
+        if util is None and alone:
+            util = activity.get(instance)  # alone on a GPU or instance: its use is this pod's use
+        idle = is_idle(util, True, idle_below if alone else SHARE_IDLE_BELOW_PERCENT)
         where = str(gpu["gpu"]) if instance is None else f"{gpu['gpu']}/MIG {instance}"
         rows.append(PodRow(node.cluster, node.node, str(container.get("namespace", "")), str(container.get("pod", "")),
                            str(container.get("container", "")), str(container.get("team") or ""), where, util,
-                           container.get("memory_used_mib"), is_idle(util, True, idle_below)))
+                           container.get("memory_used_mib"), idle))
     return tuple(rows)
 
 

@@ -17,6 +17,7 @@ whose message the UI shows on its own line.
 from __future__ import annotations
 
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -91,12 +92,14 @@ def selector(cluster: str = "", node: str = "") -> str:
 
 
 def group_nodes(samples: Iterable[tuple[str, Mapping[str, str], float]], *, by: str | None = None,
-                default_cluster: str = "") -> list[NodeView]:
+                default_cluster: str = "", default_node: str = "") -> list[NodeView]:
     """Split samples into nodes and build each node's view.
 
     ``by``: the label that tells one exporter's series from another's (Prometheus' ``instance``: every
     series of a target has it, while ``Hostname`` is missing on the exporter's own gauges); None when
-    all samples come from one exporter. A node is shown by its ``Hostname`` when it has one.
+    all samples come from one exporter. A node is shown by its ``Hostname`` when it has one, else by
+    that label, else by ``default_node`` (an exporter's host:port): never blank, so its lines say where,
+    and two such nodes are not one.
     """
     grouped: dict[tuple[str, str], list[Sample]] = {}
     for name, labels, value in samples:
@@ -105,7 +108,7 @@ def group_nodes(samples: Iterable[tuple[str, Mapping[str, str], float]], *, by: 
     nodes = []
     for (cluster, target), items in sorted(grouped.items()):
         view = build_view(items)
-        nodes.append(NodeView(cluster, str(view.get("node") or target), view))
+        nodes.append(NodeView(cluster, str(view.get("node") or target or default_node), view))
     return nodes
 
 
@@ -135,8 +138,9 @@ class PrometheusSource:
             name = labels.pop("__name__", "")
             if name in ("up", ""):  # `up == 0`: an exporter target Prometheus cannot scrape (name kept or not)
                 where = "/".join(part for part in (labels.get("cluster", ""), labels.get("instance", "")) if part)
-                errors.append(SourceError(f"exporter {where}", f"Prometheus cannot scrape it (up == 0, job "
-                                                                f"{labels.get('job', '?')}); its GPUs are not shown"))
+                why = (f"Prometheus cannot scrape it (up == 0, job {labels.get('job', '?')}): "
+                       "no current data of its GPUs")
+                errors.append(SourceError(f"exporter {where}", why))
                 continue
             samples.append((name, labels, item.points[-1][1]))
         return Reading(nodes=group_nodes(samples, by="instance"), errors=errors, prometheus_queries=1)
@@ -153,6 +157,7 @@ class ExporterSource:
     def __init__(self, connection: Connection, *, cluster: str = "", pool: urllib3.PoolManager | None = None) -> None:
         base, url_credentials = split_url(connection.url)
         self.name = base if base.endswith("/metrics") else base + "/metrics"  # no credentials: it is shown
+        self.address = urllib.parse.urlsplit(base).netloc  # the node's name when its series carry none
         self.cluster = cluster
         self._timeout = urllib3.Timeout(total=connection.timeout_s)
         self._headers = {**request_headers(connection, url_credentials), "Accept": "text/plain"}
@@ -181,7 +186,7 @@ class ExporterSource:
             samples = list(parse_metrics(response.data.decode("utf-8", "replace")))
         except ValueError as error:
             return Reading(errors=[SourceError(self.name, f"cannot parse /metrics: {error}")], metrics_reads=1)
-        nodes = [view for view in group_nodes(samples, default_cluster=self.cluster)
+        nodes = [view for view in group_nodes(samples, default_cluster=self.cluster, default_node=self.address)
                  if (not cluster or view.cluster == cluster) and (not node or view.node == node)]
         return Reading(nodes=nodes, metrics_reads=1)
 

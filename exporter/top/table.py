@@ -31,6 +31,7 @@ from exporter.top.sources import Reading, SourceError
 
 Line = tuple[str, str]  # (style, text)
 Block = list[Line]  # one GPU or pod: its row, then its condition lines
+STATE_WIDTH = 20  # the GPU list's STATE column: "ALLOCATED IDLE", "UNHEALTHY fatal_xid"
 PODS_MIN = 12  # PODS never narrower than this; it takes the width the other columns leave
 CONDITION_INDENT = "    "
 
@@ -94,7 +95,7 @@ class Column:
 GPU_COLUMNS = (
     Column("CLUSTER", 12, 4), Column("NODE", 18, 3), Column("GPU", 3, 0, right=True), Column("MODEL", 22, 9),
     Column("UTIL%", 5, 2, right=True), Column("MEM GiB", 11, 6, right=True), Column("TEMP", 4, 7, right=True),
-    Column("POWER", 6, 8, right=True), Column("AGE", 9, 1, right=True), Column("STATE", 20, 0),
+    Column("POWER", 6, 8, right=True), Column("AGE", 9, 1, right=True), Column("STATE", STATE_WIDTH, 0),
     Column("PODS", 0, 5),
 )
 POD_COLUMNS = (
@@ -156,9 +157,12 @@ def _condition_lines(conditions: Sequence[Condition], width: int | None) -> list
 
 
 def _gpu_state(row: GpuRow) -> tuple[str, str]:
+    """The STATE cell: ``UNHEALTHY <reason>`` when the reason fits the column, else ``UNHEALTHY`` alone (the
+    reason then stands whole on its own line under the row: never cut)."""
     severities = {condition.severity for condition in row.conditions}
     if row.healthy is False:
-        return "bad", "UNHEALTHY " + row.health_reason
+        state = f"UNHEALTHY {row.health_reason}"
+        return "bad", state if len(state) <= STATE_WIDTH else "UNHEALTHY"
     if "critical" in severities:
         return "bad", "CRITICAL"
     if row.idle:
@@ -184,7 +188,8 @@ def gpu_blocks(rows: Sequence[GpuRow], show_cluster: bool, width: int | None = N
         }
         block: Block = [(style, _render(columns, cells, width))]
         block += _condition_lines(row.conditions, width)
-        if row.healthy is False and not any(c.severity == "critical" for c in row.conditions):
+        if row.healthy is False and not any(c.id == "unhealthy" for c in row.conditions) and (
+                state == "UNHEALTHY" or not any(c.severity == "critical" for c in row.conditions)):
             block += _condition_lines([Condition("health", "", "critical", f"unhealthy: {row.health_reason}")],
                                       width)
         if fresh is not None and fresh.stale:

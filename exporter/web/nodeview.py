@@ -307,8 +307,9 @@ def _mig_totals(gpu: _Gpu) -> dict[str, float]:
     Its utilisation is its instances' engine activity weighted by their compute slices (a 3g instance
     is three times a 1g one): the share of the partitioned GPU that is busy, not an unweighted mean.
     Its memory used is the sum over the instances; its memory total is the GPU's own
-    (``DCGM_FI_DEV_FB_TOTAL`` of the GPU when the counters CSV selects it), never the sum of the
-    instances' totals, which leaves out what MIG keeps for itself: without the GPU's total it is unknown.
+    ``DCGM_FI_DEV_FB_TOTAL`` where a source has one, never the sum of the instances' totals, which leaves
+    out what MIG keeps for itself. This exporter has none (its FB series are per instance, even with
+    ``DCGM_FI_DEV_FB_TOTAL`` in the counters CSV), so on its own page the total is unknown (null).
     """
     totals: dict[str, float] = {}
     weighted = [(instance.readings["engine_active_percent"], _instance_weight(instance))

@@ -168,6 +168,13 @@ def _check_state(driver: Any, name: str, tmp_path: Path, report: dict[str, Any])
     _set_width(driver, 1400)
 
 
+def _healthy_card_colours(driver: Any) -> set[tuple[str, str]]:
+    """(edge colour, health-words colour) of every card that was healthy with nothing firing."""
+    script = """return Array.from(document.querySelectorAll('section.gpu.good')).map(e =>
+        [getComputedStyle(e).borderLeftColor, getComputedStyle(e.querySelector('.health')).color]);"""
+    return {(str(edge), str(words)) for edge, words in driver.execute_script(script)}
+
+
 def _severe_console_errors(driver: Any) -> list[Any]:
     return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
 
@@ -247,6 +254,7 @@ def test_the_page_says_how_old_its_data_is_turns_stale_when_the_exporter_pauses_
             greyed = driver.execute_script(
                 "return Array.from(document.querySelectorAll('main .facts')).map(e => getComputedStyle(e).color)")
             assert set(greyed) == {GREY_VALUE}
+            assert _healthy_card_colours(driver) == {(GREY_EDGE, GREY_VALUE)}  # no card stays green
             # The age keeps growing although no request answers.
             first = _texts(driver, "#status")[0][1]
             wait_for(lambda: _texts(driver, "#status")[0][1] != first, DEADLINE_S, "the age to move on")
@@ -317,6 +325,8 @@ def test_a_hung_sampler_turns_the_page_stale_with_the_health_reason_on_top(brows
                          "the node's conditions on the page")
         assert all(text for text in shown.values())  # each with its reason
         assert all("last known: " in text for text in _cards(driver).values())
+        # Data 40 s old claims no health: the hung node's cards are not green (edge and words grey).
+        assert _healthy_card_colours(driver) == {(GREY_EDGE, GREY_VALUE)}
         # /health's 503 is the browser's own network log entry; nothing else may be logged as an error.
         assert [entry for entry in _severe_console_errors(driver)
                 if not (entry["source"] == "network" and "/health" in entry["message"] and "503" in entry["message"])] \

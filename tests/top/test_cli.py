@@ -76,3 +76,11 @@ def test_once_with_every_source_down_exits_1_with_the_reason() -> None:
     url = f"http://127.0.0.1:{free_port()}"
     assert main(["--exporter", url, "--once", "--timeout", "2s"], stdout=out) == 1
     assert out.getvalue().splitlines()[1].startswith(f"SOURCE DOWN {url}/metrics: cannot reach the exporter")
+
+
+def test_help_names_the_help_key(capsys: pytest.CaptureFixture[str]) -> None:
+    """``top --help`` lists the keys, the one that shows them all (``?``) included."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Keys: ? help, q quit" in text

@@ -42,3 +42,13 @@ def test_a_node_missing_while_a_source_is_down_is_kept_and_forgotten_once_all_an
     ages = memory.freshness([view("a"), view("b")])
     assert not ages[("", "a")].stale and ages[("", "b")].stale and ages[("", "b")].last_seen == NOW
     assert [n.node for n in memory(Filters()).nodes] == ["a"] and memory.missing() == {}
+
+
+def test_a_node_whose_exporter_says_its_sampler_is_stalled_is_stale_at_once() -> None:
+    """The ``hang`` scenario read from /metrics: the view cannot know the sampling interval, but the exporter's
+    own ``samples_stale`` condition (gpu_pod_exporter_sampler_stalled) says its readings are not refreshed:
+    16 s old data of a hung sampler is STALE, not shown as current until the alert's 120 s."""
+    stalled = [{"id": "samples_stale", "alert": "GpuPodExporterSamplesStale", "severity": "warning",
+                "text": "the sampler is stalled inside NVML: readings are not refreshed"}]
+    assert freshness(view("a", sampled_at=NOW - 16.0, conditions=stalled), NOW).stale
+    assert not freshness(view("a", sampled_at=NOW - 16.0, conditions=[]), NOW).stale

@@ -45,9 +45,24 @@ def test_gpus_are_busiest_first_and_an_allocated_gpu_below_the_threshold_is_idle
 
 
 def test_pods_show_their_own_use_on_a_shared_gpu_and_the_gpus_when_alone() -> None:
+    """Idle as the alerts say it: a GPU held alone below 5 % (GpuAllocatedButIdle); a share of a time-shared
+    GPU below 1 % (GpuSharedShareIdle), so b-0 using 2 % of a shared GPU is not idle: no alert says so."""
     pods = screen(NODES, Filters()).pods
     assert [(pod.pod, pod.util_percent, pod.idle) for pod in pods] == [
-        ("a-0", 60.0, False), ("solo-0", 40.0, False), ("b-0", 2.0, True), ("idle-0", 1.0, True)]
+        ("a-0", 60.0, False), ("solo-0", 40.0, False), ("b-0", 2.0, False), ("idle-0", 1.0, True)]
+    shared = NodeView("", "n", {"gpus": [gpu(0, 50.0, [container("busy-0", sm=50.0), container("standby-0", sm=0.5)])]})
+    assert [(pod.pod, pod.idle) for pod in screen([shared], Filters()).pods] == [("busy-0", False), ("standby-0", True)]
+
+
+def test_a_pod_alone_on_an_idle_mig_instance_is_idle_with_the_instances_activity() -> None:
+    """alert-zoo's GPU 8: the 2g.20gb instance 3 is idle (GpuAllocatedButIdle names it); its pod's row shows
+    the instance's engine activity and IDLE, not "-"."""
+    view = {"gpus": [gpu(8, 43.0, [container("mig-trainer-0", instance=1), container("mig-notebook-0", instance=3)],
+                         mig=[{"gpu_instance_id": 1, "profile": "3g.40gb", "engine_active_percent": 72.0},
+                              {"gpu_instance_id": 3, "profile": "2g.20gb", "engine_active_percent": 0.0}])]}
+    pods = screen([NodeView("", "n", view)], Filters()).pods
+    assert [(pod.pod, pod.gpu, pod.util_percent, pod.idle) for pod in pods] == [
+        ("mig-trainer-0", "8/MIG 1", 72.0, False), ("mig-notebook-0", "8/MIG 3", 0.0, True)]
 
 
 def test_filters_narrow_gpus_to_those_a_matching_pod_holds() -> None:
@@ -76,7 +91,7 @@ def test_a_mig_gpu_uses_its_instances_activity_weighted_by_their_size() -> None:
                         1.0)], history=CounterHistory())
     row = screen([NodeView("", "n", view)], Filters()).gpus[0]
     assert row.util_percent == 65.0  # (3 * 80 + 1 * 20) / 4; the unweighted mean would say 50
-    assert row.pods[0].gpu == "0/MIG 1" and row.pods[0].util_percent is None
+    assert row.pods[0].gpu == "0/MIG 1" and row.pods[0].util_percent == 80.0  # its instance's activity
 
 
 def test_a_row_carries_every_condition_of_its_gpu_from_the_view() -> None:

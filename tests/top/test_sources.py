@@ -14,7 +14,10 @@ import pytest
 from promql_parser import parse
 
 from exporter.prometheus.client import Connection
+from exporter.top.lastseen import LastSeen
+from exporter.top.model import Filters
 from exporter.top.sources import QUERY_FAMILIES, ExporterSource, PrometheusSource, read_all, selector
+from exporter.top.table import node_conditions, status_lines
 from tests.support.ports import free_port
 from tests.support.prometheus import serve_metrics
 
@@ -90,7 +93,7 @@ def test_an_exporter_prometheus_cannot_scrape_any_more_is_a_line_of_its_own() ->
         fake.server.server_close()
     assert reading.nodes == []
     assert [(e.source, e.message) for e in reading.errors] == [
-        ("exporter west/10.0.0.9:9400", "Prometheus cannot scrape it (up == 0, job gpu); its GPUs are not shown")]
+        ("exporter west/10.0.0.9:9400", "Prometheus cannot scrape it (up == 0, job gpu): no current data of its GPUs")]
     assert " or (up == 0 and on (cluster, job, instance) group by (cluster, job, instance) " \
            "(last_over_time(DCGM_FI_DEV_GPU_UTIL[1h])))" in fake.queries[0]
 
@@ -138,3 +141,44 @@ def test_an_exporter_url_with_credentials_sends_them_and_shows_none() -> None:
     assert [node.node for node in reading.nodes] == ["node-a"]
     assert seen[0]["Authorization"] == "Basic " + base64.b64encode(b"scraper:pa:ss").decode()
     assert source.name == f"http://{target}/metrics"
+
+
+def test_a_target_that_goes_down_keeps_its_rows_and_no_line_says_they_are_hidden() -> None:
+    """Over Prometheus, an exporter that stops answering: top keeps its last rows (STALE, last seen) and the
+    SOURCE DOWN line must not say its GPUs are not shown while they are on screen."""
+    gpu = {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "job": "gpu", "instance": "10.0.0.9:9400", "gpu": "0",
+                      "UUID": "GPU-9", "Hostname": "node-b", "modelName": "NVIDIA H100 80GB HBM3"},
+           "values": [[1, "50"]]}
+    down = {"metric": {"__name__": "up", "job": "gpu", "instance": "10.0.0.9:9400"}, "values": [[1, "0"]]}
+    series = [gpu]
+    fake = FakePrometheus(series)
+    try:
+        memory = LastSeen(lambda filters: PrometheusSource(Connection(url=fake.url, retries=0, timeout_s=5)).read())
+        assert [node.node for node in memory(Filters()).nodes] == ["node-b"]
+        series[:] = [down]
+        reading = memory(Filters())
+    finally:
+        fake.server.shutdown()
+        fake.server.server_close()
+    assert [node.node for node in reading.nodes] == ["node-b"]  # kept, stale
+    lines = [text for _, text in status_lines(reading.errors, memory.missing())]
+    assert any(line.startswith("SOURCE DOWN exporter 10.0.0.9:9400: Prometheus cannot scrape it") for line in lines)
+    assert any(line.startswith("STALE node-b: last seen") for line in lines), lines
+    assert not [line for line in lines if "not shown" in line], lines
+
+
+# An exporter whose series carry no node label: no GPU at all (NVML down: its own gauges only), or --no-hostname.
+NO_NODE_LABEL = ('gpu_pod_exporter_nvml_up 0\n'
+                 'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",modelName="NVIDIA H100 80GB HBM3"} 10\n')
+
+
+def test_an_exporter_without_a_node_label_is_named_by_its_address_and_two_are_told_apart() -> None:
+    """Two such exporters read together: each node is its host:port (never blank), so its NODE lines say
+    which node NVML is down on, and LastSeen can keep one's rows while the other answers."""
+    with serve_metrics(NO_NODE_LABEL.encode) as first, serve_metrics(NO_NODE_LABEL.encode) as second:
+        sources = [ExporterSource(Connection(url=f"http://{target}")) for target in (first, second)]
+        reading = read_all(sources)
+    assert sorted(node.node for node in reading.nodes) == sorted([first, second])
+    lines = [text for _, text in status_lines([], node_conditions=node_conditions(reading.nodes))]
+    assert f"NODE {first} CRITICAL: NVML is unavailable: no GPU of this node is read [GpuPodExporterNvmlDown]" \
+        in lines, lines

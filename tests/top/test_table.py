@@ -8,7 +8,7 @@ import io
 from exporter.top.cli import main
 from exporter.top.model import Filters, screen
 from exporter.top.sources import Reading, SourceError
-from exporter.top.table import GPU_COLUMNS, layout, once_text, printable
+from exporter.top.table import GPU_COLUMNS, gpu_lines, layout, once_text, printable
 from tests.support.prometheus import serve_metrics
 from tests.top.test_ui import HOSTILE, NOW, busy_node
 
@@ -60,3 +60,21 @@ def test_top_once_on_an_exporter_with_a_hostile_label_prints_no_control_characte
             text = out.getvalue()
             assert "evil\\x1b]0;pwned\\x07" in text, text
             assert not any(ord(char) < 0x20 and char != "\n" for char in text), repr(text)
+
+
+def test_a_health_reason_longer_than_state_is_never_cut_at_any_width() -> None:
+    """``UNHEALTHY retired_pages_pending`` does not fit the 20 columns of STATE: the cell says UNHEALTHY and
+    the reason stands whole on the line under the row (with the alert), never ``retired_p~``."""
+    node = busy_node("node-a")
+    gpu = node.view["gpus"][1]
+    gpu["health_reason"] = "retired_pages_pending"
+    gpu["conditions"] = [{"id": "retired_pages_pending", "alert": "GpuRetiredPagesPending", "severity": "warning",
+                          "text": "memory pages wait for a reset to be retired"}]
+    reading = Reading(nodes=[node], errors=[])
+    shown = screen(reading.nodes, Filters(), "name")
+    texts = [once_text(reading, shown, "gpus", now=NOW)]
+    texts += ["\n".join(text for _, text in gpu_lines(shown.gpus, False, width)) for width in (80, 160)]
+    for text in texts:
+        row = next(line for line in text.splitlines() if line.startswith("node-a") and " 1 " in line)
+        assert "UNHEALTHY" in row and "retired_p" not in row, row
+        assert "    CRITICAL: unhealthy: retired_pages_pending" in text, text
