@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from exporter.xid_codes import xid_message
+from exporter.xid_codes import FATAL_CLASS_XIDS, FATAL_XIDS, NEEDS_RESET_XIDS, xid_message
 
 # ----------------------------------------------------------------------------------------- numbers
 IDLE_BELOW_PERCENT = 5.0  # GpuAllocatedButIdle: GPU_UTIL (or a MIG instance's engine activity) below this
@@ -46,8 +46,6 @@ THERMAL_REASON_BITS = 0x20 | 0x40  # clock-event reasons SW and HW thermal slowd
 POWER_BRAKE_BIT = 0x80  # clock-event reason HW power brake slowdown
 THERMAL_VIOLATION_FRACTION = 0.5  # GpuThermalThrottling: more than half of the window in thermal violation
 THERMAL_WINDOW_S = 300.0
-FATAL_XIDS: frozenset[int] = frozenset({48, 62, 64, 74, 79, 95, 119, 120})  # GpuXidFatal
-RESET_XIDS: frozenset[int] = frozenset({63, 92, 94})  # GpuXidNeedsReset
 XID_WINDOW_S = 300.0  # the alerts' window (gpu_xid:dcgm_exp_xid_errors:increase5m)
 XID_BURST_ABOVE = 3.0  # GpuXidBurst: more than this many Xids of any code in the window
 ECC_UNCORRECTABLE_WINDOW_S = 600.0  # GpuEccUncorrectableError: any new one in 10 minutes
@@ -354,12 +352,12 @@ def _xid_text(codes: dict[int, float], window: float | None, kind: str) -> str |
 
 def _xid_fatal(gpu: GpuSamples, ctx: Context) -> str | None:
     counts, window = _xids_in_window(gpu)
-    return _xid_text({c: n for c, n in counts.items() if c in FATAL_XIDS and n > 0}, window, "fatal")
+    return _xid_text({c: n for c, n in counts.items() if c in FATAL_CLASS_XIDS and n > 0}, window, "fatal")
 
 
 def _xid_reset(gpu: GpuSamples, ctx: Context) -> str | None:
     counts, window = _xids_in_window(gpu)
-    return _xid_text({c: n for c, n in counts.items() if c in RESET_XIDS and n > 0}, window, "needs a reset:")
+    return _xid_text({c: n for c, n in counts.items() if c in NEEDS_RESET_XIDS and n > 0}, window, "needs a reset:")
 
 
 def _xid_burst(gpu: GpuSamples, ctx: Context) -> str | None:
@@ -440,7 +438,7 @@ def _unhealthy(gpu: GpuSamples, ctx: Context) -> str | None:
     if not reasons:
         return None
     counts, _ = _xids_in_window(gpu)
-    fatal = sorted(code for code, count in counts.items() if count > 0 and code in FATAL_XIDS | RESET_XIDS)
+    fatal = sorted(code for code, count in counts.items() if count > 0 and code in FATAL_XIDS)
     words = [f"{reason} (Xid {', '.join(map(str, fatal))})" if reason == "fatal_xid" and fatal else reason
              for reason in reasons]
     return "unhealthy: " + ", ".join(words)

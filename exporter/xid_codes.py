@@ -54,7 +54,11 @@ XID_MEANINGS: Mapping[int, str] = MappingProxyType({
     154: "GPU Recovery Action Changed",
 })
 
-FATAL_XIDS: frozenset[int] = frozenset({48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120})
+# The alert rules' two classes (GpuXidFatal, GpuXidNeedsReset; docs/alerts.md "Xid classes"), defined here
+# once: exporter.conditions reads them for the page and `top`, tests/test_conditions.py checks the rules.
+FATAL_CLASS_XIDS: frozenset[int] = frozenset({48, 62, 64, 74, 79, 95, 119, 120})
+NEEDS_RESET_XIDS: frozenset[int] = frozenset({63, 92, 94})
+FATAL_XIDS: frozenset[int] = FATAL_CLASS_XIDS | NEEDS_RESET_XIDS
 
 
 def xid_message(code: int) -> str:

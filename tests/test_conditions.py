@@ -24,6 +24,7 @@ from exporter.conditions import (
     node_conditions,
     record,
 )
+from exporter.xid_codes import FATAL_CLASS_XIDS, NEEDS_RESET_XIDS
 
 RULES = Path(__file__).resolve().parents[1] / "deploy" / "rules" / "gpu-pod-exporter-alerts.yaml"
 GPU = {"gpu": "0", "UUID": "GPU-0", "Hostname": "n"}
@@ -236,7 +237,7 @@ def module_numbers(alert: str) -> dict[str, Any]:
     if alert == "GpuAllocatedButIdle":
         numbers["instance_below_percent"] = c.IDLE_BELOW_PERCENT
     if alert in ("GpuXidFatal", "GpuXidNeedsReset"):
-        numbers = {"xids": tuple(sorted(c.FATAL_XIDS if alert == "GpuXidFatal" else c.RESET_XIDS))}
+        numbers = {"xids": tuple(sorted(FATAL_CLASS_XIDS if alert == "GpuXidFatal" else NEEDS_RESET_XIDS))}
     if alert == "GpuXidBurst":
         numbers = {"above": c.XID_BURST_ABOVE}
     return numbers
