@@ -582,56 +582,119 @@ class FakeApiServer(NodeWrites):
     def _stream(self, handler: BaseHTTPRequestHandler, watch: _Watch, *, resource: str,
                 selector: Mapping[str, str], since: int, bookmarks: bool, timeout_s: float | None,
                 kind: str, api_version: str = "v1") -> None:
-        deadline = time.monotonic() + timeout_s if timeout_s else None
-        next_bookmark = (time.monotonic() + self.bookmark_interval_s
-                         if bookmarks and self.bookmark_interval_s else None)
+        """Serve ``watch`` until it closes. Each batch of lines is gathered under the lock and written
+        outside it, so a slow client never holds up the mutators; the ending is written under it."""
+        position = _StreamPosition(
+            resource=resource, selector=selector, kind=kind, api_version=api_version, since=since,
+            bookmarks=bookmarks,
+            deadline=time.monotonic() + timeout_s if timeout_s else None,
+            next_bookmark=(time.monotonic() + self.bookmark_interval_s
+                           if bookmarks and self.bookmark_interval_s else None))
         while True:
-            lines: list[bytes] = []
             with self._cond:
-                while True:
-                    if watch.closed:
-                        if watch.abort:
-                            _drop(handler)
-                        else:
-                            _end_chunked(handler)
-                        return
-                    if watch.pending_error is not None:
-                        lines = [_event_line("ERROR", watch.pending_error)]
-                        watch.pending_error = None
-                        watch.closed = True
-                        break
-                    if watch.pending_lines:
-                        lines, watch.pending_lines = watch.pending_lines, []
-                        break
-                    if since < self._oldest_rv:  # this stream fell behind the history window
-                        watch.pending_error = status_object(410, "Expired",
-                                                      f"{TOO_OLD}: {since} ({self._oldest_rv})")
-                        continue
-                    start = bisect.bisect_right(self._events, since, key=lambda event: event.resource_version)
-                    fresh = [event for event in self._events[start:] if event.resource == resource]
-                    if start < len(self._events):
-                        since = self._events[-1].resource_version
-                        lines = [_event_line(event.type, served(event.object, api_version)) for event in fresh
-                                 if _matches(event.object, selector)]
-                        if lines:
-                            break
-                        continue
-                    now = time.monotonic()
-                    if deadline is not None and now >= deadline:
-                        watch.closed = True
-                        continue
-                    if bookmarks and (watch.bookmark_requested or (next_bookmark and now >= next_bookmark)):
-                        watch.bookmark_requested = False
-                        if self.bookmark_interval_s:
-                            next_bookmark = now + self.bookmark_interval_s
-                        since = max(since, self._rv)
-                        lines = [_event_line("BOOKMARK", {"kind": kind, "apiVersion": "v1",
-                                                          "metadata": {"resourceVersion": str(self._rv)}})]
-                        break
-                    waits = [t - now for t in (deadline, next_bookmark) if t is not None]
-                    self._cond.wait(timeout=max(0.001, min(waits)) if waits else None)
+                lines = self._next_lines(watch, position)
+                if lines is None:
+                    _end_watch(handler, watch)
+                    return
             for line in lines:
                 _write_chunk(handler, line)
+
+    def _next_lines(self, watch: _Watch, position: _StreamPosition) -> list[bytes] | None:
+        """The next lines ``watch`` owes its client, waiting on the condition until there are some; None
+        once it is closed. In the order a real API server would: what the mutators queued (an error ends
+        the stream), an expiry when the stream fell behind the history window, new events, the end of
+        ``timeoutSeconds``, a bookmark. Called with ``self._cond`` held."""
+        while True:
+            if watch.closed:
+                return None
+            queued = _take_queued(watch)
+            if queued:
+                return queued
+            if position.since < self._oldest_rv:  # this stream fell behind the history window
+                watch.pending_error = status_object(410, "Expired",
+                                                    f"{TOO_OLD}: {position.since} ({self._oldest_rv})")
+                continue
+            events = self._event_lines_after(position)
+            if events is not None:
+                if events:
+                    return events
+                continue
+            now = time.monotonic()
+            if position.deadline is not None and now >= position.deadline:
+                watch.closed = True
+                continue
+            if self._bookmark_due(watch, position, now):
+                return [self._bookmark_line(watch, position, now)]
+            self._cond.wait(timeout=position.wait_s(now))
+
+    def _event_lines_after(self, position: _StreamPosition) -> list[bytes] | None:
+        """The lines of the events after ``position.since`` that its stream serves (its resource, matching
+        its selector), moving the position past every newer event; None when there is none at all. An
+        empty list means events of other resources or objects only: nothing to send, but the position moved."""
+        start = bisect.bisect_right(self._events, position.since, key=lambda event: event.resource_version)
+        if start == len(self._events):
+            return None
+        fresh = [event for event in self._events[start:] if event.resource == position.resource]
+        position.since = self._events[-1].resource_version
+        return [_event_line(event.type, served(event.object, position.api_version)) for event in fresh
+                if _matches(event.object, position.selector)]
+
+    def _bookmark_due(self, watch: _Watch, position: _StreamPosition, now: float) -> bool:
+        """A stream that asked for bookmarks gets one when a test requests it or its interval has passed."""
+        return position.bookmarks and (
+            watch.bookmark_requested or bool(position.next_bookmark and now >= position.next_bookmark))
+
+    def _bookmark_line(self, watch: _Watch, position: _StreamPosition, now: float) -> bytes:
+        """A BOOKMARK at the current resource version, which the stream has then seen: the client may
+        resume from it without missing anything."""
+        watch.bookmark_requested = False
+        if self.bookmark_interval_s:
+            position.next_bookmark = now + self.bookmark_interval_s
+        position.since = max(position.since, self._rv)
+        return _event_line("BOOKMARK", {"kind": position.kind, "apiVersion": "v1",
+                                        "metadata": {"resourceVersion": str(self._rv)}})
+
+
+@dataclass
+class _StreamPosition:
+    """Where one watch stream stands: what it serves (resource, selector, kind, API version), the newest
+    resource version it has passed, and when it ends (``timeoutSeconds``) or next owes a bookmark."""
+
+    resource: str
+    selector: Mapping[str, str]
+    kind: str
+    api_version: str
+    since: int
+    bookmarks: bool
+    deadline: float | None
+    next_bookmark: float | None
+
+    def wait_s(self, now: float) -> float | None:
+        """How long to wait for a mutator before the deadline or the next bookmark is due (None: until woken)."""
+        waits = [t - now for t in (self.deadline, self.next_bookmark) if t is not None]
+        return max(0.001, min(waits)) if waits else None
+
+
+def _take_queued(watch: _Watch) -> list[bytes]:
+    """What the mutators queued for ``watch``: a pending error first (it closes the stream, as a real
+    API server ends a watch after an ERROR event), else its pending lines; empty when neither."""
+    if watch.pending_error is not None:
+        lines = [_event_line("ERROR", watch.pending_error)]
+        watch.pending_error = None
+        watch.closed = True
+        return lines
+    if not watch.pending_lines:
+        return []
+    lines, watch.pending_lines = watch.pending_lines, []
+    return lines
+
+
+def _end_watch(handler: BaseHTTPRequestHandler, watch: _Watch) -> None:
+    """A closed watch ends with the terminating chunk, an aborted one without it (a dropped connection)."""
+    if watch.abort:
+        _drop(handler)
+    else:
+        _end_chunked(handler)
 
 
 class _QuietServer(ThreadingHTTPServer):

@@ -64,7 +64,7 @@ import io
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -262,41 +262,60 @@ def _container(value: YamlValue, seen_pids: dict[int, str], claims: Callable[[st
 
 
 def _dra(value: YamlValue) -> ScenarioDra:
+    """The ``dra:`` section: claims, the node's ResourceSlices (None when not given: one slice with every
+    claimed GPU) and the API versions served. Read in this order, so the first mistake in the file wins."""
     fields = value.mapping(("driver", "api_versions", "claims", "slices"))
     claims: dict[tuple[str, str], ScenarioClaim] = {}
     for item in fields["claims"].sequence() if "claims" in fields else []:
-        claim_fields = item.mapping(("name", "namespace", "devices"))
-        if "name" not in claim_fields:
-            raise item.error("missing: every claim needs a name", path=f"{item.path}.name")
-        name = _string(claim_fields["name"], pattern=_is_dns_label, expected="a claim name")
-        namespace = (_string(claim_fields["namespace"], pattern=_is_dns_label, expected="a namespace name")
-                     if "namespace" in claim_fields else "default")
-        if (namespace, name) in claims:
-            raise item.error(f"duplicate claim {namespace}/{name}", path=f"{item.path}.name")
-        devices = tuple(_gpu_ref(device) for device in
-                        (claim_fields["devices"].sequence() if "devices" in claim_fields else []))
-        for device in devices:
-            if device.replica is not None or device.resource is not None:
-                raise ConfigError(device.where, device.key, "a DRA device is a GPU or a MIG GPU instance: "
-                                  "replica and resource do not apply")
-        if not devices:
-            raise item.error("a claim needs at least one device", path=f"{item.path}.devices")
-        claims[(namespace, name)] = ScenarioClaim(namespace, name, devices)
-    slices: list[ScenarioSlice] = []
-    for item in fields["slices"].sequence() if "slices" in fields else []:
-        slice_fields = item.mapping(("gpus", "appears_after_s"))
-        gpus = tuple(GpuRef(gpu=_integer(gpu), where=_where(gpu), key=gpu.path)
-                     for gpu in (slice_fields["gpus"].sequence() if "gpus" in slice_fields else []))
-        delay = slice_fields["appears_after_s"].scalar() if "appears_after_s" in slice_fields else 0
-        if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
-            raise slice_fields["appears_after_s"].error(f"expected seconds >= 0, got {delay!r}")
-        slices.append(ScenarioSlice(gpus, float(delay)))
+        claim = _dra_claim(item, claims)
+        claims[(claim.namespace, claim.name)] = claim
+    slices = [_dra_slice(item) for item in (fields["slices"].sequence() if "slices" in fields else [])]
     versions = tuple(_choice(item, SLICE_VERSIONS) for item in fields["api_versions"].sequence()) \
         if "api_versions" in fields else ("v1",)
     return ScenarioDra(
         driver=_string(fields["driver"], pattern=_is_dns_label, expected="a DRA driver name such as gpu.nvidia.com")
         if "driver" in fields else DRIVER,
         api_versions=versions, claims=tuple(claims.values()), slices=tuple(slices) if "slices" in fields else None)
+
+
+def _dra_claim(item: YamlValue, earlier: Container[tuple[str, str]]) -> ScenarioClaim:
+    """One ``dra.claims[]`` entry; ``earlier``: the ``(namespace, name)`` of the claims before it, since a
+    pod names its claims by name within its namespace and two of one name would make that ambiguous."""
+    claim_fields = item.mapping(("name", "namespace", "devices"))
+    if "name" not in claim_fields:
+        raise item.error("missing: every claim needs a name", path=f"{item.path}.name")
+    name = _string(claim_fields["name"], pattern=_is_dns_label, expected="a claim name")
+    namespace = (_string(claim_fields["namespace"], pattern=_is_dns_label, expected="a namespace name")
+                 if "namespace" in claim_fields else "default")
+    if (namespace, name) in earlier:
+        raise item.error(f"duplicate claim {namespace}/{name}", path=f"{item.path}.name")
+    devices = _dra_devices(claim_fields["devices"].sequence() if "devices" in claim_fields else [])
+    if not devices:
+        raise item.error("a claim needs at least one device", path=f"{item.path}.devices")
+    return ScenarioClaim(namespace, name, devices)
+
+
+def _dra_devices(items: Sequence[YamlValue]) -> tuple[GpuRef, ...]:
+    """A claim's devices: whole GPUs or MIG GPU instances, as a DRA driver allocates them; replicas and
+    renamed resources belong to the device plugin, not to DRA."""
+    devices = tuple(_gpu_ref(device) for device in items)
+    for device in devices:
+        if device.replica is not None or device.resource is not None:
+            raise ConfigError(device.where, device.key, "a DRA device is a GPU or a MIG GPU instance: "
+                              "replica and resource do not apply")
+    return devices
+
+
+def _dra_slice(item: YamlValue) -> ScenarioSlice:
+    """One ``dra.slices[]`` entry: the GPUs it publishes and how long after start it appears (a slice
+    published late is how a driver that starts after the exporter looks)."""
+    slice_fields = item.mapping(("gpus", "appears_after_s"))
+    gpus = tuple(GpuRef(gpu=_integer(gpu), where=_where(gpu), key=gpu.path)
+                 for gpu in (slice_fields["gpus"].sequence() if "gpus" in slice_fields else []))
+    delay = slice_fields["appears_after_s"].scalar() if "appears_after_s" in slice_fields else 0
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
+        raise slice_fields["appears_after_s"].error(f"expected seconds >= 0, got {delay!r}")
+    return ScenarioSlice(gpus, float(delay))
 
 
 def _pod(value: YamlValue, seen_pids: dict[int, str],

@@ -4,8 +4,9 @@ identities (UUID, serial, PCI bus id) that must not repeat."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -197,59 +198,74 @@ def _model(settings: Mapping[str, YamlValue]) -> GpuModel:
     return PRESETS[settings["model"].choice(PRESETS, "GPU model")]
 
 
+def _uuid(item: YamlValue) -> str:
+    """A GPU UUID as NVML prints it: the exporter's series and the kubelet's device IDs carry it verbatim,
+    so a near miss would silently fail to match."""
+    uuid = item.string()
+    if not _UUID.match(uuid):
+        raise item.error(f"invalid UUID {uuid!r}: expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx "
+                         "(lower-case hex)")
+    return uuid
+
+
+def _serial(item: YamlValue) -> str:
+    """A board serial that fits NVML's serial buffer (a real GPU cannot report a longer one)."""
+    serial = item.string()
+    limit = pynvml.NVML_DEVICE_SERIAL_BUFFER_SIZE - 1
+    if len(serial) > limit:
+        raise item.error(f"serial is longer than {limit} characters")
+    return serial
+
+
+def _power_limit_mw(item: YamlValue, model: GpuModel) -> int:
+    """A power limit within what ``model`` accepts, as NVML refuses any other."""
+    limit = item.convert(parse_power_mw)
+    if not model.power_min_limit_mw <= limit <= model.power_max_limit_mw:
+        raise item.error(f"power limit must be between {model.power_min_limit_mw / 1000:g} W and "
+                         f"{model.power_max_limit_mw / 1000:g} W on {model.key}")
+    return int(limit)
+
+
+_SettingReader = Callable[[YamlValue], Any]
+
+
+def _setting_readers(model: GpuModel) -> dict[str, tuple[str, _SettingReader]]:
+    """Each GPU key with the ``GpuSpec`` field it fills and its reader; the readers of the MIG layout,
+    processes, power limit and value patterns depend on ``model``, so the table is built per model.
+    A telemetry channel's pattern wins over a setting of the same name."""
+    readers: dict[str, tuple[str, _SettingReader]] = {
+        "name": ("name", lambda item: item.string()),
+        "uuid": ("uuid", _uuid),
+        "serial": ("serial", _serial),
+        "vbios": ("vbios_version", lambda item: item.string()),
+        "pci_bus_id": ("pci", lambda item: item.convert(lambda raw: parse_pci_bus_id(str(raw)))),
+        "minor": ("minor", lambda item: item.integer(0, 255)),
+        "power_limit": ("power_limit_mw", lambda item: _power_limit_mw(item, model)),
+        "clock_events": ("clock_events", _clock_events),
+        "pcie_replays": ("pcie_replays", read_counter),
+        "ecc_errors": ("ecc_errors", _ecc),
+        "retired_pages": ("retired_pages", _retired_pages),
+        "remapped_rows": ("remapped_rows", _remapped_rows),
+        "processes": ("processes", lambda item: _processes(item, model)),
+        "mig": ("mig", lambda item: _mig_layout(item, model)),
+        "profiling": ("profiling", _profiling),
+        "sharing": ("sharing", lambda item: item.choice(SHARING_MODES, "sharing mode")),
+        "fabric": ("fabric", lambda item: item.choice(FABRIC_STATES, "fabric health")),
+    }
+    for channel, unit in channel_units(model).items():
+        readers[channel] = (channel, partial(read_pattern, unit=unit))
+    return readers
+
+
 def _gpu_settings(settings: Mapping[str, YamlValue], model: GpuModel) -> dict[str, Any]:
-    """Parse the GPU keys present in ``settings`` (everything but model/features/identity defaults)."""
+    """Parse the GPU keys present in ``settings`` (everything but model/features/identity defaults), in
+    the order they were written, so the first mistake in the file is the one reported."""
+    readers = _setting_readers(model)
     parsed: dict[str, Any] = {}
-    units = channel_units(model)
     for name, item in settings.items():
-        if name in units:
-            parsed[name] = read_pattern(item, units[name])
-        elif name == "name":
-            parsed["name"] = item.string()
-        elif name == "uuid":
-            uuid = item.string()
-            if not _UUID.match(uuid):
-                raise item.error(f"invalid UUID {uuid!r}: expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx "
-                                 "(lower-case hex)")
-            parsed["uuid"] = uuid
-        elif name == "serial":
-            serial = item.string()
-            limit = pynvml.NVML_DEVICE_SERIAL_BUFFER_SIZE - 1
-            if len(serial) > limit:
-                raise item.error(f"serial is longer than {limit} characters")
-            parsed["serial"] = serial
-        elif name == "vbios":
-            parsed["vbios_version"] = item.string()
-        elif name == "pci_bus_id":
-            parsed["pci"] = item.convert(lambda raw: parse_pci_bus_id(str(raw)))
-        elif name == "minor":
-            parsed["minor"] = item.integer(0, 255)
-        elif name == "power_limit":
-            limit = item.convert(parse_power_mw)
-            if not model.power_min_limit_mw <= limit <= model.power_max_limit_mw:
-                raise item.error(f"power limit must be between {model.power_min_limit_mw / 1000:g} W and "
-                                 f"{model.power_max_limit_mw / 1000:g} W on {model.key}")
-            parsed["power_limit_mw"] = int(limit)
-        elif name == "clock_events":
-            parsed["clock_events"] = _clock_events(item)
-        elif name == "pcie_replays":
-            parsed["pcie_replays"] = read_counter(item)
-        elif name == "ecc_errors":
-            parsed["ecc_errors"] = _ecc(item)
-        elif name == "retired_pages":
-            parsed["retired_pages"] = _retired_pages(item)
-        elif name == "remapped_rows":
-            parsed["remapped_rows"] = _remapped_rows(item)
-        elif name == "processes":
-            parsed["processes"] = _processes(item, model)
-        elif name == "mig":
-            parsed["mig"] = _mig_layout(item, model)
-        elif name == "profiling":
-            parsed["profiling"] = _profiling(item)
-        elif name == "sharing":
-            parsed["sharing"] = item.choice(SHARING_MODES, "sharing mode")
-        elif name == "fabric":
-            parsed["fabric"] = item.choice(FABRIC_STATES, "fabric health")
+        if name in readers:
+            field, read = readers[name]
+            parsed[field] = read(item)
     return parsed
 
 

@@ -4,7 +4,7 @@ time windows, flags and counters."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from exporter.safeyaml import YamlValue
 from exporter.units import parse_quantity_duration
@@ -39,86 +39,143 @@ def read_optional(keys: Mapping[str, YamlValue], name: str, read: Callable[[Yaml
     return read(keys[name]) if name in keys else default
 
 
-def read_pattern(value: YamlValue, unit: Unit) -> Pattern:
-    def level(item: YamlValue) -> float:
-        number = float(item.convert(unit.parse))
-        if not unit.minimum <= number <= unit.maximum:
-            raise item.error(f"{item.scalar()!r} is out of range: expected {unit.describe}")
-        return number
+# Every key a pattern mapping may hold, in the order ``unknown_key`` suggests them.
+_PATTERN_MAPPING_KEYS = ("pattern", "value", "low", "high", "period", "phase", "duty", "steps", "every",
+                         "from", "to", "duration", "start", "repeat", "jitter", "jitter_period")
+_ANY_PATTERN_KEYS = ("pattern", "jitter", "jitter_period")  # every kind takes these
 
-    if not value.is_mapping():
-        return Constant(level(value))
-    keys = value.mapping(("pattern", "value", "low", "high", "period", "phase", "duty", "steps", "every",
-                          "from", "to", "duration", "start", "repeat", "jitter", "jitter_period"))
-    if "pattern" not in keys:
-        raise value.error(f"a pattern mapping needs 'pattern: KIND' (known: {', '.join(PATTERN_KINDS)})")
-    kind = keys["pattern"].string()
-    allowed = {
-        "constant": ("value",),
-        "sine": ("low", "high", "period", "phase"),
-        "square": ("low", "high", "period", "duty", "phase"),
-        "steps": ("steps", "every"),
-        "ramp": ("from", "to", "duration", "start", "repeat"),
-        "noise": ("low", "high", "period"),
-    }
-    if kind not in allowed:
-        raise keys["pattern"].error(f"unknown pattern {kind!r} (known: {', '.join(PATTERN_KINDS)})",
-                                    path=value.path)
-    required = {"constant": ("value",), "sine": ("low", "high", "period"),
-                "square": ("low", "high", "period"), "steps": ("steps",), "ramp": ("from", "to", "duration"),
-                "noise": ("low", "high")}[kind]
-    for name, item in keys.items():
-        if name not in (*allowed[kind], "pattern", "jitter", "jitter_period"):
-            raise item.error(f"'{name}' does not apply to pattern {kind!r} "
-                             f"(it takes: {', '.join(allowed[kind])}, jitter, jitter_period)")
-    for name in required:
-        if name not in keys:
-            raise value.error(f"pattern {kind!r} needs '{name}'")
 
-    def period(name: str, default: float) -> float:
-        if name not in keys:
+def _level(item: YamlValue, unit: Unit) -> float:
+    """A level in ``unit`` at ``item``: a value outside the unit's range is a mistake in the scenario,
+    not something the simulated GPU could report."""
+    number = float(item.convert(unit.parse))
+    if not unit.minimum <= number <= unit.maximum:
+        raise item.error(f"{item.scalar()!r} is out of range: expected {unit.describe}")
+    return number
+
+
+class _PatternKeys:
+    """The keys of one pattern mapping, read in the pattern's unit: each kind's builder names the keys
+    it reads and this says how (levels range-checked, periods positive, offsets defaulting to zero)."""
+
+    def __init__(self, keys: Mapping[str, YamlValue], unit: Unit) -> None:
+        self.keys = keys
+        self.unit = unit
+
+    def level(self, name: str) -> float:
+        return _level(self.keys[name], self.unit)
+
+    def period(self, name: str, default: float) -> float:
+        """A repeating length: zero or negative would divide by zero or run time backwards."""
+        if name not in self.keys:
             return default
-        seconds = read_duration(keys[name])
+        seconds = read_duration(self.keys[name])
         if seconds <= 0:
-            raise keys[name].error("must be greater than zero")
+            raise self.keys[name].error("must be greater than zero")
         return seconds
 
-    base: Pattern
-    if kind == "constant":
-        base = Constant(level(keys["value"]))
-    elif kind == "sine":
-        base = Sine(level(keys["low"]), level(keys["high"]), period("period", 1.0),
-                    read_duration(keys["phase"]) if "phase" in keys else 0.0)
-    elif kind == "square":
-        duty = keys["duty"].number(0.0, 1.0) if "duty" in keys else 0.5
-        base = Square(level(keys["low"]), level(keys["high"]), period("period", 1.0), duty,
-                      read_duration(keys["phase"]) if "phase" in keys else 0.0)
-    elif kind == "noise":
-        base = Noise(level(keys["low"]), level(keys["high"]), period("period", 5.0))
-    elif kind == "ramp":
-        base = Ramp(level(keys["from"]), level(keys["to"]), period("duration", 1.0),
-                    read_duration(keys["start"]) if "start" in keys else 0.0,
-                    keys["repeat"].boolean() if "repeat" in keys else False)
-    else:
-        points: list[tuple[float, float]] = []
-        for item in keys["steps"].sequence():
-            pair = item.sequence()
-            if len(pair) != 2:
-                raise item.error("each step is [AT, VALUE], e.g. [30s, 95]")
-            at = read_duration(pair[0])
-            if points and at <= points[-1][0]:
-                raise pair[0].error("step times must increase")
-            points.append((at, level(pair[1])))
-        if not points:
-            raise keys["steps"].error("needs at least one [AT, VALUE] step")
-        base = Steps(tuple(points), period("every", 0.0) if "every" in keys else None)
-    if "jitter" in keys:
-        amplitude = keys["jitter"].convert(unit.parse)
+    def offset(self, name: str) -> float:
+        """A shift in time (a phase, a start), zero when not given."""
+        return read_duration(self.keys[name]) if name in self.keys else 0.0
+
+
+def _constant(keys: _PatternKeys) -> Pattern:
+    return Constant(keys.level("value"))
+
+
+def _sine(keys: _PatternKeys) -> Pattern:
+    return Sine(keys.level("low"), keys.level("high"), keys.period("period", 1.0), keys.offset("phase"))
+
+
+def _square(keys: _PatternKeys) -> Pattern:
+    duty = keys.keys["duty"].number(0.0, 1.0) if "duty" in keys.keys else 0.5
+    return Square(keys.level("low"), keys.level("high"), keys.period("period", 1.0), duty, keys.offset("phase"))
+
+
+def _noise(keys: _PatternKeys) -> Pattern:
+    return Noise(keys.level("low"), keys.level("high"), keys.period("period", 5.0))
+
+
+def _ramp(keys: _PatternKeys) -> Pattern:
+    return Ramp(keys.level("from"), keys.level("to"), keys.period("duration", 1.0), keys.offset("start"),
+                keys.keys["repeat"].boolean() if "repeat" in keys.keys else False)
+
+
+def _steps(keys: _PatternKeys) -> Pattern:
+    """``steps: [[AT, VALUE], ...]``: the times must increase, or which step holds would be ambiguous."""
+    points: list[tuple[float, float]] = []
+    for item in keys.keys["steps"].sequence():
+        pair = item.sequence()
+        if len(pair) != 2:
+            raise item.error("each step is [AT, VALUE], e.g. [30s, 95]")
+        at = read_duration(pair[0])
+        if points and at <= points[-1][0]:
+            raise pair[0].error("step times must increase")
+        points.append((at, _level(pair[1], keys.unit)))
+    if not points:
+        raise keys.keys["steps"].error("needs at least one [AT, VALUE] step")
+    return Steps(tuple(points), keys.period("every", 0.0) if "every" in keys.keys else None)
+
+
+class _PatternKind(NamedTuple):
+    """What one ``pattern: KIND`` takes, what it cannot do without, and how it is built."""
+
+    takes: tuple[str, ...]
+    needs: tuple[str, ...]
+    build: Callable[[_PatternKeys], Pattern]
+
+
+_PATTERNS: Mapping[str, _PatternKind] = {
+    "constant": _PatternKind(("value",), ("value",), _constant),
+    "sine": _PatternKind(("low", "high", "period", "phase"), ("low", "high", "period"), _sine),
+    "square": _PatternKind(("low", "high", "period", "duty", "phase"), ("low", "high", "period"), _square),
+    "steps": _PatternKind(("steps", "every"), ("steps",), _steps),
+    "ramp": _PatternKind(("from", "to", "duration", "start", "repeat"), ("from", "to", "duration"), _ramp),
+    "noise": _PatternKind(("low", "high", "period"), ("low", "high"), _noise),
+}
+
+
+def read_pattern(value: YamlValue, unit: Unit) -> Pattern:
+    """A value pattern in ``unit``: a plain level (constant) or ``{pattern: KIND, ...}``, optionally
+    with jitter on top."""
+    if not value.is_mapping():
+        return Constant(_level(value, unit))
+    keys = value.mapping(_PATTERN_MAPPING_KEYS)
+    kind = _pattern_kind(value, keys)
+    pattern_keys = _PatternKeys(keys, unit)
+    return _with_jitter(kind.build(pattern_keys), pattern_keys)
+
+
+def _pattern_kind(value: YamlValue, keys: Mapping[str, YamlValue]) -> _PatternKind:
+    """The kind a pattern mapping names, once its keys are known to fit it: a key of another kind
+    would be silently ignored otherwise, so it is an error naming what this kind takes."""
+    if "pattern" not in keys:
+        raise value.error(f"a pattern mapping needs 'pattern: KIND' (known: {', '.join(PATTERN_KINDS)})")
+    name = keys["pattern"].string()
+    if name not in _PATTERNS:
+        raise keys["pattern"].error(f"unknown pattern {name!r} (known: {', '.join(PATTERN_KINDS)})",
+                                    path=value.path)
+    kind = _PATTERNS[name]
+    for key, item in keys.items():
+        if key not in (*kind.takes, *_ANY_PATTERN_KEYS):
+            raise item.error(f"'{key}' does not apply to pattern {name!r} "
+                             f"(it takes: {', '.join(kind.takes)}, jitter, jitter_period)")
+    for key in kind.needs:
+        if key not in keys:
+            raise value.error(f"pattern {name!r} needs '{key}'")
+    return kind
+
+
+def _with_jitter(base: Pattern, keys: _PatternKeys) -> Pattern:
+    """``base`` with ``jitter`` (an amplitude in the pattern's unit) added; ``jitter_period`` alone
+    would do nothing, so it is refused."""
+    if "jitter" in keys.keys:
+        amplitude = keys.keys["jitter"].convert(keys.unit.parse)
         if amplitude < 0:
-            raise keys["jitter"].error("jitter must be zero or positive")
-        return Jittered(base, float(amplitude), period("jitter_period", 2.0))
-    if "jitter_period" in keys:
-        raise keys["jitter_period"].error("jitter_period needs jitter")
+            raise keys.keys["jitter"].error("jitter must be zero or positive")
+        return Jittered(base, float(amplitude), keys.period("jitter_period", 2.0))
+    if "jitter_period" in keys.keys:
+        raise keys.keys["jitter_period"].error("jitter_period needs jitter")
     return base
 
 
