@@ -333,10 +333,21 @@ class Fleet:
         up_at = began + settings.test_s(settings.restart_down_s) if name == "restart" else None
         # Every node must see the failure: waited for as a state until the phase's end (a busy machine is
         # slower to notice), then read at halfway or later, so that a node flapping back up is caught.
+        # The restart phase's server is back at ``up_at``: from then on "up" is the truth, so the reading is
+        # taken before it; a machine so busy that every node noticed the failure only after the server was
+        # back keeps the reading of the moment all were seen down (taken before the server came back).
         halfway, end = began + settings.test_s(virtual_s) / 2, began + settings.test_s(virtual_s)
-        self._poll_until(lambda: all(not node.state.up for node in self.nodes), end)
-        self._sleep_until(halfway)
-        down_mid = sum(1 for node in self.nodes if not node.state.up)
+        noticed: list[int] = [0]
+
+        def all_down() -> bool:
+            noticed[0] = max(noticed[0], sum(1 for node in self.nodes if not node.state.up))
+            return noticed[0] == len(self.nodes)
+
+        self._poll_until(all_down, end if up_at is None else up_at)
+        down_noticed = noticed[0]
+        self._sleep_until(halfway if up_at is None else min(halfway, up_at))
+        down_now = sum(1 for node in self.nodes if not node.state.up)
+        down_mid = down_now if up_at is None or time.monotonic() < up_at else down_noticed
         watches_mid = self.api.open_watches()
         retries = max(r.status.retries for node in self.nodes for r in node.reflectors)
         self._sleep_until(began + settings.test_s(virtual_s))
