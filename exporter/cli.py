@@ -23,9 +23,6 @@ log = get_logger("cli")
 
 EXIT_RUNTIME_ERROR = 1
 
-# Tools that ship in the same package and image as the exporter (exporter/tools.py). No subcommand
-# means the exporter, so every dcgm-exporter command line keeps working.
-SUBCOMMANDS: dict[str, str] = {name: tool.module for name, tool in TOOLS.items()}
 
 
 def _fail(message: str, code: int = EXIT_CONFIG_ERROR) -> int:
@@ -35,8 +32,10 @@ def _fail(message: str, code: int = EXIT_CONFIG_ERROR) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments and arguments[0] in SUBCOMMANDS:
-        tool = importlib.import_module(SUBCOMMANDS[arguments[0]])
+    # A tool shipped beside the exporter (exporter/tools.py, the one table); no tool named means the
+    # exporter itself, so every dcgm-exporter command line keeps working.
+    if arguments and arguments[0] in TOOLS:
+        tool = importlib.import_module(TOOLS[arguments[0]].module)
         return int(tool.main(arguments[1:]))
     return run_exporter(arguments)
 

@@ -77,3 +77,20 @@ def test_the_worked_label_source_installs_through_the_one_registration_point(
         source.install(hub)
     mapping = sources[0]
     assert isinstance(mapping, HpcJobMapping) and registered == [mapping.labeler]
+
+
+def test_a_tool_added_to_the_one_table_is_run_and_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The subcommand path as the guide tells it: one entry in exporter/tools.py, nothing else to wire,
+    and ``gpu-pod-exporter <tool>`` runs it while ``--help`` names it."""
+    import sys  # noqa: PLC0415 - only this test plants a module
+    import types  # noqa: PLC0415
+
+    from exporter import cli, tools  # noqa: PLC0415
+    from exporter.config import build_parser  # noqa: PLC0415
+
+    planted = types.ModuleType("planted_tool_cli")
+    planted.main = lambda argv: 40 + len(argv)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "planted_tool_cli", planted)
+    monkeypatch.setitem(tools.TOOLS, "planted", tools.Tool("planted_tool_cli", "a tool planted by the test"))
+    assert cli.main(["planted", "a", "b"]) == 42
+    assert re.search(r"^  planted +a tool planted by the test$", build_parser().format_help(), re.MULTILINE)

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from exporter.cli import SUBCOMMANDS
+from exporter.tools import TOOLS
 from tests.deploy.chart_support import REPO, render
 from tests.support.exporter_process import ExporterProcess, parse_samples
 from tests.support.polling import wait_for
@@ -305,7 +305,7 @@ def test_upstream_counter_files_are_in_the_image_and_load_through_f(
         exporter.stop()
 
 
-@pytest.mark.skipif("doctor" not in SUBCOMMANDS, reason="this checkout has no `gpu-pod-exporter doctor` yet")
+@pytest.mark.skipif("doctor" not in TOOLS, reason="this checkout has no `gpu-pod-exporter doctor` yet")
 def test_doctor_runs_in_the_image(container: str) -> None:
     """Conditional on the subcommand existing in this checkout: once it does, it must work in the image."""
     # its own free port: doctor checks that the listen address is free, and 9400 is shared on this host

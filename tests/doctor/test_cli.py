@@ -13,10 +13,10 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from exporter.cli import SUBCOMMANDS
 from exporter.cli import main as exporter_main
 from exporter.config import build_parser as build_exporter_parser
 from exporter.doctor.cli import build_parser as build_doctor_parser
+from exporter.tools import TOOLS
 from tests.doctor.support import FAST, doctor, undocumented_problems
 from tests.support.exporter_process import ExporterProcess
 from tests.support.paths import REPO_ROOT
@@ -33,7 +33,7 @@ def one_gpu(tmp_path: Path) -> str:
 
 
 def test_registered_as_a_subcommand(capsys: pytest.CaptureFixture[str], one_gpu: str) -> None:
-    assert SUBCOMMANDS["doctor"] == "exporter.doctor.cli"
+    assert TOOLS["doctor"].module == "exporter.doctor.cli"
     code = exporter_main(["doctor", "--simulate", one_gpu, *FAST])
     assert code == 0
     assert capsys.readouterr().out.startswith("gpu-pod-exporter doctor: node ")

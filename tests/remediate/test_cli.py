@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import SUBCOMMANDS, main
+from exporter.cli import main
 from exporter.remediate.alerts import parse_notification
 from exporter.remediate.controller import Remediator
 from exporter.remediate.kubeapi import KubeApi, load_core_api
 from exporter.remediate.policy import load_policy
 from exporter.remediate.selfmetrics import RemediationMetrics
+from exporter.tools import TOOLS
 from tests.remediate.fakenodeapi import FakeNodeApiServer
 
 
@@ -27,7 +28,7 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 
 def test_the_subcommand_is_registered() -> None:
-    assert SUBCOMMANDS["remediate"] == "exporter.remediate.cli"
+    assert TOOLS["remediate"].module == "exporter.remediate.cli"
 
 
 def test_help_describes_every_thing_remediate_does(capsys: pytest.CaptureFixture[str]) -> None:
