@@ -26,14 +26,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +39,7 @@ import yaml
 
 from bench.runner import REPO_ROOT, free_port
 from bench.scenarios import write_scenario
+from tests.support.http import QuietHandler, serving
 
 PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
                      "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
@@ -102,26 +101,12 @@ def node_copies(text: str, nodes: int) -> list[bytes]:
 
 @contextmanager
 def _serve(bodies: Sequence[bytes]) -> Iterator[int]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
-            index = int(self.path.rsplit("/", 1)[-1])
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(bodies[index])))
-            self.end_headers()
-            self.wfile.write(bodies[index])
+            self.answer(200, bodies[int(self.path.rsplit("/", 1)[-1])], "text/plain; version=0.0.4")
 
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as server:
         yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def rule_cost(text: str, nodes: int, evaluations: int = 6, interval_s: int = 15) -> dict[str, Any]:

@@ -7,17 +7,16 @@ HTTP API); each test scripts the answers and then checks what the client sent an
 from __future__ import annotations
 
 import json
-import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from exporter.prometheus.client import Connection, PrometheusClient, PrometheusError, redacted_url, split_url
+from tests.support.http import QuietHandler, serving
 from tests.support.ports import free_port
 
 
@@ -43,7 +42,7 @@ Script = Callable[[Request], Answer]
 def server(script: Script) -> Iterator[tuple[str, list[Request]]]:
     requests: list[Request] = []
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def handle_any(self) -> None:
             parts = urllib.parse.urlsplit(self.path)
             params = urllib.parse.parse_qs(parts.query)
@@ -53,29 +52,13 @@ def server(script: Script) -> Iterator[tuple[str, list[Request]]]:
             request = Request(self.command, parts.path, dict(self.headers.items()), params)
             requests.append(request)
             answer = script(request)
-            body = json.dumps(answer.body).encode()
-            self.send_response(answer.status)
-            for name, value in answer.headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.answer(answer.status, json.dumps(answer.body).encode(), "application/json", answer.headers)
 
         do_GET = handle_any
         do_POST = handle_any
 
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=http.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as http:
         yield f"http://127.0.0.1:{http.server_address[1]}", requests
-    finally:
-        http.shutdown()
-        http.server_close()
 
 
 def matrix(request: Request, series: int = 1) -> Answer:

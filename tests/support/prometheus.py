@@ -32,14 +32,12 @@ import os
 import re
 import subprocess
 import tempfile
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +51,7 @@ from tests.dashboards.dashboard_queries import (
     all_queries,
     dcgm_exporter_queries,
 )
+from tests.support.http import QuietHandler, serving
 from tests.support.paths import REPO_ROOT
 from tests.support.polling import DeadlineExceeded, is_answer, wait_for
 from tests.support.ports import free_port
@@ -147,31 +146,17 @@ def serve_metrics(render: Callable[[], bytes],
     ``Accept``, ``User-Agent``, ...).
     """
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             if self.path != "/metrics":
                 self.send_error(404)
                 return
             if requests is not None:
                 requests.append(dict(self.headers.items()))
-            body = render()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.answer(200, render(), "text/plain; version=0.0.4")
 
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as server:
         yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 class PrometheusHarness(ScratchServer):
