@@ -16,7 +16,10 @@ class DeviceIdentity:
 
     ``index`` is NVML's index (dcgm-exporter's ``gpu`` label); ``minor`` is the /dev/nvidia<minor>
     number (GKE's ``nvidia<N>`` device names use it). ``pci_bus_id`` keeps NVML's format with the
-    8-hex-digit domain, as dcgm-exporter prints it.
+    8-hex-digit domain, as dcgm-exporter prints it. ``memory_total_bytes`` is the whole card's
+    framebuffer (``nvmlDeviceGetMemoryInfo`` on the GPU's own handle, fixed while the driver is loaded):
+    the only total of a MIG-enabled GPU, whose framebuffer series are per instance and leave out what
+    MIG keeps for itself. None when NVML did not give it.
     """
 
     index: int
@@ -26,6 +29,7 @@ class DeviceIdentity:
     model: str
     serial: str = ""
     vbios_version: str = ""
+    memory_total_bytes: int | None = None
 
     @property
     def device_name(self) -> str:

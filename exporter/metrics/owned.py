@@ -69,6 +69,12 @@ PAYLOAD_METRICS: tuple[OwnedMetric, ...] = (
                 "one: gpu_lost > row_remap_failure > fatal_xid > retired_pages_pending > row_remap_pending.",
                 "sampler (GPU lost; NVML fields 31, 144, 145) and the NVML event set (fatal Xid within the Xid "
                 "window); one series per GPU, always on", "health"),
+    OwnedMetric("DCGM_EXP_GPU_FB_TOTAL", "gauge", "MiB", (),
+                "Framebuffer memory of the whole GPU (in MiB). On a MIG-enabled GPU this is the card's total, which "
+                "the per-instance DCGM_FI_DEV_FB_TOTAL series do not add up to (MIG keeps some for itself).",
+                "nvmlDeviceGetMemoryInfo(GPU handle).total / 2^20, read once at start (no NVML call per cycle); one "
+                "series per GPU, MIG-enabled or not, with the GPU's identity labels and no workload labels; absent "
+                "when NVML refuses the GPU's memory info", "core"),
 )
 
 # Peaks between scrapes (exporter/nvml/peaks.py): one series per GPU and reading the CSV samples, with the

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 
 from exporter import __version__
+from exporter.metrics.catalog import MIB, dcgm_number
 from exporter.metrics.counters import CounterSet
 from exporter.metrics.owned import PEAK_FAMILIES, family_name, owned
 from exporter.metrics.selection import DEFAULT as ALL_DEVICES
@@ -227,7 +228,23 @@ def self_families(ctx: RenderContext) -> list[Metric]:
     return families
 
 
-DEFAULT_BUILDERS: tuple[FamilyBuilder, ...] = (dcgm_families, self_families)
+def framebuffer_total_family(ctx: RenderContext) -> list[Metric]:
+    """``DCGM_EXP_GPU_FB_TOTAL``: each GPU's whole framebuffer, from the inventory (``DeviceIdentity``).
+
+    The one GPU-level total of a MIG-enabled GPU (its CSV framebuffer series are per instance), so a
+    view of the card divides its instances' used memory by the card, not by the sum of the instances.
+    Identity labels only: the card's size belongs to no pod. Not subject to ``-d``: it describes the
+    card, like ``gpu_pod_exporter_device_up``.
+    """
+    family = owned_family("DCGM_EXP_GPU_FB_TOTAL")
+    for reading in ctx.snapshot.devices:
+        total = reading.identity.memory_total_bytes
+        if total is not None:
+            family.add_sample(family.name, ctx.base_labels(reading.identity), dcgm_number(total / MIB, True))
+    return [family]
+
+
+DEFAULT_BUILDERS: tuple[FamilyBuilder, ...] = (dcgm_families, framebuffer_total_family, self_families)
 
 
 def render(ctx: RenderContext, builders: Sequence[FamilyBuilder] = DEFAULT_BUILDERS) -> list[Metric]:

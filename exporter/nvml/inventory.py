@@ -1,6 +1,6 @@
 """Device inventory: the static identity of every GPU, read once after NVML initialises.
 
-Identity (UUID, PCI bus id, minor number, model name) never changes while the driver is loaded, so
+Identity (UUID, PCI bus id, minor number, model name, framebuffer total) never changes while the driver is loaded, so
 it is read once and cached together with the NVML handle; per-cycle sampling then costs only the
 readings themselves. NVML attaches GPUs lazily, so one broken GPU fails its own handle lookup
 without hiding the others: it is reported and skipped.
@@ -47,6 +47,15 @@ def _optional_text(nvml: NvmlClient, function: Any, *args: Any) -> str:
         return ""
 
 
+def _memory_total(nvml: NvmlClient, handle: Any) -> int | None:
+    """The card's framebuffer total in bytes (v1 and v2 report the same total). On a MIG-enabled GPU the
+    parent handle answers only a privileged caller; without it the total is unknown, not an error."""
+    try:
+        return int(nvml.call(pynvml.nvmlDeviceGetMemoryInfo, handle).total)
+    except pynvml.NVMLError:
+        return None
+
+
 def discover(nvml: NvmlClient) -> Inventory:
     """Read system versions and every GPU's identity. Raises NVMLError only if NVML itself fails."""
     system = SystemInfo(
@@ -68,6 +77,7 @@ def discover(nvml: NvmlClient) -> Inventory:
                 model=str(nvml.call(pynvml.nvmlDeviceGetName, handle)),
                 serial=_optional_text(nvml, pynvml.nvmlDeviceGetSerial, handle),
                 vbios_version=_optional_text(nvml, pynvml.nvmlDeviceGetVbiosVersion, handle),
+                memory_total_bytes=_memory_total(nvml, handle),
             )
         except pynvml.NVMLError as exc:
             reason = describe(exc)

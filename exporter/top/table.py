@@ -13,7 +13,8 @@ Three rules hold at every width:
   terminal (``top --once`` included).
 * **STATE and the reasons are never cut.** Each GPU's conditions are lines of their own under its
   row, wrapped to the width; the columns drop by ``priority`` (the lowest kept longest) until the
-  rest fits, and PODS takes what is left.
+  rest fits, and PODS takes what is left: the pod names that fit whole and ``+N`` for the others.
+  The title and key-hint bars drop their parts by priority the same way (``fit_parts``).
 * **Time is shown.** The AGE column says how old each node's data is and ``STALE`` past its bound;
   a node kept from a source that is down says when it was last seen.
 """
@@ -24,6 +25,7 @@ import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from exporter.top.lastseen import Freshness, NodeKey, freshness_of
 from exporter.top.model import Condition, GpuRow, NodeView, PodRow, Screen, _conditions
@@ -105,28 +107,69 @@ POD_COLUMNS = (
 )
 
 
+@dataclass(frozen=True)
+class Part:
+    """A piece of a one-line bar (the title, the key hints) and how long it stays when the width is short."""
+
+    text: str
+    priority: int  # parts drop highest first when the width is short; 0 never drops
+
+
+Prioritised = TypeVar("Prioritised", Column, Part)
+
+
+def _drop_by_priority(items: Sequence[Prioritised], needed: Callable[[Sequence[Prioritised]], int],
+                      width: int | None) -> list[Prioritised]:
+    """``items`` less the highest ``priority`` ones (the rightmost first among equals) until ``needed`` of
+    the rest fits ``width`` (None: all kept); those of priority 0 always stay."""
+    kept = list(items)
+    while width is not None and needed(kept) > width:
+        droppable = [item for item in kept if item.priority > 0]
+        if not droppable:
+            break
+        kept.remove(max(droppable, key=lambda item: (item.priority, kept.index(item))))
+    return kept
+
+
 def layout(columns: Sequence[Column], width: int | None, show_cluster: bool) -> list[Column]:
     """The columns that fit ``width`` (None: all), dropping the highest ``priority`` first."""
     shown = [column for column in columns if show_cluster or column.title != "CLUSTER"]
+    return _drop_by_priority(shown, lambda chosen: sum((column.width or PODS_MIN) + 1 for column in chosen) - 1,
+                             width)
 
-    def needed(chosen: Sequence[Column]) -> int:
-        return sum((column.width or PODS_MIN) + 1 for column in chosen) - 1
 
-    if width is None:
-        return shown
-    while needed(shown) > width:
-        droppable = [column for column in shown if column.priority > 0]
-        if not droppable:
-            break
-        shown.remove(max(droppable, key=lambda column: (column.priority, shown.index(column))))
-    return shown
+def fit_parts(parts: Sequence[Part], width: int | None, separator: str) -> str:
+    """The parts joined by ``separator``, less the lowest-priority ones until the line fits ``width``. What
+    stays may still be longer (parts of priority 0 never drop): the title then wraps, never clips."""
+    kept = _drop_by_priority(parts, lambda chosen: len(separator.join(part.text for part in chosen)), width)
+    return separator.join(part.text for part in kept)
+
+
+def _flex_width(columns: Sequence[Column], width: int | None) -> int:
+    """The width left to the flexible column (0: unbounded, no terminal width)."""
+    used = sum(column.width + 1 for column in columns if column.width)
+    return max(PODS_MIN, width - used) if width is not None else 0
+
+
+def pods_cell(names: Sequence[str], width: int) -> str:
+    """The PODS cell: the pod names that fit whole, then ``+N`` for the N that do not (``ml/train-0 +3``);
+    never a name cut mid-way. When not even one fits, the count (``4 pods``). ``width`` 0: every name."""
+    shown = [printable(name) for name in names]
+    if not shown:
+        return "-"
+    for count in range(len(shown), 0, -1):
+        rest = len(shown) - count
+        text = ",".join(shown[:count]) + (f" +{rest}" if rest else "")
+        if not width or len(text) <= width:
+            return text
+    total = f"{len(shown)} pod{'s' if len(shown) > 1 else ''}"
+    return total if len(total) <= width else f"+{len(shown)}"
 
 
 def _render(columns: Sequence[Column], cells: Mapping[str, str], width: int | None) -> str:
-    used = sum(column.width + 1 for column in columns if column.width)
     parts = []
     for column in columns:
-        size = column.width or (max(PODS_MIN, width - used) if width is not None else 0)
+        size = column.width or _flex_width(columns, width)
         text = cells[column.title]
         if size:
             text = _cut(text, size)
@@ -184,7 +227,8 @@ def gpu_blocks(rows: Sequence[GpuRow], show_cluster: bool, width: int | None = N
             "CLUSTER": row.cluster, "NODE": row.node, "GPU": str(row.gpu), "MODEL": row.model.removeprefix("NVIDIA "),
             "UTIL%": _num(row.util_percent), "MEM GiB": f"{_gib(row.memory_used_mib)}/{_gib(row.memory_total_mib)}",
             "TEMP": _num(row.temperature_c), "POWER": _num(row.power_w, "W"), "AGE": _age_cell(fresh),
-            "STATE": state, "PODS": ",".join(sorted({f"{pod.namespace}/{pod.pod}" for pod in row.pods})) or "-",
+            "STATE": state,
+            "PODS": pods_cell(sorted({f"{pod.namespace}/{pod.pod}" for pod in row.pods}), _flex_width(columns, width)),
         }
         block: Block = [(style, _render(columns, cells, width))]
         block += _condition_lines(row.conditions, width)

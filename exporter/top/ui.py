@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import urwid
@@ -26,7 +26,18 @@ import urwid
 from exporter.top.lastseen import LastSeen
 from exporter.top.model import SORTS, Filters, NodeView, Screen, screen
 from exporter.top.sources import Reading
-from exporter.top.table import Block, Line, gpu_blocks, node_conditions, pod_blocks, printable, status_lines, summary
+from exporter.top.table import (
+    Block,
+    Line,
+    Part,
+    fit_parts,
+    gpu_blocks,
+    node_conditions,
+    pod_blocks,
+    printable,
+    status_lines,
+    summary,
+)
 
 PALETTE = [
     ("header", "bold", ""),
@@ -38,7 +49,13 @@ PALETTE = [
     ("help", "black", "light gray"),
     ("stale", "light gray", "dark gray"),
 ]
-HELP = "? help  q quit  tab gpus/pods  s sort  / filter  c clear filter  r refresh  arrows/pgup/pgdn/home/end move"
+# The key-hint bar, in its order on screen; on a narrow terminal the highest priority drops first. "? help"
+# never drops: ``?`` lists every key.
+KEY_HINTS = (
+    Part("? help", 0), Part("q quit", 1), Part("tab gpus/pods", 3), Part("s sort", 4), Part("/ filter", 2),
+    Part("c clear filter", 6), Part("r refresh", 5), Part("arrows/pgup/pgdn/home/end move", 7),
+)
+KEY_SEPARATOR = "  "
 KEYS = (
     ("?", "this help (any key closes it)"),
     ("up down pgup pgdn home end", "move the focus; it stays on its GPU or pod when a refresh reorders the rows"),
@@ -104,13 +121,14 @@ class TopApp:
         self.refreshes = 0
         self._pending: Reading | None = None
         self._busy = threading.Lock()
-        self._title = urwid.Text("", wrap="clip")
+        self._title = urwid.Text("")  # fitted by dropping parts; what must stay wraps, never clips
         self._summary = urwid.Text("")  # wrapped: a source-down or stale line is read in full at any width
         self._columns = urwid.Text("", wrap="clip")
         self._keys: list[tuple[object, ...]] = []
         self._walker: urwid.SimpleFocusListWalker[urwid.Widget] = urwid.SimpleFocusListWalker([])
         self._list = urwid.ListBox(cast(Any, self._walker))  # urwid's annotations want flow widgets only
-        self._help = urwid.Text(HELP, wrap="clip")
+        self._help = urwid.Text(fit_parts(KEY_HINTS, None, KEY_SEPARATOR))  # fitted to the width; an error wraps
+        self._footer_message: str | None = None  # a filter error in place of the key hints
         self._edit: FilterEdit | None = None
         self.width = DEFAULT_WIDTH
         self.help_open = False
@@ -170,13 +188,19 @@ class TopApp:
         else:
             head, blocks = pod_blocks(shown.pods, show_cluster, self.width, ages)
             keys = [(row.cluster, row.node, row.namespace, row.pod, row.container, row.gpu) for row in shown.pods]
-        title = (f" gpu-pod-exporter top | {'GPUs' if self.view == 'gpus' else 'pods'} by {self.sort} | "
-                 f"filter: {printable(self.filters.describe())} | "
-                 f"clusters: {printable(','.join(shown.clusters)) or '-'} | "
-                 f"{self.refreshes} refreshes, each {self.reading.cost()}")
+        title = fit_parts(self.title_parts(shown.clusters), self.width, " | ")
         status = status_lines(self.reading.errors, self.last_seen.missing(), node_conditions(self.nodes),
                               now=self.last_seen.clock)
         return status, head, blocks, summary(shown, ages), title, keys
+
+    def title_parts(self, clusters: Sequence[str]) -> list[Part]:
+        """The title bar's parts: what is shown and how (view, sort, filter) never drops, since it says why
+        rows are missing; the clusters read and the refresh count drop first on a narrow terminal."""
+        view = "GPUs" if self.view == "gpus" else "pods"
+        return [Part(" gpu-pod-exporter top", 0), Part(f"{view} by {self.sort}", 0),
+                Part(f"filter: {printable(self.filters.describe())}", 0),
+                Part(f"clusters: {printable(','.join(clusters)) or '-'}", 1),
+                Part(f"{self.refreshes} refreshes, each {self.reading.cost()}", 2)]
 
     def redraw(self) -> None:
         if self.loop is not None:
@@ -188,6 +212,7 @@ class TopApp:
         markup.append(" " + text if self.refreshes else " reading...")
         self._summary.set_text(markup)
         self._columns.set_text(head)
+        self._help.set_text(self._footer_message or fit_parts(KEY_HINTS, self.width, KEY_SEPARATOR))
         if self.help_open:
             return
         position = self._list.focus_position if self._walker else 0
@@ -267,23 +292,25 @@ class TopApp:
     def _edit_key(self, key: str) -> bool | None:
         assert self._edit is not None
         if key == "esc":
-            self._close_edit(HELP)
+            self._close_edit(None)
         elif key == "enter":
             try:
                 self.filters = Filters.parse(self._edit.edit_text)
             except ValueError as error:
                 self._close_edit(str(error))
                 return True
-            self._close_edit(HELP)
+            self._close_edit(None)
             self._fetch()
         else:
             return None
         self.redraw()
         return True
 
-    def _close_edit(self, message: str) -> None:
+    def _close_edit(self, message: str | None) -> None:
+        """Back to the key hints, or ``message`` (a filter error) in their place until the next edit."""
         self._edit = None
-        self._help.set_text(message)
+        self._footer_message = message
+        self._help.set_text(message or fit_parts(KEY_HINTS, self.width, KEY_SEPARATOR))
         self._footer.original_widget = self._help
         self.frame.focus_position = "body"
 

@@ -56,6 +56,7 @@ _GPU_READINGS: Mapping[str, str] = {
     "DCGM_FI_DEV_POWER_MGMT_LIMIT": "power_limit_w",
     "DCGM_EXP_GPU_ALLOCATED": "_allocated",
     "DCGM_FI_DEV_FB_TOTAL": "_memory_total_mib",
+    "DCGM_EXP_GPU_FB_TOTAL": "_card_memory_total_mib",
 }
 # Readings of the whole chip, never split per MIG instance.
 _CHIP_READINGS = frozenset({"temperature_c", "power_w", "power_limit_w"})
@@ -120,8 +121,11 @@ def _int(text: str | None) -> int | None:
 
 
 def _memory_total(readings: Mapping[str, float]) -> float | None:
-    if "_memory_total_mib" in readings:
-        return readings["_memory_total_mib"]
+    """The card's total (``DCGM_EXP_GPU_FB_TOTAL``) first: a MIG GPU has no other; then the CSV's total,
+    then used + free + reserved."""
+    for key in ("_card_memory_total_mib", "_memory_total_mib"):
+        if key in readings:
+            return readings[key]
     used, free = readings.get("memory_used_mib"), readings.get("_memory_free_mib")
     if used is None or free is None:
         return None
@@ -306,10 +310,11 @@ def _mig_totals(gpu: _Gpu) -> dict[str, float]:
 
     Its utilisation is its instances' engine activity weighted by their compute slices (a 3g instance
     is three times a 1g one): the share of the partitioned GPU that is busy, not an unweighted mean.
-    Its memory used is the sum over the instances; its memory total is the GPU's own
-    ``DCGM_FI_DEV_FB_TOTAL`` where a source has one, never the sum of the instances' totals, which leaves
-    out what MIG keeps for itself. This exporter has none (its FB series are per instance, even with
-    ``DCGM_FI_DEV_FB_TOTAL`` in the counters CSV), so on its own page the total is unknown (null).
+    Its memory used is the sum over the instances; its memory total is the card's own
+    (``DCGM_EXP_GPU_FB_TOTAL``, read from NVML at start, see ``_memory_total``), never the sum of the
+    instances' totals, which leaves out what MIG keeps for itself. Another exporter's text without that
+    family gives no GPU-level total for a MIG parent (its FB series are per instance), so the total is
+    then unknown (null).
     """
     totals: dict[str, float] = {}
     weighted = [(instance.readings["engine_active_percent"], _instance_weight(instance))

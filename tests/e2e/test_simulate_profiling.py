@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
 from tests.support.exporter_process import running_exporter
@@ -47,3 +50,23 @@ def test_mig_instances_are_series_with_gpu_instance_labels() -> None:
         used = exporter.samples("DCGM_FI_DEV_FB_USED")
         assert sorted(labels["gpu"] for labels, _ in used if "GPU_I_ID" not in labels) == ["2", "3"]
         assert sorted(labels["gpu"] for labels, _ in exporter.samples("DCGM_FI_DEV_GPU_UTIL")) == ["2", "3"]
+
+
+def test_the_node_page_shows_a_mig_gpu_with_the_cards_memory_total() -> None:
+    """/gpus.json on the mig-h100 node: GPU 1 (3g.40gb + 2g.20gb + 1g.10gb) shows its instances' used memory
+    out of the whole card's 79.6 GiB (DCGM_EXP_GPU_FB_TOTAL, from NVML), not out of the instances' sum."""
+    with running_exporter(["--simulate", "mig-h100", "--collect-interval", "200"]) as exporter:
+        exporter.wait_healthy()
+        card = {labels["gpu"]: value for labels, value in exporter.samples("DCGM_EXP_GPU_FB_TOTAL")}
+        assert card == {gpu: 81_559.0 for gpu in ("0", "1", "2", "3")}  # NVML's total of an H100 80GB
+
+        def mixed_gpu() -> dict[str, Any] | None:
+            gpus = json.loads(exporter.get("/gpus.json").text)["gpus"]
+            gpu = next((gpu for gpu in gpus if gpu["gpu"] == 1), None)
+            return gpu if gpu is not None and len(gpu["mig"]) == 3 and gpu["memory_used_mib"] else None
+
+        gpu = wait_for(mixed_gpu, 20.0, "GPU 1 with its three MIG instances on /gpus.json")
+        instances = gpu["mig"]
+        assert gpu["memory_total_mib"] == 81_559.0
+        assert sum(instance["memory_total_mib"] for instance in instances) < 81_559.0  # what MIG keeps is left out
+        assert gpu["memory_used_mib"] == sum(instance["memory_used_mib"] for instance in instances)

@@ -116,6 +116,25 @@ def test_mig_instances_carry_gpu_instance_labels_after_model_name() -> None:
     assert "GPU_I_ID" not in temp_labels  # device-wide readings stay on the parent
 
 
+def test_the_card_framebuffer_total_is_one_gpu_series_also_on_a_mig_gpu_without_workload_labels() -> None:
+    mig_parent = dataclasses.replace(GPU0, memory_total_bytes=81559 * 1024 * 1024)
+    instance = MigIdentity(parent_uuid="GPU-aaaa", uuid="MIG-1111", gpu_instance_id=7, compute_instance_id=0,
+                           profile="1g.10gb")
+    devices = (DeviceReading(identity=mig_parent, mig=(MigReading(identity=instance,
+                                                                  values={"DCGM_FI_DEV_FB_TOTAL": 9984}),)),
+               DeviceReading(identity=GPU1))  # NVML refused GPU1's memory info at start: no total
+
+    def workloads(_identity: DeviceIdentity, _gpu_instance_id: int | None) -> Sequence[Mapping[str, str]]:
+        return ({"container": "trainer", "namespace": "ml", "pod": "train-0"},)
+
+    families = render(context(Snapshot(devices=devices, status=STATUS), workloads=workloads))
+    [(labels, value)] = samples(families, "DCGM_EXP_GPU_FB_TOTAL")
+    assert labels == {"gpu": "0", "UUID": "GPU-aaaa", "pci_bus_id": "00000000:8D:00.0", "device": "nvidia0",
+                      "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "node-1",
+                      "DCGM_FI_DRIVER_VERSION": "550.90.07"}
+    assert value == 81559  # the card's 79.6 GiB, not the instance's 9984 MiB
+
+
 def test_self_metrics_describe_the_sampler() -> None:
     snapshot = Snapshot(devices=(DeviceReading(identity=GPU0),), status=STATUS)
     stall = InFlight(function="nvmlDeviceGetPowerUsage", gpu=0, started=1.0)

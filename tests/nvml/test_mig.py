@@ -23,6 +23,7 @@ gpus:
 FB_TOTAL = "DCGM_FI_DEV_FB_TOTAL, gauge, Framebuffer memory total (in MiB).\n"
 H100 = MIG_PROFILES["H100-SXM5-80GB"]
 H100_RESERVED_MIB = 517
+H100_TOTAL_MIB = 81559  # what NVML reports as total on an H100 80GB (a little under the marketing size)
 ENUMERATION = ("nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetName")
 
 
@@ -65,6 +66,12 @@ def test_a_mixed_layout_gives_one_series_per_gpu_instance_with_dcgm_labels() -> 
         assert reserved["3g.40gb"] == H100_RESERVED_MIB * 4 // 8
         free = {labels.get("GPU_I_PROFILE"): value for labels, value in samples(families, "DCGM_FI_DEV_FB_FREE")}
         assert free["1g.10gb"] == H100["1g.10gb"].memory_bytes // MIB - 2048 - H100_RESERVED_MIB // 8
+        # The card's own total, read once from the parent handle at start: one series per GPU, no MIG labels,
+        # the whole 79.6 GiB even where the instances' totals add up to less.
+        card = {labels["gpu"]: value for labels, value in samples(families, "DCGM_EXP_GPU_FB_TOTAL")}
+        assert card == {"0": H100_TOTAL_MIB, "1": H100_TOTAL_MIB}
+        assert sum(value for profile, value in totals.items() if profile is not None) < H100_TOTAL_MIB
+        assert [labels for labels, _ in samples(families, "DCGM_EXP_GPU_FB_TOTAL") if "GPU_I_ID" in labels] == []
 
         # Device-wide readings stay on the parent, without MIG labels.
         temperature = samples(families, "DCGM_FI_DEV_GPU_TEMP")

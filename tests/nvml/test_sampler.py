@@ -121,9 +121,10 @@ def test_memory_info_falls_back_to_v1_when_the_driver_lacks_the_v2_symbol() -> N
     with installed(scenario, Clock()) as fake:
         sampler = Sampler(counters.field_specs(), 1.0)
         assert sampler.initialise()
+        assert fake.calls["nvmlDeviceGetMemoryInfo"] == 1  # the card's total, once at start (the inventory)
         values = sampler.run_cycle().devices[0].values
         sampler.run_cycle()
-        assert fake.calls["nvmlDeviceGetMemoryInfo"] == 2  # v1 each cycle, v2 never retried
+        assert fake.calls["nvmlDeviceGetMemoryInfo"] == 1 + 2  # then v1 each cycle, v2 never retried
         with pytest.raises(pynvml.NVMLError_FunctionNotFound):
             pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0), version=pynvml.nvmlMemory_v2)
     assert "DCGM_FI_DEV_FB_USED" in values and "DCGM_FI_DEV_FB_FREE" in values

@@ -1,5 +1,6 @@
 """``top --once`` text and the column layout, as printed: a hostile label is escaped, never sent to the
-terminal; every column at no width limit; columns drop by their declared priority."""
+terminal; every column at no width limit; columns drop by their declared priority; PODS shows whole pod names
+and a count of the rest."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import io
 from exporter.top.cli import main
 from exporter.top.model import Filters, screen
 from exporter.top.sources import Reading, SourceError
-from exporter.top.table import GPU_COLUMNS, gpu_lines, layout, once_text, printable
+from exporter.top.table import GPU_COLUMNS, Part, fit_parts, gpu_lines, layout, once_text, pods_cell, printable
 from tests.support.prometheus import serve_metrics
 from tests.top.test_ui import HOSTILE, NOW, busy_node
 
@@ -78,3 +79,48 @@ def test_a_health_reason_longer_than_state_is_never_cut_at_any_width() -> None:
         row = next(line for line in text.splitlines() if line.startswith("node-a") and " 1 " in line)
         assert "UNHEALTHY" in row and "retired_p" not in row, row
         assert "    CRITICAL: unhealthy: retired_pages_pending" in text, text
+
+
+def test_pods_shows_whole_names_that_fit_and_counts_the_rest_at_80_and_160_columns() -> None:
+    """Four pods share GPU 1 (time-slicing): at 80 columns PODS lists the names that fit whole and "+N" for
+    the others, never a name cut with "~"; at 160 more fit; ``--once`` (no width) lists every one."""
+    node = busy_node("node-a")
+    pods = ["ml/train-0", "ml/train-1", "ml/train-2", "ml/train-3"]
+    node.view["gpus"][1]["containers"] = [
+        {"namespace": pod.split("/")[0], "pod": pod.split("/")[1], "container": "main", "team": "ml",
+         "gpu_instance_id": None, "sm_util_percent": 10.0, "memory_used_mib": 1000.0} for pod in pods]
+    reading = Reading(nodes=[node])
+    shown = screen(reading.nodes, Filters(), "name")
+
+    def gpu1_row(width: int | None) -> str:
+        text = once_text(reading, shown, "gpus", now=NOW) if width is None else \
+            "\n".join(text for _, text in gpu_lines(shown.gpus, False, width))
+        return next(line for line in text.splitlines() if line.startswith("node-a") and " 1 " in line)
+
+    narrow = gpu1_row(80)
+    assert len(narrow) <= 80 and "~" not in narrow
+    assert narrow.endswith("ml/train-0 +3"), narrow
+    wide = gpu1_row(160)
+    assert len(wide) <= 160 and "~" not in wide
+    assert wide.endswith("ml/train-0,ml/train-1,ml/train-2,ml/train-3"), wide  # every name fits at 160
+    assert gpu1_row(None).endswith(",".join(pods))
+
+
+def test_a_pods_cell_never_cuts_a_name() -> None:
+    names = ["ml/train-0", "ml/train-1", "research/a-very-long-notebook-name-0"]
+    assert pods_cell(names, 0) == ",".join(names)  # no width: every name
+    assert pods_cell(names, 24) == "ml/train-0,ml/train-1 +1"
+    assert pods_cell(names, 13) == "ml/train-0 +2"
+    assert pods_cell(names[2:], 20) == "1 pod"  # not even one fits whole: the count
+    assert pods_cell(names[1:], 12) == "2 pods"
+    assert pods_cell([], 12) == "-"
+    assert pods_cell([HOSTILE], 0) == printable(HOSTILE)
+
+
+def test_a_bar_drops_its_parts_by_priority_and_keeps_what_never_drops() -> None:
+    parts = [Part("keep", 0), Part("second", 1), Part("first", 2), Part("also", 0)]
+    assert fit_parts(parts, None, " | ") == "keep | second | first | also"
+    assert fit_parts(parts, 28, " | ") == "keep | second | first | also"  # 28 characters: fits
+    assert fit_parts(parts, 27, " | ") == "keep | second | also"
+    assert fit_parts(parts, 18, " | ") == "keep | also"
+    assert fit_parts(parts, 5, " | ") == "keep | also"  # longer than 5: the title wraps it, never clips it

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from exporter.top.ui import KEY_HINTS
 from tests.support.exporter_process import running_exporter
 from tests.support.paths import REPO_ROOT
 from tests.support.prometheus import PrometheusHarness
@@ -255,6 +256,13 @@ def test_top_with_one_of_two_exporters_down_keeps_its_gpus_stale_at_160_and_80_c
             assert len(rows) == 11
             assert sorted(row.split()[0] for row in rows if " STALE " in row) == ["hgx-node-01"] * 8
             assert not any(" STALE " in row for row in rows if row.startswith("shared-node"))
+            # Nothing clipped: the title and the key hints drop whole parts by priority, PODS cuts no name.
+            assert lines[0].startswith(" gpu-pod-exporter top | GPUs by name | filter: none | clusters: -")
+            assert ("refreshes, each" in lines[0]) == (width == 160)
+            hints = next(line for line in reversed(lines) if line.startswith("? help"))
+            assert set(hints.split("  ")) <= {part.text for part in KEY_HINTS}
+            assert ("arrows/pgup/pgdn/home/end move" in hints) == (width == 160)
+            assert not any("~" in row for row in rows), rows
             # Every condition line is whole: its alert name closes it, on its own line or the next.
             conditions = " ".join(line.strip() for line in table(screen, conditions=True) if line.startswith(" "))
             assert conditions.count("[Gpu") == conditions.count("]") and conditions.count("[Gpu") > 0

@@ -123,6 +123,42 @@ def test_every_condition_is_shown_with_its_reason_and_state_kept_at_80_and_160_c
     assert "MODEL" in next(line for line in rendered(app, 160) if "STATE" in line)
 
 
+def test_the_title_and_key_hints_drop_parts_by_priority_and_never_clip_at_80_and_160_columns() -> None:
+    app = app_reading(Reading(nodes=[busy_node("node-a")]))
+    refresh(app)
+    wide = rendered(app, 160)
+    assert wide[0] == (" gpu-pod-exporter top | GPUs by name | filter: none | clusters: - | "
+                       "1 refreshes, each 0 /metrics reads")
+    assert wide[-1] == ("? help  q quit  tab gpus/pods  s sort  / filter  c clear filter  r refresh  "
+                        "arrows/pgup/pgdn/home/end move")
+    narrow = rendered(app, 80)
+    assert all(len(line) <= 80 for line in narrow)
+    assert narrow[0] == " gpu-pod-exporter top | GPUs by name | filter: none | clusters: -"  # the refresh count went
+    assert narrow[-1] == "? help  q quit  tab gpus/pods  s sort  / filter  c clear filter  r refresh"  # the arrows went
+    assert rendered(app, 40)[-1] == "? help  q quit  tab gpus/pods  / filter"  # "? help" always: ? lists every key
+    # What never drops (view, sort, filter: why rows are missing) wraps onto a second line, whole.
+    app.filters = Filters.parse("namespace=research-platform team=machine-learning-infrastructure node=gpu-node-17")
+    screen = rendered(app, 80)
+    assert all(len(line) <= 80 for line in screen)
+    assert screen[0] == " gpu-pod-exporter top | GPUs by name | filter: namespace=research-platform"
+    assert screen[1] == "team=machine-learning-infrastructure node=gpu-node-17"
+
+
+def test_a_filter_error_replaces_the_key_hints_and_wraps_until_the_next_edit() -> None:
+    app = app_reading(Script(*[Reading(nodes=[busy_node("node-a")])] * 3))
+    refresh(app)
+    app._input("/")
+    assert app._edit is not None
+    for char in "colour=blue":
+        app._edit.keypress((80,), char)
+    app._input("enter")
+    error = " ".join(" ".join(rendered(app, 80)[-3:]).split())
+    assert "colour" in error and "? help" not in error
+    app._input("/")
+    app._input("esc")
+    assert rendered(app, 80)[-1].startswith("? help  q quit")
+
+
 def test_a_source_that_goes_down_keeps_its_rows_marked_stale_with_the_time_last_seen() -> None:
     a, b = busy_node("node-a"), busy_node("node-b")
     down = SourceError("http://node-b:9400/metrics", "cannot reach the exporter: connection refused")

@@ -69,7 +69,8 @@ def test_each_gpu_has_its_readings_health_xids_pods_and_mig_layout() -> None:
                             "memory_total_mib": 40_000.0, "engine_active_percent": 50.0}]
     assert [(c["pod"], c["gpu_instance_id"]) for c in gpu1["containers"]] == [("mig-0", 1)]
     # The MIG parent has no readings of its own: its instances' memory used and their activity; its total
-    # is the GPU's, which this exposition does not carry (never the sum of the instances' totals).
+    # is the card's (DCGM_EXP_GPU_FB_TOTAL), which this exposition does not carry: unknown, never the sum of
+    # the instances' totals.
     assert (gpu1["utilization_percent"], gpu1["memory_used_mib"], gpu1["memory_total_mib"]) == (50.0, 10_000, None)
 
 
@@ -152,6 +153,23 @@ def test_a_mig_gpus_utilisation_is_weighted_by_slices_and_its_total_is_the_gpus_
     with_total = build_view([*samples, ("DCGM_FI_DEV_FB_TOTAL", GPU1, 81_559.0)], history=CounterHistory())
     assert with_total["gpus"][0]["memory_total_mib"] == 81_559.0
     assert [m["memory_total_mib"] for m in with_total["gpus"][0]["mig"]] == [40_000.0, 10_000.0]
+
+
+def test_a_mig_gpus_memory_total_is_the_cards_from_the_exporters_own_series() -> None:
+    """This exporter's exposition: DCGM_EXP_GPU_FB_TOTAL (the card, read from NVML) beside per-instance FB
+    series. The GPU shows the card's 79.6 GiB with its instances' used memory, not the instances' sum."""
+    big, small = {**MIG, "GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "1"}, {**MIG, "GPU_I_PROFILE": "1g.10gb",
+                                                                         "GPU_I_ID": "9"}
+    samples = [("DCGM_FI_DEV_FB_USED", big, 30_000.0), ("DCGM_FI_DEV_FB_TOTAL", big, 40_448.0),
+               ("DCGM_FI_DEV_FB_USED", small, 1_000.0), ("DCGM_FI_DEV_FB_TOTAL", small, 9_984.0),
+               ("DCGM_EXP_GPU_FB_TOTAL", GPU1, 81_559.0),
+               # a whole GPU: the card's total wins over used + free + reserved (which NVML reports a little apart)
+               ("DCGM_FI_DEV_FB_USED", GPU0, 1_000.0), ("DCGM_FI_DEV_FB_FREE", GPU0, 80_000.0),
+               ("DCGM_EXP_GPU_FB_TOTAL", GPU0, 81_559.0)]
+    whole, mig = build_view(samples, history=CounterHistory())["gpus"]
+    assert (mig["memory_used_mib"], mig["memory_total_mib"]) == (31_000.0, 81_559.0)  # not 50 432
+    assert [m["memory_total_mib"] for m in mig["mig"]] == [40_448.0, 9_984.0]  # each instance keeps its own
+    assert (whole["memory_used_mib"], whole["memory_total_mib"]) == (1_000.0, 81_559.0)
 
 
 def test_counter_conditions_read_the_history_of_earlier_views() -> None:
