@@ -13,6 +13,10 @@ from exporter.doctor.cli import main
 
 # Probes of a simulated node answer in milliseconds; a short deadline keeps the hang scenario fast.
 FAST = ("--timeout", "2", "--address", "127.0.0.1:0")
+# A scenario whose calls are slow but never hang (realistic-latency: a driver's real per-call latencies,
+# 8 GPUs): on a machine under load the whole sample can pass 2 s, which is slowness, not a hang; its
+# deadline is the doctor's own default, so only a real hang could fail it.
+PATIENT = ("--address", "127.0.0.1:0")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import pytest
 
 from simulator.scenario import builtin_scenarios, load_scenario
 from tests.doctor.conftest import clean_environment
-from tests.doctor.support import FAST, Run, doctor, documented_rows, undocumented_problems
+from tests.doctor.support import FAST, PATIENT, Run, doctor, documented_rows, undocumented_problems
 
 Problem = tuple[str, str, str]  # (section, check, verdict)
 
@@ -52,8 +52,9 @@ def runs() -> Iterator[dict[tuple[str, str], Run]]:
     with pytest.MonkeyPatch.context() as patch:
         clean_environment(patch)
         for name in EXPECTED:
-            results[(name, "json")] = doctor("--simulate", name, "--json", *FAST)
-            results[(name, "table")] = doctor("--simulate", name, *FAST)
+            deadline = PATIENT if load_scenario(name).latency_profile == "realistic" else FAST
+            results[(name, "json")] = doctor("--simulate", name, "--json", *deadline)
+            results[(name, "table")] = doctor("--simulate", name, *deadline)
     yield results
 
 
